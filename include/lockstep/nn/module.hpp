@@ -1,0 +1,64 @@
+// Module: a layer with explicit forward/backward over ops/. forward caches what backward needs;
+// backward takes dL/dy, accumulates dL/dparam into each Parameter's grad (+=) and returns dL/dx.
+// Parameters and buffers have stable dotted names ("3.weight", "5.bn1.running_mean") by which
+// checkpoints, the reducer and the DataParallel baseline address them.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/core/tensor.hpp"
+#include "lockstep/ops/context.hpp"
+
+namespace lockstep::nn {
+
+struct Parameter {
+  std::string name;
+  Tensor value;
+  Tensor grad;  // same shape; may be a view into a reducer bucket
+};
+
+struct Buffer {
+  std::string name;
+  Tensor value;  // e.g. BatchNorm running statistics: state, not trained
+};
+
+// Called during backward once a parameter's gradient for this backward pass is complete.
+using GradReadyFn = std::function<void(Parameter&)>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  virtual std::string type() const = 0;                    // "linear", "conv", ...
+  virtual std::string describe() const { return type(); }  // "linear(784->128)"
+  // The output shape for an input shape (batch dimension included); throws on a mismatch.
+  virtual Shape output_shape(const Shape& input) const = 0;
+  virtual Tensor forward(ops::Context& ctx, const Tensor& x) = 0;
+  virtual Tensor backward(ops::Context& ctx, const Tensor& dy) = 0;
+
+  // Parameters/buffers of this module and its children, in forward order, names prefixed.
+  virtual void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) {
+    (void)prefix;
+    (void)out;
+  }
+  virtual void collect_buffers(const std::string& prefix, std::vector<Buffer*>& out) {
+    (void)prefix;
+    (void)out;
+  }
+  // Training mode (BatchNorm batch statistics, Dropout active) vs evaluation.
+  virtual void set_training(bool training) { training_ = training; }
+  bool training() const { return training_; }
+  // Forward FLOPs for one sample of the given input shape (multiply-add = 2); for benchmarks.
+  virtual double forward_flops(const Shape& input) const {
+    (void)input;
+    return 0.0;
+  }
+
+ protected:
+  bool training_ = true;
+};
+
+}  // namespace lockstep::nn

@@ -1,0 +1,81 @@
+// Backend: the kernels behind ops.hpp for one device kind. ops::X validates its arguments and
+// calls backend().X with the same arguments, so a backend may assume shapes, dtypes and devices
+// are already consistent. Implementations: src/ops/cpu (OpenBLAS, oneDNN, own loops) and
+// src/ops/cuda (cuBLAS, cuDNN, own kernels).
+#pragma once
+
+#include <memory>
+
+#include "lockstep/ops/ops.hpp"
+
+namespace lockstep::ops {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual void synchronize() {}
+
+  virtual void fill(Tensor& t, float value) = 0;
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+
+  virtual void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                    float beta, Tensor& c) = 0;
+  virtual void add_row_bias(Tensor& y, const Tensor& bias) = 0;
+  virtual void sum_rows(const Tensor& dy, Tensor& db) = 0;
+
+  virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  virtual void gelu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  virtual void axpy(float alpha, const Tensor& x, Tensor& y) = 0;
+  virtual void scale(Tensor& x, float alpha) = 0;
+  virtual void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p,
+                               std::uint64_t seed, std::uint64_t stream) = 0;
+  virtual void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx) = 0;
+  virtual void normalize_input(const Tensor& x, const std::vector<float>& mean,
+                               const std::vector<float>& stddev, Tensor& y) = 0;
+
+  virtual void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+                              const Conv2dParams& p) = 0;
+  virtual void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
+                                    const Conv2dParams& p) = 0;
+  virtual void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
+                                       const Conv2dParams& p) = 0;
+  virtual void pool2d_forward(PoolKind kind, const Tensor& x, Tensor& y, Tensor& workspace,
+                              const Pool2dParams& p) = 0;
+  virtual void pool2d_backward(PoolKind kind, const Tensor& dy, const Tensor& workspace,
+                               Tensor& dx, const Pool2dParams& p) = 0;
+
+  virtual void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                       Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                                       Tensor& running_mean, Tensor& running_var, float momentum,
+                                       float eps) = 0;
+  virtual void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                      const Tensor& running_mean, const Tensor& running_var,
+                                      float eps, Tensor& y) = 0;
+  virtual void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                  const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                                  Tensor& dgamma, Tensor& dbeta) = 0;
+
+  virtual void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
+                                    Tensor& loss) = 0;
+  virtual void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
+                                     Tensor& dlogits) = 0;
+  virtual std::int64_t count_correct(const Tensor& logits, const Tensor& labels) = 0;
+
+  virtual double sum_squares(const Tensor& x) = 0;
+  virtual bool all_finite(const Tensor& x) = 0;
+
+  virtual void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf,
+                          const SgdParams& p) = 0;
+  virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                            const AdamWParams& p) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(Context& ctx);
+#ifdef LOCKSTEP_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend(Context& ctx);
+#endif
+
+}  // namespace lockstep::ops

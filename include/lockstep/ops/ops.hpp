@@ -1,0 +1,136 @@
+// The ops interface: the only code that touches tensor memory. Layers, optimizers, the reducer
+// and the trainer call these free functions; each checks shapes/dtypes/devices once (naming the
+// op and the tensors) and forwards to the Context's Backend (CPU: OpenBLAS + oneDNN + own loops;
+// CUDA: cuBLAS + cuDNN + own kernels).
+//
+// Conventions: tensors are contiguous, images NCHW, compute dtype f32, labels i32.
+// Ops that produce a *parameter* gradient accumulate into it (dw += ...), as PyTorch does, so
+// gradient accumulation and DDP bucket views need no extra copies; every other output is
+// overwritten.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lockstep/core/tensor.hpp"
+#include "lockstep/ops/context.hpp"
+
+namespace lockstep::ops {
+
+struct Conv2dParams {
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+};
+// Output spatial size of a conv/pool window: (in + 2*pad - kernel) / stride + 1.
+std::int64_t window_output_size(std::int64_t in, int kernel, int stride, int pad);
+
+enum class PoolKind { Max, Avg };
+struct Pool2dParams {
+  int kernel_h = 2, kernel_w = 2;
+  int stride_h = 2, stride_w = 2;
+  int pad_h = 0, pad_w = 0;
+};
+
+struct SgdParams {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  bool first_step = false;  // momentum buffer is initialised to the gradient (PyTorch semantics)
+};
+
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f, beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 1e-2f;
+  std::int64_t step = 1;  // 1-based, for bias correction
+};
+
+// ---- memory
+void fill(Context& ctx, Tensor& t, float value);            // f32 or i32
+void copy(Context& ctx, const Tensor& src, Tensor& dst);     // same dtype and numel; any devices
+
+// ---- dense linear algebra (2-D f32): c = alpha * op(a) @ op(b) + beta * c
+void gemm(Context& ctx, bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+          float beta, Tensor& c);
+void add_row_bias(Context& ctx, Tensor& y, const Tensor& bias);             // y[n,f] += bias[f]
+void sum_rows(Context& ctx, const Tensor& dy, Tensor& db);                  // db[f] += sum_n dy[n,f]
+
+// ---- elementwise (f32, same shapes)
+void relu_forward(Context& ctx, const Tensor& x, Tensor& y);
+void relu_backward(Context& ctx, const Tensor& y, const Tensor& dy, Tensor& dx);  // y = relu output
+void gelu_forward(Context& ctx, const Tensor& x, Tensor& y);                      // exact (erf) GELU
+void gelu_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
+void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out);            // out = a + b
+void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y);                 // y += alpha * x
+void scale(Context& ctx, Tensor& x, float alpha);                                 // x *= alpha
+// Inverted dropout: keep with probability 1-p, scale kept values by 1/(1-p). The keep decision for
+// element i is Philox(seed, stream).uniform(i) >= p, so it is the same on every device and thread
+// count. mask is u8, same shape as x.
+void dropout_forward(Context& ctx, const Tensor& x, Tensor& y, Tensor& mask, float p,
+                     std::uint64_t seed, std::uint64_t stream);
+void dropout_backward(Context& ctx, const Tensor& dy, const Tensor& mask, float p, Tensor& dx);
+// Input conversion: y = (x / 255 - mean[c]) / std[c] for u8 x of shape [N, C, ...] (mean/std in
+// the [0, 1] pixel scale; empty vectors mean 0 and 1). f32 x is copied with the same formula
+// minus the /255.
+void normalize_input(Context& ctx, const Tensor& x, const std::vector<float>& mean,
+                     const std::vector<float>& stddev, Tensor& y);
+
+// ---- convolution and pooling (NCHW f32); w is [O, I, KH, KW], b is [O] or undefined.
+void conv2d_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+                    const Conv2dParams& p);
+void conv2d_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, Tensor& dx,
+                          const Conv2dParams& p);
+// dw += dL/dw, db += dL/db (db may be undefined).
+void conv2d_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dw,
+                             Tensor& db, const Conv2dParams& p);
+// workspace is backend-owned state the backward pass needs (max: argmax); pass an undefined
+// Tensor on the first call and keep what comes back.
+void pool2d_forward(Context& ctx, PoolKind kind, const Tensor& x, Tensor& y, Tensor& workspace,
+                    const Pool2dParams& p);
+void pool2d_backward(Context& ctx, PoolKind kind, const Tensor& dy, const Tensor& workspace,
+                     Tensor& dx, const Pool2dParams& p);
+
+// ---- batch normalisation over x of shape [N, C] or [N, C, H, W], statistics per channel.
+// Training: batch statistics, running stats updated with momentum (running = (1-m) running +
+// m * stat, unbiased variance, as PyTorch). save_mean/save_invstd ([C]) are for the backward.
+void batchnorm_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma,
+                             const Tensor& beta, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                             Tensor& running_mean, Tensor& running_var, float momentum, float eps);
+void batchnorm_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                            const Tensor& running_mean, const Tensor& running_var, float eps,
+                            Tensor& y);
+// dx overwritten; dgamma, dbeta accumulated.
+void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                        const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                        Tensor& dgamma, Tensor& dbeta);
+
+// ---- loss: softmax cross-entropy over logits [N, C] with i32 labels [N].
+// probs [N, C] receives softmax(logits); loss [1] receives the mean over N of -log p[label].
+// Labels outside [0, C) are an error naming the first bad one.
+void softmax_xent_forward(Context& ctx, const Tensor& logits, const Tensor& labels, Tensor& probs,
+                          Tensor& loss);
+// dlogits = (probs - onehot(labels)) * scale   (scale = 1/N for a mean over N samples)
+void softmax_xent_backward(Context& ctx, const Tensor& probs, const Tensor& labels, float scale,
+                           Tensor& dlogits);
+// Number of rows whose argmax equals the label (synchronises with the device).
+std::int64_t count_correct(Context& ctx, const Tensor& logits, const Tensor& labels);
+
+// ---- reductions (synchronise with the device)
+double sum_squares(Context& ctx, const Tensor& x);  // f32 in, accumulated in double
+bool all_finite(Context& ctx, const Tensor& x);
+
+// ---- optimizer updates (f32; param, grad and state tensors have the same shape)
+// SGD as torch.optim.SGD: g = grad + wd*param; buf = momentum*buf + (1-dampening)*g (buf = g on
+// the first step); g = nesterov ? g + momentum*buf : buf; param -= lr*g. momentum_buf may be
+// undefined when momentum == 0.
+void sgd_update(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_buf,
+                const SgdParams& p);
+// AdamW as torch.optim.AdamW: param *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// param -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
+void adamw_update(Context& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                  const AdamWParams& p);
+
+}  // namespace lockstep::ops

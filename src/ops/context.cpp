@@ -1,0 +1,28 @@
+#include "lockstep/ops/context.hpp"
+
+#include "lockstep/core/error.hpp"
+#include "lockstep/ops/backend.hpp"
+
+namespace lockstep::ops {
+
+Context::Context(Device device, int threads) : device_(device), threads_(threads) {
+  LOCKSTEP_CHECK(threads >= 1, "a context needs at least one thread, got ", threads);
+  if (device.is_cpu()) {
+    pool_ = std::make_unique<ThreadPool>(threads);
+    backend_ = make_cpu_backend(*this);
+  } else {
+#ifdef LOCKSTEP_HAVE_CUDA
+    pool_ = std::make_unique<ThreadPool>(1);
+    backend_ = make_cuda_backend(*this);
+#else
+    LOCKSTEP_FAIL_HINT("rebuild with the CUDA toolkit installed, or set device = cpu",
+                       "device ", device.str(), " requested but this build has no CUDA backend");
+#endif
+  }
+}
+
+Context::~Context() = default;
+
+void Context::synchronize() { backend_->synchronize(); }
+
+}  // namespace lockstep::ops
