@@ -1,0 +1,115 @@
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <thread>
+#include <unistd.h>
+
+#include "bench.hpp"
+#include "lockstep/core/error.hpp"
+
+namespace lockstep::bench {
+namespace {
+struct Entry {
+  std::string help;
+  BenchFn fn;
+};
+std::map<std::string, Entry>& registry() {
+  static std::map<std::string, Entry> r;
+  return r;
+}
+}  // namespace
+
+Registration::Registration(const std::string& name, const std::string& help, BenchFn fn) {
+  registry()[name] = Entry{help, std::move(fn)};
+}
+
+std::string Args::get(const std::string& key, const std::string& fallback) const {
+  auto it = options.find(key);
+  return it == options.end() ? fallback : it->second;
+}
+long long Args::get_int(const std::string& key, long long fallback) const {
+  auto it = options.find(key);
+  if (it == options.end()) return fallback;
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    LOCKSTEP_FAIL("--", key, "=", it->second, " is not an integer");
+  }
+}
+double Args::get_double(const std::string& key, double fallback) const {
+  auto it = options.find(key);
+  if (it == options.end()) return fallback;
+  try {
+    return std::stod(it->second);
+  } catch (const std::exception&) {
+    LOCKSTEP_FAIL("--", key, "=", it->second, " is not a number");
+  }
+}
+
+void write_output(const Args& args, const std::string& text) {
+  std::string path = args.get("out", "");
+  if (path.empty()) {
+    std::cout << text << std::flush;
+    return;
+  }
+  std::ofstream out(path);
+  LOCKSTEP_CHECK(out.good(), "cannot write benchmark output to ", path);
+  out << text;
+}
+
+std::string machine_json() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string model = "unknown";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return str("{\"host\": \"", host, "\", \"cores\": ", std::thread::hardware_concurrency(),
+             ", \"cpu\": \"", model, "\", \"date\": \"", date, "\"}");
+}
+
+}  // namespace lockstep::bench
+
+int main(int argc, char** argv) {
+  using namespace lockstep::bench;
+  auto usage = [] {
+    std::fprintf(stderr, "usage: lockstep-bench <benchmark> [--key=value ...]\n\nbenchmarks:\n");
+    for (auto& [name, e] : registry()) std::fprintf(stderr, "  %-14s %s\n", name.c_str(), e.help.c_str());
+  };
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  auto it = registry().find(argv[1]);
+  if (it == registry().end()) {
+    std::fprintf(stderr, "lockstep-bench: unknown benchmark '%s'\n", argv[1]);
+    usage();
+    return 2;
+  }
+  Args args;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) == 0) {
+      auto eq = a.find('=');
+      if (eq == std::string::npos) args.options[a.substr(2)] = "1";
+      else args.options[a.substr(2, eq - 2)] = a.substr(eq + 1);
+    } else {
+      args.positional.push_back(a);
+    }
+  }
+  try {
+    return it->second.fn(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lockstep-bench %s: error: %s\n", argv[1], e.what());
+    return 1;
+  }
+}
