@@ -7,11 +7,13 @@
 #include <sstream>
 #include <thread>
 
+#include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
 #include "lockstep/data/dataset.hpp"
 #include "lockstep/data/loader.hpp"
 #include "lockstep/data/sampler.hpp"
+#include "lockstep/dist/data_parallel.hpp"
 #include "lockstep/dist/ddp.hpp"
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/nn/model.hpp"
@@ -155,9 +157,17 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
 
   const bool logs = rank == 0 || config.log_rank_prefix;
   const std::string prefix = config.log_rank_prefix ? "[rank " + std::to_string(rank) + "] " : "";
-  const int threads = resolve_threads(config, comm.local_size());
-  Device device = config.train_device == "cuda" ? Device::cuda(0) : Device::cpu();
-  if (config.train_device == "auto" && cuda_available()) device = Device::cuda(0);
+  const int replicas = parallel == "dp" ? static_cast<int>(config.train_replicas) : 1;
+  const int threads = resolve_threads(config, parallel == "dp" ? replicas : comm.local_size());
+  Device device = Device::cpu();
+  if (config.train_device == "cuda" || (config.train_device == "auto" && cuda_available())) {
+    LOCKSTEP_CHECK_HINT(cuda_available(), "set train.device = cpu, or run where a GPU is visible",
+                        "train.device = cuda but no GPU is available to rank ", rank);
+    // One GPU per local rank (DDP); DataParallel's master takes GPU 0 and its replicas the next.
+    device = parallel == "dp" ? Device::cuda(0)
+                              : Device::cuda(comm::gpu_for_local_rank(comm.local_rank(), comm.local_size(),
+                                                                      cuda_device_count()));
+  }
   ops::Context ctx(device, threads);
 
   auto train_set = data::ShardedDataset::open(config.data_train, config.data_memory_budget_mb << 20);
@@ -196,7 +206,22 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
   ddp_options.reducer.first_bucket_bytes = static_cast<std::size_t>(config.dist_first_bucket_mb * (1 << 20));
   ddp_options.sync = config.dist_sync;
   ddp_options.input = norm;
-  std::unique_ptr<dist::Engine> engine = std::make_unique<dist::DdpEngine>(ctx, *model, comm, ddp_options);
+  std::unique_ptr<dist::Engine> engine;
+  if (parallel == "dp") {
+    dist::DataParallelOptions dp;
+    dp.replicas = replicas;
+    dp.threads_per_replica = threads;
+    dp.input = norm;
+    if (device.is_cuda()) {
+      LOCKSTEP_CHECK(cuda_device_count() >= replicas, "train.replicas = ", replicas, " but only ",
+                     cuda_device_count(), " GPUs are visible");
+      for (int r = 0; r < replicas; ++r) dp.devices.push_back(Device::cuda(r));
+    }
+    engine = std::make_unique<dist::DataParallelEngine>(ctx, *model, config.model_spec, input_shape,
+                                                        train_set->num_classes(), dp);
+  } else {
+    engine = std::make_unique<dist::DdpEngine>(ctx, *model, comm, ddp_options);
+  }
 
   data::DistributedSampler sampler(train_set->size(), world, rank, /*shuffle=*/true,
                                    static_cast<std::uint64_t>(config.train_seed), /*drop_last=*/false);
@@ -218,7 +243,7 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
   if (rank == 0 && !config.log_metrics.empty()) metrics = MetricsFile(config.log_metrics);
   Progress progress(logs ? parse_progress_mode(config.log_progress) : ProgressMode::None, total_steps, prefix);
   if (logs) {
-    progress.line(str("lockstep: ", parallel, " with ", world, " rank(s) x ", threads, " thread(s) on ",
+    progress.line(str("lockstep: ", parallel, " with ", world, " rank(s) x ", replicas, " replica(s) x ", threads, " thread(s) on ",
                       device.str(), "; model ", model->num_parameters(), " parameters; ",
                       train_set->size(), " training samples; global batch ", per_step, " = ", world,
                       " x ", config.train_accumulation, " x ", local_batch, "; ", total_steps, " steps"));
