@@ -31,7 +31,8 @@ DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& mast
     replicas_[r].own = std::make_unique<ops::Context>(device, options_.threads_per_replica);
     replicas_[r].ctx = replicas_[r].own.get();
     // The seed does not matter: the master's values are copied in before every step.
-    replicas_[r].own_model = nn::Model::build(spec, sample_shape, num_classes, 0, device);
+    replicas_[r].own_model =
+        std::make_unique<nn::Model>(nn::Model::build(spec, sample_shape, num_classes, 0, device));
     replicas_[r].model = replicas_[r].own_model.get();
   }
   copy_master_to_replicas();

@@ -19,7 +19,9 @@
 #include "lockstep/nn/model.hpp"
 #include "lockstep/ops/ops.hpp"
 #include "lockstep/optim/clip.hpp"
+#include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/optimizer.hpp"
+#include "lockstep/optim/sgd.hpp"
 #include "lockstep/optim/schedule.hpp"
 #include "lockstep/train/metrics.hpp"
 
@@ -29,36 +31,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// Stops every rank with a message naming the keys whose values differ between rank 0 and the
-// first rank that disagrees (ranks reading different configs would train divergent replicas).
-void check_config_agrees(comm::Communicator& comm, const Config& config) {
-  std::ostringstream text;
-  for (const auto& [key, value] : rank_invariant_settings(config)) text << key << '=' << value << '\n';
-  std::vector<std::string> all = comm.allgather(text.str());
-  auto parse = [](const std::string& s) {
-    std::map<std::string, std::string> m;
-    std::istringstream in(s);
-    for (std::string line; std::getline(in, line);) {
-      auto eq = line.find('=');
-      if (eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 1);
-    }
-    return m;
-  };
-  auto reference = parse(all[0]);
-  for (std::size_t r = 1; r < all.size(); ++r) {
-    if (all[r] == all[0]) continue;
-    auto other = parse(all[r]);
-    std::string diff;
-    for (const auto& [key, value] : reference) {
-      if (other[key] == value) continue;
-      if (!diff.empty()) diff += "; ";
-      diff += key + ": rank 0 has '" + value + "', rank " + std::to_string(r) + " has '" + other[key] + "'";
-    }
-    LOCKSTEP_FAIL_HINT("every rank must read the same config file and overrides",
-                       "config differs between ranks: ", diff);
-  }
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<nn::Parameter*> params) {
@@ -79,8 +51,12 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<nn
   return std::make_unique<optim::Sgd>(std::move(params), o);
 }
 
-optim::LrSchedule make_schedule(const Config& c, std::int64_t total_steps) {
-  optim::LrScheduleOptions o;
+std::unique_ptr<optim::LrSchedule> make_schedule(const Config& c, std::int64_t total_steps) {
+  LOCKSTEP_CHECK_HINT(c.optim_schedule != "cosine" || c.optim_warmup_steps < total_steps,
+                      "lower optim.warmup_steps or train more steps",
+                      "optim.warmup_steps = ", c.optim_warmup_steps, " but the run has only ",
+                      total_steps, " steps for its cosine schedule");
+  optim::ScheduleOptions o;
   o.kind = c.optim_schedule;
   o.base_lr = c.optim_lr;
   o.warmup_steps = c.optim_warmup_steps;
@@ -88,7 +64,7 @@ optim::LrSchedule make_schedule(const Config& c, std::int64_t total_steps) {
   o.gamma = c.optim_gamma;
   o.min_lr = c.optim_min_lr;
   o.total_steps = total_steps;
-  return optim::LrSchedule(o);
+  return optim::make_schedule(o);
 }
 
 struct EvalResult {
@@ -132,6 +108,34 @@ EvalResult evaluate(ops::Context& ctx, nn::Model& model, const data::ShardedData
 }
 
 }  // namespace
+
+void check_config_agrees(comm::Communicator& comm, const Config& config) {
+  std::ostringstream text;
+  for (const auto& [key, value] : rank_invariant_settings(config)) text << key << '=' << value << '\n';
+  std::vector<std::string> all = comm.allgather(text.str());
+  auto parse = [](const std::string& s) {
+    std::map<std::string, std::string> m;
+    std::istringstream in(s);
+    for (std::string line; std::getline(in, line);) {
+      auto eq = line.find('=');
+      if (eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    return m;
+  };
+  auto reference = parse(all[0]);
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    auto other = parse(all[r]);
+    std::string diff;
+    for (const auto& [key, value] : reference) {
+      if (other[key] == value) continue;
+      if (!diff.empty()) diff += "; ";
+      diff += key + ": rank 0 has '" + value + "', rank " + std::to_string(r) + " has '" + other[key] + "'";
+    }
+    LOCKSTEP_FAIL_HINT("every rank must read the same config file and overrides",
+                       "config differs between ranks: ", diff);
+  }
+}
 
 int resolve_threads(const Config& config, int sharers) {
   if (config.train_threads > 0) return static_cast<int>(config.train_threads);
@@ -184,8 +188,9 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
                         train_set->num_classes());
   }
   Shape input_shape = train_set->sample_shape();
-  auto model = nn::Model::build(config.model_spec, input_shape, train_set->num_classes(),
-                                static_cast<std::uint64_t>(config.train_seed), device);
+  auto model = std::make_unique<nn::Model>(nn::Model::build(
+      config.model_spec, input_shape, train_set->num_classes(),
+      static_cast<std::uint64_t>(config.train_seed), device));
   comm::check_same_on_all_ranks(comm, "model structure", model->structure());
   comm::check_same_on_all_ranks(
       comm, "training data",
@@ -237,7 +242,7 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
   if (config.train_max_steps > 0) total_steps = std::min(total_steps, config.train_max_steps);
 
   auto optimizer = make_optimizer(config, model->parameters());
-  optim::LrSchedule schedule = make_schedule(config, total_steps);
+  std::unique_ptr<optim::LrSchedule> schedule = make_schedule(config, total_steps);
 
   MetricsFile metrics;
   if (rank == 0 && !config.log_metrics.empty()) metrics = MetricsFile(config.log_metrics);
@@ -310,7 +315,7 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
       }
       if (config.optim_clip_norm > 0)
         optim::clip_grad_norm(ctx, model->parameters(), static_cast<float>(config.optim_clip_norm));
-      const double lr = schedule.lr_at(step - 1);
+      const double lr = schedule->lr_at(step - 1);
       optimizer->set_lr(static_cast<float>(lr));
       optimizer->step(ctx);
 

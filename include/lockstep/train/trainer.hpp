@@ -29,6 +29,10 @@ int resolve_threads(const Config& config, int sharers);
 // Resolves train.parallel = auto: ddp when the job has several ranks, else none.
 std::string resolve_parallel(const Config& config, int world_size);
 
+// Stops every rank (lockstep::Error on each) when the rank-invariant settings differ, naming each
+// differing key with rank 0's value and the first disagreeing rank's. Collective.
+void check_config_agrees(comm::Communicator& comm, const Config& config);
+
 // Runs the experiment on this rank. Collective over `comm`: every rank must call it.
 TrainResult run_training(const Config& config, comm::Communicator& comm, bool eval_only = false);
 
