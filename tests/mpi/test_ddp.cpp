@@ -71,7 +71,9 @@ TEST(Ddp, MatchesSingleProcessLargeBatch) {
   EXPECT_LE(max_abs_difference(reference, ddp), kTolerance) << "world size " << world().size();
   // And the test can fail: without gradient averaging the result is a different model.
   auto unsynced = train_ddp(p, DdpRun{{}, 1, /*sync=*/false});
-  if (world().size() > 1) EXPECT_GT(max_abs_difference(reference, unsynced), 1e-3);
+  if (world().size() > 1) {
+    EXPECT_GT(max_abs_difference(reference, unsynced), 1e-3);
+  }
 }
 
 TEST(Ddp, AccumulationMicroStepsMatchOneLargeBatch) {
@@ -111,7 +113,9 @@ TEST(Ddp, ConvNetWithBatchNormMatchesSingleProcess) {
   ProblemSpec p;
   p.model = "conv(4,3,pad=1)-bn-relu-maxpool(2)-flatten-linear(5)";
   auto ddp = train_ddp(p, {});
-  if (world().size() == 1) EXPECT_LE(max_abs_difference(train_single_process(p), ddp), kTolerance);
+  if (world().size() == 1) {
+    EXPECT_LE(max_abs_difference(train_single_process(p), ddp), kTolerance);
+  }
   // Every rank ends with the same parameters: gather rank 0's and compare.
   std::string mine;
   for (const auto& v : ddp) mine.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
