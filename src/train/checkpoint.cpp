@@ -381,13 +381,18 @@ struct Header {
   std::uint64_t file_bytes = 0;
   std::uint64_t file_hash = 0;
   std::uint64_t tensors_hash = 0;
+  // Copies of the root attributes, for shell tools (`head -c 512 FILE`); checked on read.
   std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  std::int64_t batch_in_epoch = 0;
+  std::int64_t world_size = 0;
 };
 
 std::string format_header(const Header& h) {
   std::string text = str(
       kMagic, " ", h.version, "\nfile_bytes=", h.file_bytes, "\nfile_fnv1a64=", hex64(h.file_hash),
-      "\ntensors_fnv1a64=", hex64(h.tensors_hash), "\nstep=", h.step, "\ncomplete\n");
+      "\ntensors_fnv1a64=", hex64(h.tensors_hash), "\nstep=", h.step, "\nepoch=", h.epoch,
+      "\nbatch_in_epoch=", h.batch_in_epoch, "\nworld_size=", h.world_size, "\ncomplete\n");
   LOCKSTEP_CHECK(text.size() < kHeaderBytes, "checkpoint header too long");
   text.resize(kHeaderBytes, '\0');
   return text;
@@ -434,6 +439,9 @@ Header parse_header(const char* bytes, const std::string& path) {
     h.file_hash = std::stoull(field("file_fnv1a64"), nullptr, 16);
     h.tensors_hash = std::stoull(field("tensors_fnv1a64"), nullptr, 16);
     h.step = std::stoll(field("step"));
+    h.epoch = std::stoll(field("epoch"));
+    h.batch_in_epoch = std::stoll(field("batch_in_epoch"));
+    h.world_size = std::stoll(field("world_size"));
   } catch (const std::logic_error&) {
     LOCKSTEP_FAIL_HINT(hint, path, ": header has an unparsable number");
   }
@@ -702,7 +710,8 @@ void write_checkpoint(const std::string& path, const CheckpointState& state) {
   auto seal = [&](int fd, const std::string& tmp_name) {
     const auto [file_hash, file_bytes] = hash_fd(fd, kHeaderBytes, tmp_name);
     const std::string text =
-        format_header({kCheckpointVersion, file_bytes, file_hash, tensors_hash, state.step});
+        format_header({kCheckpointVersion, file_bytes, file_hash, tensors_hash, state.step,
+                       state.epoch, state.batch_in_epoch, state.world_size});
     LOCKSTEP_CHECK(::pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()),
                    tmp_name, ": cannot write header: ", errno_text());
   };
@@ -728,10 +737,12 @@ CheckpointState read_checkpoint(const std::string& path) {
   s.epoch = read_i64_attr(f, "epoch", path);
   s.batch_in_epoch = read_i64_attr(f, "batch_in_epoch", path);
   s.world_size = read_i64_attr(f, "world_size", path);
-  LOCKSTEP_CHECK(s.step == header.step, path, ": step attribute ", s.step,
-                 " differs from the "
-                 "header's ",
-                 header.step);
+  LOCKSTEP_CHECK(s.step == header.step && s.epoch == header.epoch &&
+                     s.batch_in_epoch == header.batch_in_epoch && s.world_size == header.world_size,
+                 path, ": the attributes (step ", s.step, ", epoch ", s.epoch, ", batch_in_epoch ",
+                 s.batch_in_epoch, ", world_size ", s.world_size, ") differ from the header's (",
+                 header.step, ", ", header.epoch, ", ", header.batch_in_epoch, ", ",
+                 header.world_size, ")");
   {
     Handle meta(h5(H5Gopen2(f, "meta", H5P_DEFAULT), path, "opening /meta"), H5Gclose);
     for (auto [name, out] : {std::pair{"config_ini", &s.config_ini},

@@ -261,7 +261,22 @@ TEST_F(CheckpointTest, ContentThatDisagreesWithItsChecksumIsAnError) {
   std::string error = read_error(file);
   EXPECT_NE(error.find("checksum mismatch"), std::string::npos) << error;
 
-  // Metadata changed: the epoch attribute.
+  // Metadata changed: the config text (same length, so the dataset can be rewritten in place).
+  write_checkpoint(file, sample_state(2));
+  edit_and_reseal(file, [](hid_t f) {
+    hid_t d = H5Dopen2(f, "/meta/config_ini", H5P_DEFAULT);
+    ASSERT_GE(d, 0);
+    hid_t type = H5Dget_type(d);
+    std::string text = sample_state(2).config_ini;
+    text[text.find("0.1")] = '9';
+    ASSERT_GE(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), 0);
+    H5Tclose(type);
+    H5Dclose(d);
+  });
+  error = read_error(file);
+  EXPECT_NE(error.find("checksum mismatch"), std::string::npos) << error;
+
+  // The sampler position disagrees with the header's copy of it.
   write_checkpoint(file, sample_state(2));
   edit_and_reseal(file, [](hid_t f) {
     hid_t a = H5Aopen(f, "epoch", H5P_DEFAULT);
@@ -271,7 +286,7 @@ TEST_F(CheckpointTest, ContentThatDisagreesWithItsChecksumIsAnError) {
     H5Aclose(a);
   });
   error = read_error(file);
-  EXPECT_NE(error.find("checksum mismatch"), std::string::npos) << error;
+  EXPECT_NE(error.find("epoch 99"), std::string::npos) << error;
 }
 
 TEST_F(CheckpointTest, FindLatestSkipsDamagedCheckpointsWithAWarningEach) {
