@@ -87,9 +87,8 @@ std::string escape_h5_name(const std::string& name);
 std::string unescape_h5_name(const std::string& escaped);
 
 namespace detail {
-// The FNV-1a 64-bit hash, continued from `h` (for checksums that can be recomputed elsewhere).
-inline constexpr std::uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
-std::uint64_t fnv1a64(const void* data, std::size_t bytes, std::uint64_t h = kFnvOffset);
+// CRC-32 (zlib's, as Python's zlib.crc32) continued from `crc`; 0 starts a new one.
+std::uint32_t crc32(const void* data, std::size_t bytes, std::uint32_t crc = 0);
 // Recomputes and rewrites the user-block header of an existing checkpoint file so that its
 // file checksum matches its bytes again. Only for tests that build inconsistent files on purpose.
 void reseal_checkpoint_for_test(const std::string& path);
