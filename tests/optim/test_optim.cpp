@@ -194,7 +194,8 @@ TEST(Schedules, StepDecaysByGammaEveryStepSizeAfterWarmup) {
   EXPECT_DOUBLE_EQ(s->lr_at(2), 0.1);
   EXPECT_DOUBLE_EQ(s->lr_at(11), 0.1);
   EXPECT_DOUBLE_EQ(s->lr_at(12), 0.05);
-  EXPECT_DOUBLE_EQ(s->lr_at(32), 0.025);
+  EXPECT_DOUBLE_EQ(s->lr_at(31), 0.025);
+  EXPECT_DOUBLE_EQ(s->lr_at(32), 0.0125);
   auto plain = make_schedule({.kind = "step", .base_lr = 1.0, .step_size = 3, .gamma = 0.1});
   EXPECT_DOUBLE_EQ(plain->lr_at(0), 1.0);
   EXPECT_NEAR(plain->lr_at(7), 0.01, 1e-15);
