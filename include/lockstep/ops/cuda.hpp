@@ -6,6 +6,7 @@
 #ifdef LOCKSTEP_HAVE_CUDA
 
 #include <cstddef>
+#include <string>
 
 #include "lockstep/core/tensor.hpp"
 #include "lockstep/ops/context.hpp"
@@ -57,6 +58,9 @@ struct AllocatorStats {
   std::size_t cuda_malloc_calls = 0;  // constant in a steady-state training loop
 };
 AllocatorStats allocator_stats(int device);
+// "NVIDIA H200, sm_90, 139.8 GiB": for benchmark records and logs.
+std::string device_description(int device);
+
 // Returns every cached, unused block to the driver (cudaFree, which synchronises the device).
 void release_cached_memory();
 

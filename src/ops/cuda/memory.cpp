@@ -205,6 +205,13 @@ int visible_device_count() {
   return count;
 }
 
+std::string device_description(int device) {
+  cudaDeviceProp prop{};
+  LOCKSTEP_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+  return str(prop.name, ", sm_", prop.major, prop.minor, ", ",
+             static_cast<double>(prop.totalGlobalMem) / (1024.0 * kMiB), " GiB");
+}
+
 AllocatorStats allocator_stats(int device) {
   return caching_allocator().stats(device);
 }
