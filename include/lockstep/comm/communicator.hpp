@@ -1,0 +1,76 @@
+// Communicator: the collectives data-parallel training needs (allreduce, broadcast, allgather,
+// reduce-scatter, barrier) over a fixed group of ranks, independent of the transport (MPI on
+// CPUs; NCCL on GPUs later). Every collective, sync or async, is issued in the order the caller
+// calls it, and every rank must call the same collectives in the same order with matching
+// shapes, as in MPI. Tensor collectives work in place on the caller's storage (views included);
+// the caller must not touch a tensor passed to an *_async call until its Work has completed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/core/tensor.hpp"
+
+namespace lockstep::comm {
+
+enum class ReduceOp { Sum, Max, Min };
+const char* reduce_op_name(ReduceOp op);  // "sum", "max", "min"
+
+// Completion handle of an asynchronous collective. wait() blocks until the operation has
+// finished and rethrows its error (a lockstep::Error naming the call); test() never blocks,
+// returns true once it has finished and likewise rethrows its error.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;             // in [0, size())
+  virtual int size() const = 0;             // world size
+  virtual int local_rank() const = 0;       // rank among the ranks on this node
+  virtual int local_size() const = 0;       // ranks on this node
+  virtual std::string backend() const = 0;  // "mpi", "nccl", ...
+
+  // ---- tensor collectives (dtypes: f32, i32, f64 for reductions; any dtype otherwise) ----
+  // t <- op over all ranks of t, elementwise.
+  virtual WorkPtr allreduce_async(Tensor t, ReduceOp op = ReduceOp::Sum) = 0;
+  // t <- root's t on every rank.
+  virtual WorkPtr broadcast_async(Tensor t, int root) = 0;
+  // out (numel = size() * in.numel()) <- concatenation of every rank's `in`, in rank order.
+  virtual WorkPtr allgather_async(Tensor in, Tensor out) = 0;
+  // out (numel = in.numel() / size()) <- block rank() of (op over all ranks of in).
+  virtual WorkPtr reduce_scatter_async(Tensor in, Tensor out, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual WorkPtr barrier_async() = 0;
+
+  void allreduce(Tensor& t, ReduceOp op = ReduceOp::Sum) { allreduce_async(t, op)->wait(); }
+  void broadcast(Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+  void allgather(const Tensor& in, Tensor& out) { allgather_async(in, out)->wait(); }
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum) {
+    reduce_scatter_async(in, out, op)->wait();
+  }
+  void barrier() { barrier_async()->wait(); }
+
+  // ---- small host-side helpers for the trainer (metrics, config checks); blocking ----
+  virtual void allreduce(std::vector<double>& values, ReduceOp op) = 0;
+  virtual void allreduce(std::vector<std::int64_t>& values, ReduceOp op) = 0;
+  // Returns root's `value` on every rank (other ranks' values are ignored; any length).
+  virtual std::string broadcast(const std::string& value, int root) = 0;
+  // Returns every rank's `value`, indexed by rank (lengths may differ).
+  virtual std::vector<std::string> allgather(const std::string& value) = 0;
+};
+
+// Throws lockstep::Error on every rank when `value` differs between ranks, naming `what`, the
+// first rank that differs from rank 0 and both values (shortened): e.g. a config hash, so a
+// job whose ranks read different configs stops at start-up instead of training divergent
+// replicas. Collective: every rank must call it.
+void check_same_on_all_ranks(Communicator& comm, const std::string& what, const std::string& value);
+
+}  // namespace lockstep::comm

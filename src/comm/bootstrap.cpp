@@ -1,0 +1,107 @@
+#include "lockstep/comm/bootstrap.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "comm/mpi_check.hpp"
+#include "lockstep/core/error.hpp"
+
+namespace lockstep::comm {
+namespace {
+std::atomic<int> g_world_rank{-1};  // for abort_job's prefix, set once MPI is up
+}  // namespace
+
+namespace detail {
+std::atomic<int>& live_mpi_communicators() {
+  static std::atomic<int> count{0};
+  return count;
+}
+}  // namespace detail
+
+MpiSession::MpiSession(int* argc, char*** argv, ThreadLevel required) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  LOCKSTEP_CHECK_HINT(!initialized, "construct exactly one MpiSession, first thing in main",
+                      "MPI is already initialised");
+  int provided = MPI_THREAD_SINGLE;
+  LOCKSTEP_CHECK_MPI(MPI_Init_thread(argc, argv, detail::to_mpi_thread_level(required), &provided));
+  provided_ = detail::from_mpi_thread_level(provided);
+  if (provided_ < required) {
+    MPI_Finalize();
+    LOCKSTEP_FAIL_HINT(
+        "use an MPI built with thread support (Open MPI: --enable-mpi-thread-multiple)",
+        "MPI provides only ", thread_level_name(provided_), " but lockstep needs ",
+        thread_level_name(required),
+        " (its communication thread makes MPI calls outside the main thread)");
+  }
+  LOCKSTEP_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  LOCKSTEP_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  LOCKSTEP_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  g_world_rank = rank_;
+
+  // Local rank from shared-memory domains: correct under mpirun, srun and mpirun-in-sbatch,
+  // unlike SLURM_LOCALID / OMPI_COMM_WORLD_LOCAL_RANK, which not every launcher sets.
+  MPI_Comm node = MPI_COMM_NULL;
+  LOCKSTEP_CHECK_MPI(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  LOCKSTEP_CHECK_MPI(MPI_Comm_rank(node, &local_rank_));
+  LOCKSTEP_CHECK_MPI(MPI_Comm_size(node, &local_size_));
+  LOCKSTEP_CHECK_MPI(MPI_Comm_free(&node));
+  int leader = local_rank_ == 0 ? 1 : 0;
+  LOCKSTEP_CHECK_MPI(MPI_Allreduce(&leader, &nodes_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  hostname_ = host;
+  launch_ = LaunchInfo::from_environment();
+}
+
+MpiSession::~MpiSession() {
+  if (int live = detail::live_mpi_communicators().load(); live > 0) {
+    std::fprintf(stderr,
+                 "rank %d: warning: MpiSession destroyed while %d MPI communicator(s) are alive; "
+                 "destroy communicators first\n",
+                 rank_, live);
+  }
+  g_world_rank = -1;
+  MPI_Finalize();
+}
+
+std::string MpiSession::describe() const {
+  return str("rank ", rank_, "/", size_, " (local ", local_rank_, "/", local_size_, " on ",
+             hostname_, ", ", nodes_, nodes_ == 1 ? " node, " : " nodes, ",
+             thread_level_name(provided_), ", ", launch_.describe(), ")");
+}
+
+void abort_job(const std::string& message, int code) {
+  int rank = g_world_rank.load();
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  const bool mpi_up = initialized && !finalized;
+  if (rank < 0 && mpi_up) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank >= 0) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, message.c_str());
+  } else {
+    std::fprintf(stderr, "rank ?: %s\n", message.c_str());
+  }
+  std::fflush(stderr);
+  if (mpi_up) MPI_Abort(MPI_COMM_WORLD, code == 0 ? 1 : code);
+  std::_Exit(code == 0 ? 1 : code);
+}
+
+int run_or_abort(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    abort_job(str("error: ", e.what()));
+  } catch (...) {
+    abort_job("error: unknown exception");
+  }
+}
+
+}  // namespace lockstep::comm

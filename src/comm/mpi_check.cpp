@@ -1,0 +1,74 @@
+#include "comm/mpi_check.hpp"
+
+#include "lockstep/core/error.hpp"
+
+namespace lockstep::comm::detail {
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return str("MPI error code ", code);
+  int error_class = code;
+  MPI_Error_class(code, &error_class);
+  return str(std::string(text, length), " (MPI error class ", error_class, ")");
+}
+
+void mpi_fail(int code, const char* call, const char* file, int line) {
+  int initialized = 0, finalized = 0, rank = -1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  throw Error(str("rank ", rank, ": ", call, " failed: ", mpi_error_string(code)),
+              "every rank must call the same collectives in the same order with matching sizes",
+              file, line);
+}
+
+MPI_Op to_mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return MPI_SUM;
+    case ReduceOp::Max:
+      return MPI_MAX;
+    case ReduceOp::Min:
+      return MPI_MIN;
+  }
+  LOCKSTEP_FAIL("unknown ReduceOp ", static_cast<int>(op));
+}
+
+MPI_Datatype reduction_type(DType dtype, const char* what) {
+  switch (dtype) {
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::I32:
+      return MPI_INT32_T;
+    case DType::F64:
+      return MPI_DOUBLE;
+    default:
+      break;
+  }
+  LOCKSTEP_FAIL_HINT("reduce f32, i32 or f64 tensors", what, ": no MPI reduction for dtype ",
+                     dtype_name(dtype));
+}
+
+int to_mpi_thread_level(ThreadLevel level) {
+  switch (level) {
+    case ThreadLevel::Single:
+      return MPI_THREAD_SINGLE;
+    case ThreadLevel::Funneled:
+      return MPI_THREAD_FUNNELED;
+    case ThreadLevel::Serialized:
+      return MPI_THREAD_SERIALIZED;
+    case ThreadLevel::Multiple:
+      return MPI_THREAD_MULTIPLE;
+  }
+  return MPI_THREAD_MULTIPLE;
+}
+
+ThreadLevel from_mpi_thread_level(int level) {
+  if (level == MPI_THREAD_SINGLE) return ThreadLevel::Single;
+  if (level == MPI_THREAD_FUNNELED) return ThreadLevel::Funneled;
+  if (level == MPI_THREAD_SERIALIZED) return ThreadLevel::Serialized;
+  return ThreadLevel::Multiple;
+}
+
+}  // namespace lockstep::comm::detail

@@ -1,0 +1,36 @@
+// Internal to comm/: the one place besides the app entry that sees mpi.h. LOCKSTEP_CHECK_MPI
+// turns a failing MPI return code (communicators use MPI_ERRORS_RETURN) into lockstep::Error
+// carrying the call, MPI's own error string and this process's world rank.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <string>
+
+#include "lockstep/comm/bootstrap.hpp"
+#include "lockstep/comm/communicator.hpp"
+#include "lockstep/core/dtype.hpp"
+
+namespace lockstep::comm::detail {
+
+std::string mpi_error_string(int code);  // "MPI_ERR_TRUNCATE: message truncated"
+[[noreturn]] void mpi_fail(int code, const char* call, const char* file, int line);
+
+MPI_Op to_mpi_op(ReduceOp op);
+// The MPI type for reductions over `dtype`; throws naming the dtype when there is none.
+MPI_Datatype reduction_type(DType dtype, const char* what);
+int to_mpi_thread_level(ThreadLevel level);
+ThreadLevel from_mpi_thread_level(int level);
+// MPI communicators alive in this process (a second one needs MPI_THREAD_MULTIPLE).
+std::atomic<int>& live_mpi_communicators();
+
+}  // namespace lockstep::comm::detail
+
+#define LOCKSTEP_CHECK_MPI(call)                                                       \
+  do {                                                                                 \
+    const int lockstep_mpi_rc_ = (call);                                               \
+    if (lockstep_mpi_rc_ != MPI_SUCCESS) [[unlikely]] {                                \
+      ::lockstep::comm::detail::mpi_fail(lockstep_mpi_rc_, #call, __FILE__, __LINE__); \
+    }                                                                                  \
+  } while (0)
