@@ -11,6 +11,7 @@
 // Batch norm uses own kernels (kernels.cu) with PyTorch's semantics: batch statistics with the
 // biased variance for normalisation, running_var updated with the unbiased variance,
 // running = (1 - momentum) * running + momentum * batch_stat.
+#include <algorithm>
 #include <bit>
 #include <climits>
 #include <cmath>
@@ -136,12 +137,15 @@ class CudaBackend final : public Backend {
 
   void add_row_bias(Tensor& y, const Tensor& bias) override {
     activate();
-    cuda::add_row_bias(y.data<float>(), bias.data<float>(), y.dim(0), bias.numel(), stream_);
+    // y may have any rank: its last dimension is the feature dimension.
+    cuda::add_row_bias(y.data<float>(), bias.data<float>(),
+                       y.numel() / std::max<std::int64_t>(bias.numel(), 1), bias.numel(), stream_);
   }
 
   void sum_rows(const Tensor& dy, Tensor& db) override {
     activate();
-    sum_rows_acc(dy.data<float>(), db.data<float>(), dy.dim(0), db.numel(), stream_);
+    sum_rows_acc(dy.data<float>(), db.data<float>(),
+                 dy.numel() / std::max<std::int64_t>(db.numel(), 1), db.numel(), stream_);
   }
 
   // ---- elementwise
@@ -188,28 +192,27 @@ class CudaBackend final : public Backend {
   void normalize_input(const Tensor& x, const std::vector<float>& mean,
                        const std::vector<float>& stddev, Tensor& y) override {
     activate();
-    std::int64_t channels = static_cast<std::int64_t>(std::max(mean.size(), stddev.size()));
-    std::int64_t inner = channels > 0 ? x.numel() / (x.dim(0) * channels) : 1;
-    Tensor mean_std;
-    if (channels > 0) {
-      // "Empty means 0 and 1", per vector. The pageable source is staged before the call
-      // returns, so the local vector may go out of scope at once.
-      std::vector<float> host(static_cast<std::size_t>(2 * channels));
-      for (std::int64_t c = 0; c < channels; ++c) {
-        host[c] = mean.empty() ? 0.0f : mean[c];
-        host[channels + c] = stddev.empty() ? 1.0f : stddev[c];
-      }
-      mean_std = Tensor::empty({2 * channels}, DType::F32, device_);
-      LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(mean_std.raw_data(), host.data(),
-                                          host.size() * sizeof(float), cudaMemcpyHostToDevice,
-                                          stream_));
+    const std::int64_t n = x.dim(0), channels = x.ndim() >= 2 ? x.dim(1) : 1;
+    const std::int64_t inner = n * channels != 0 ? x.numel() / (n * channels) : 1;
+    // One scale and shift per channel, folded exactly as the CPU backend does. The pageable
+    // source is staged before cudaMemcpyAsync returns, so `host` may go out of scope at once.
+    const float in_scale = x.dtype() == DType::U8 ? 1.0f / 255.0f : 1.0f;
+    std::vector<float> host(static_cast<std::size_t>(2 * channels));
+    for (std::int64_t c = 0; c < channels; ++c) {
+      float m = mean.empty() ? 0.0f : mean[c], s = stddev.empty() ? 1.0f : stddev[c];
+      host[c] = in_scale / s;
+      host[channels + c] = -m / s;
     }
-    const float* ms = channels > 0 ? mean_std.data<float>() : nullptr;
+    Tensor scale_shift = Tensor::empty({2 * channels}, DType::F32, device_);
+    LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(scale_shift.raw_data(), host.data(),
+                                        host.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                        stream_));
     if (x.dtype() == DType::U8)
-      normalize_u8(x.data<std::uint8_t>(), y.data<float>(), x.numel(), channels, inner, ms,
-                   stream_);
+      normalize_u8(x.data<std::uint8_t>(), y.data<float>(), x.numel(), channels, inner,
+                   scale_shift.data<float>(), stream_);
     else
-      normalize_f32(x.data<float>(), y.data<float>(), x.numel(), channels, inner, ms, stream_);
+      normalize_f32(x.data<float>(), y.data<float>(), x.numel(), channels, inner,
+                    scale_shift.data<float>(), stream_);
   }
 
   // ---- convolution and pooling
@@ -346,14 +349,14 @@ class CudaBackend final : public Backend {
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                     const AdamWParams& p) override {
     activate();
-    double t = static_cast<double>(p.step);
-    AdamWArgs a{p.lr,
-                p.beta1,
-                p.beta2,
-                p.eps,
-                p.weight_decay,
-                static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), t)),
-                static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), t))};
+    const double t = static_cast<double>(p.step);
+    AdamWArgs a{
+        p.beta1,
+        p.beta2,
+        p.eps,
+        1.0f - p.lr * p.weight_decay,
+        static_cast<float>(p.lr / (1.0 - std::pow(static_cast<double>(p.beta1), t))),
+        static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(p.beta2), t)))};
     cuda::adamw_update(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
                        param.numel(), a, stream_);
   }

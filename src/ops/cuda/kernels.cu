@@ -180,17 +180,13 @@ __global__ void dropout_backward_kernel(const float* dy, const std::uint8_t* mas
   LOCKSTEP_GRID_STRIDE(i, n) dx[i] = mask[i] ? dy[i] * keep_scale : 0.0f;
 }
 
-template <class T, bool kFromBytes>
+// y = x * a[c] + b[c] with a = scale / std, b = -mean / std folded on the host, as the CPU does.
+template <class T>
 __global__ void normalize_kernel(const T* x, float* y, i64 n, i64 channels, i64 inner,
-                                 const float* mean_std) {
+                                 const float* scale_shift) {
   LOCKSTEP_GRID_STRIDE(i, n) {
-    float v = static_cast<float>(x[i]);
-    if (kFromBytes) v = v / 255.0f;
-    if (channels > 0) {
-      i64 c = (i / inner) % channels;
-      v = (v - mean_std[c]) / mean_std[channels + c];
-    }
-    y[i] = v;
+    i64 c = (i / inner) % channels;
+    y[i] = static_cast<float>(x[i]) * scale_shift[c] + scale_shift[channels + c];
   }
 }
 
@@ -304,30 +300,34 @@ __global__ void batchnorm_forward_train_kernel(const float* x, const float* gamm
                                                float* save_invstd, float* running_mean,
                                                float* running_var, float momentum, float eps, i64 n,
                                                i64 channels, i64 inner) {
+  // Statistics in double, as the CPU backend keeps them: a channel of a CNN batch holds
+  // 10^5..10^6 values, where float partial sums would cost digits the tests can see.
   i64 c = blockIdx.x, m = n * inner;
-  float acc = 0.0f;
+  double acc = 0.0;
   for (i64 k = threadIdx.x; k < m; k += blockDim.x)
     acc += x[channel_index(k, c, channels, inner)];
-  float mean = block_sum(acc) / static_cast<float>(m);
-  acc = 0.0f;
+  double mean = block_sum(acc) / static_cast<double>(m);
+  acc = 0.0;
   for (i64 k = threadIdx.x; k < m; k += blockDim.x) {
-    float d = x[channel_index(k, c, channels, inner)] - mean;
+    double d = x[channel_index(k, c, channels, inner)] - mean;
     acc += d * d;
   }
-  float sq = block_sum(acc);
-  float var = sq / static_cast<float>(m);
-  float invstd = rsqrtf(var + eps);
+  double sq = block_sum(acc);
+  double var = sq / static_cast<double>(m);
+  double invstd = 1.0 / sqrt(var + static_cast<double>(eps));
   if (threadIdx.x == 0) {
-    save_mean[c] = mean;
-    save_invstd[c] = invstd;
-    float unbiased = m > 1 ? sq / static_cast<float>(m - 1) : var;
-    running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mean;
-    running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+    save_mean[c] = static_cast<float>(mean);
+    save_invstd[c] = static_cast<float>(invstd);
+    double unbiased = m > 1 ? sq / static_cast<double>(m - 1) : var;
+    running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mean);
+    running_var[c] = static_cast<float>((1.0 - momentum) * running_var[c] + momentum * unbiased);
   }
-  float g = gamma[c] * invstd, b = beta[c];
+  // y = x * a + b with a, b folded per channel (the CPU backend's form).
+  float a = static_cast<float>(gamma[c] * invstd);
+  float b = static_cast<float>(beta[c] - mean * gamma[c] * invstd);
   for (i64 k = threadIdx.x; k < m; k += blockDim.x) {
     i64 idx = channel_index(k, c, channels, inner);
-    y[idx] = (x[idx] - mean) * g + b;
+    y[idx] = x[idx] * a + b;
   }
 }
 
@@ -337,7 +337,10 @@ __global__ void batchnorm_forward_eval_kernel(const float* x, const float* gamma
                                               i64 inner) {
   LOCKSTEP_GRID_STRIDE(i, total) {
     i64 c = (i / inner) % channels;
-    y[i] = (x[i] - running_mean[c]) * rsqrtf(running_var[c] + eps) * gamma[c] + beta[c];
+    double invstd = 1.0 / sqrt(static_cast<double>(running_var[c]) + eps);
+    float a = static_cast<float>(gamma[c] * invstd);
+    float b = static_cast<float>(beta[c] - running_mean[c] * gamma[c] * invstd);
+    y[i] = x[i] * a + b;
   }
 }
 
@@ -345,26 +348,29 @@ __global__ void batchnorm_backward_kernel(const float* x, const float* dy, const
                                           const float* save_mean, const float* save_invstd,
                                           float* dx, float* dgamma, float* dbeta, i64 n,
                                           i64 channels, i64 inner) {
+  // With xhat = (x - mean) * invstd: dbeta = sum dy, dgamma = sum dy * xhat,
+  // dx = gamma * invstd * (dy - dbeta / m - xhat * dgamma / m).
   i64 c = blockIdx.x, m = n * inner;
   float mean = save_mean[c], invstd = save_invstd[c];
-  float sum_dy = 0.0f, sum_dy_xhat = 0.0f;
+  double sum_dy = 0.0, sum_dy_xhat = 0.0;
   for (i64 k = threadIdx.x; k < m; k += blockDim.x) {
     i64 idx = channel_index(k, c, channels, inner);
     sum_dy += dy[idx];
-    sum_dy_xhat += dy[idx] * (x[idx] - mean) * invstd;
+    sum_dy_xhat += static_cast<double>(dy[idx]) * ((x[idx] - mean) * invstd);
   }
   sum_dy = block_sum(sum_dy);
   sum_dy_xhat = block_sum(sum_dy_xhat);
   if (threadIdx.x == 0) {
-    dgamma[c] += sum_dy_xhat;
-    dbeta[c] += sum_dy;
+    dgamma[c] += static_cast<float>(sum_dy_xhat);
+    dbeta[c] += static_cast<float>(sum_dy);
   }
-  float fm = static_cast<float>(m);
-  float k_scale = gamma[c] * invstd / fm;
+  float scale = gamma[c] * invstd;
+  float mean_dy = static_cast<float>(sum_dy / static_cast<double>(m));
+  float mean_dy_xhat = static_cast<float>(sum_dy_xhat / static_cast<double>(m));
   for (i64 k = threadIdx.x; k < m; k += blockDim.x) {
     i64 idx = channel_index(k, c, channels, inner);
     float xhat = (x[idx] - mean) * invstd;
-    dx[idx] = k_scale * (fm * dy[idx] - sum_dy - xhat * sum_dy_xhat);
+    dx[idx] = scale * (dy[idx] - mean_dy - xhat * mean_dy_xhat);
   }
 }
 
@@ -492,16 +498,17 @@ __global__ void sgd_update_kernel(float* param, const float* grad, float* buf, i
   }
 }
 
+// As torch.optim.AdamW (and the CPU backend): step_size = lr / bc1,
+// denominator = sqrt(v) / sqrt(bc2) + eps.
 __global__ void adamw_update_kernel(float* param, const float* grad, float* m, float* v, i64 n,
                                     AdamWArgs a) {
   LOCKSTEP_GRID_STRIDE(i, n) {
     float g = grad[i];
-    float p = param[i] * (1.0f - a.lr * a.weight_decay);
     float mi = a.beta1 * m[i] + (1.0f - a.beta1) * g;
     float vi = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
     m[i] = mi;
     v[i] = vi;
-    param[i] = p - a.lr * (mi / a.bias_correction1) / (sqrtf(vi / a.bias_correction2) + a.eps);
+    param[i] = param[i] * a.decay - a.step_size * mi / (sqrtf(vi) * a.inv_sqrt_bc2 + a.eps);
   }
 }
 
@@ -580,13 +587,13 @@ void dropout_backward(const float* dy, const std::uint8_t* mask, float* dx, i64 
 }
 
 void normalize_u8(const std::uint8_t* x, float* y, i64 n, i64 channels, i64 inner,
-                  const float* mean_std, cudaStream_t s) {
-  LOCKSTEP_LAUNCH((normalize_kernel<std::uint8_t, true>), n, s, x, y, n, channels, inner, mean_std);
+                  const float* scale_shift, cudaStream_t s) {
+  LOCKSTEP_LAUNCH(normalize_kernel<std::uint8_t>, n, s, x, y, n, channels, inner, scale_shift);
 }
 
-void normalize_f32(const float* x, float* y, i64 n, i64 channels, i64 inner, const float* mean_std,
-                   cudaStream_t s) {
-  LOCKSTEP_LAUNCH((normalize_kernel<float, false>), n, s, x, y, n, channels, inner, mean_std);
+void normalize_f32(const float* x, float* y, i64 n, i64 channels, i64 inner,
+                   const float* scale_shift, cudaStream_t s) {
+  LOCKSTEP_LAUNCH(normalize_kernel<float>, n, s, x, y, n, channels, inner, scale_shift);
 }
 
 void max_pool_forward(const float* x, float* y, std::int32_t* argmax, const PoolShape& p,

@@ -14,8 +14,9 @@ using i64 = std::int64_t;
 
 // ---- memory and elementwise
 void fill_u32(std::uint32_t* p, i64 n, std::uint32_t bits, cudaStream_t s);
+// y viewed as [rows, cols]: y[i, j] += bias[j]
 void add_row_bias(float* y, const float* bias, i64 rows, i64 cols, cudaStream_t s);
-// db[j] += sum_i dy[i, j]
+// dy viewed as [rows, cols]: db[j] += sum_i dy[i, j]
 void sum_rows_acc(const float* dy, float* db, i64 rows, i64 cols, cudaStream_t s);
 // y[n, c, k] += b[c] for y of shape [n, channels, inner]
 void add_channel_bias(float* y, const float* b, i64 n, i64 channels, i64 inner, cudaStream_t s);
@@ -32,12 +33,12 @@ void dropout_forward(const float* x, float* y, std::uint8_t* mask, i64 n, float 
                      std::uint64_t seed, std::uint64_t stream, cudaStream_t s);
 void dropout_backward(const float* dy, const std::uint8_t* mask, float* dx, i64 n, float p,
                       cudaStream_t s);
-// y = (x [/255] - mean[c]) / std[c]; mean_std holds 2*channels floats (means, then stds) on the
-// device; channels == 0 means mean 0, std 1.
+// y = x * scale_shift[c] + scale_shift[channels + c] for x of shape [n / (channels * inner),
+// channels, inner]: the host folds /255, mean and std into one scale and shift per channel.
 void normalize_u8(const std::uint8_t* x, float* y, i64 n, i64 channels, i64 inner,
-                  const float* mean_std, cudaStream_t s);
-void normalize_f32(const float* x, float* y, i64 n, i64 channels, i64 inner, const float* mean_std,
-                   cudaStream_t s);
+                  const float* scale_shift, cudaStream_t s);
+void normalize_f32(const float* x, float* y, i64 n, i64 channels, i64 inner,
+                   const float* scale_shift, cudaStream_t s);
 
 // ---- pooling (own kernels; see the note in cuda_backend.cpp on why not cuDNN)
 struct PoolShape {
@@ -90,8 +91,10 @@ struct SgdArgs {
 void sgd_update(float* param, const float* grad, float* buf, i64 n, const SgdArgs& a,
                 cudaStream_t s);
 struct AdamWArgs {
-  float lr, beta1, beta2, eps, weight_decay;
-  float bias_correction1, bias_correction2;  // 1 - beta^t, computed on the host in double
+  float beta1, beta2, eps;
+  float decay;         // 1 - lr * weight_decay
+  float step_size;     // lr / (1 - beta1^t), computed on the host in double
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t), likewise
 };
 void adamw_update(float* param, const float* grad, float* m, float* v, i64 n, const AdamWArgs& a,
                   cudaStream_t s);
