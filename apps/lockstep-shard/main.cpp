@@ -1,0 +1,224 @@
+// lockstep-shard: makes and inspects lockstep shard sets (docs/SHARD-FORMAT.md).
+//   lockstep-shard idx --images=F --labels=F --out=DIR [--name=train] [--shards=N] [--deflate=L]
+//   lockstep-shard csv --file=F --label-column=K --shape=1,28,28 --out=DIR [--name=train]
+//                      [--dtype=f32|u8] [--classes=K] [--shards=N] [--deflate=L]
+//   lockstep-shard fashion-mnist --out=DIR [--shards=N] [--source=DIR] [--deflate=L]
+//   lockstep-shard inspect PATH    (a shard, a folder, a glob or DIR/NAME)
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lockstep/core/error.hpp"
+#include "lockstep/data/dataset.hpp"
+#include "lockstep/data/importers.hpp"
+
+using namespace lockstep;
+using namespace lockstep::data;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage:\n"
+    "  lockstep-shard idx --images=F --labels=F --out=DIR [--name=train] [--shards=1] "
+    "[--deflate=0]\n"
+    "  lockstep-shard csv --file=F --label-column=K --shape=C,H,W --out=DIR [--name=train]\n"
+    "                     [--dtype=f32|u8] [--classes=K] [--shards=1] [--deflate=0]\n"
+    "  lockstep-shard fashion-mnist --out=DIR [--shards=1] "
+    "[--source=/usr/share/datasets/fashion-mnist]\n"
+    "                     [--deflate=0]\n"
+    "  lockstep-shard inspect PATH   (a shard file, a folder, a glob, or DIR/NAME)\n";
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> options;
+  std::set<std::string> used;
+
+  std::string get(const std::string& key, const std::string& fallback) {
+    used.insert(key);
+    auto it = options.find(key);
+    return it == options.end() ? fallback : it->second;
+  }
+  std::string need(const std::string& key) {
+    used.insert(key);
+    auto it = options.find(key);
+    LOCKSTEP_CHECK_HINT(it != options.end() && !it->second.empty(), "see lockstep-shard --help",
+                        "missing --", key, "=...");
+    return it->second;
+  }
+  std::int64_t get_int(const std::string& key, std::int64_t fallback) {
+    std::string v = get(key, "");
+    if (v.empty()) return fallback;
+    try {
+      std::size_t pos = 0;
+      long long r = std::stoll(v, &pos);
+      if (pos == v.size()) return r;
+    } catch (const std::exception&) {
+    }
+    LOCKSTEP_FAIL("--", key, "=", v, " is not an integer");
+  }
+  // Every option given must have been asked for: a typo is an error, not a silent default.
+  void check_all_used() const {
+    for (const auto& [k, v] : options) {
+      LOCKSTEP_CHECK_HINT(used.count(k), "see lockstep-shard --help", "unknown option --", k);
+    }
+  }
+};
+
+ShardWriterOptions writer_options(Args& a) {
+  ShardWriterOptions o;
+  o.deflate_level = static_cast<int>(a.get_int("deflate", kDefaultDeflateLevel));
+  return o;
+}
+
+Shape parse_shape(const std::string& text) {
+  Shape s;
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t comma = text.find(',', start);
+    std::string part =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    try {
+      std::size_t pos = 0;
+      long long d = std::stoll(part, &pos);
+      LOCKSTEP_CHECK(pos == part.size() && d >= 1, "");
+      s.push_back(d);
+    } catch (const std::exception&) {
+      LOCKSTEP_FAIL_HINT("e.g. --shape=1,28,28", "--shape=", text,
+                         " is not a list of positive integers");
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return s;
+}
+
+void report_written(const std::vector<std::string>& paths, const LabeledArray& d,
+                    const std::vector<float>& mean, const std::vector<float>& stddev) {
+  std::fprintf(stderr, "wrote %zu shard(s), %lld samples of %s %s, %lld classes:\n", paths.size(),
+               static_cast<long long>(d.x.dim(0)), dtype_name(d.x.dtype()),
+               shape_str(Shape(d.x.shape().begin() + 1, d.x.shape().end())).c_str(),
+               static_cast<long long>(d.num_classes));
+  for (const auto& p : paths)
+    std::fprintf(stderr, "  %s\n", p.c_str());
+  for (std::size_t c = 0; c < mean.size() && c < 8; ++c)
+    std::fprintf(stderr, "  channel %zu: mean %.6f std %.6f\n", c, mean[c], stddev[c]);
+}
+
+int cmd_idx(Args& a) {
+  LabeledArray d = read_idx_pair(a.need("images"), a.need("labels"));
+  std::string out = a.need("out"), name = a.get("name", "train");
+  std::int64_t shards = a.get_int("shards", 1);
+  auto opts = writer_options(a);
+  a.check_all_used();
+  std::vector<float> mean, stddev;
+  channel_stats(d.x, mean, stddev);
+  report_written(write_shard_set(d, out, name, shards, mean, stddev, opts), d, mean, stddev);
+  return 0;
+}
+
+int cmd_csv(Args& a) {
+  CsvOptions o;
+  std::string file = a.need("file");
+  o.label_column = a.need("label-column");
+  o.sample_shape = parse_shape(a.need("shape"));
+  o.dtype = dtype_from_name(a.get("dtype", "f32"));
+  o.num_classes = a.get_int("classes", 0);
+  std::string out = a.need("out"), name = a.get("name", "train");
+  std::int64_t shards = a.get_int("shards", 1);
+  auto opts = writer_options(a);
+  a.check_all_used();
+  LabeledArray d = read_csv(file, o);
+  std::vector<float> mean, stddev;
+  if (d.x.ndim() >= 2) channel_stats(d.x, mean, stddev);
+  report_written(write_shard_set(d, out, name, shards, mean, stddev, opts), d, mean, stddev);
+  return 0;
+}
+
+int cmd_fashion_mnist(Args& a) {
+  std::string src = a.get("source", "/usr/share/datasets/fashion-mnist");
+  std::string out = a.need("out");
+  std::int64_t shards = a.get_int("shards", 1);
+  auto opts = writer_options(a);
+  a.check_all_used();
+  LabeledArray train =
+      read_idx_pair(src + "/train-images-idx3-ubyte.gz", src + "/train-labels-idx1-ubyte.gz");
+  LabeledArray test =
+      read_idx_pair(src + "/t10k-images-idx3-ubyte.gz", src + "/t10k-labels-idx1-ubyte.gz");
+  // Both sets are normalised with the training statistics: the test set must not inform them.
+  std::vector<float> mean, stddev;
+  channel_stats(train.x, mean, stddev);
+  train.num_classes = test.num_classes = 10;
+  report_written(write_shard_set(train, out, "train", shards, mean, stddev, opts), train, mean,
+                 stddev);
+  report_written(write_shard_set(test, out, "test", shards, mean, stddev, opts), test, mean,
+                 stddev);
+  return 0;
+}
+
+int cmd_inspect(Args& a) {
+  a.check_all_used();
+  LOCKSTEP_CHECK_HINT(a.positional.size() == 1, "lockstep-shard inspect PATH",
+                      "inspect takes one path");
+  auto ds = ShardedDataset::open(a.positional[0], 0);  // on demand: reads labels only
+  auto sizes = ds->shard_sizes();
+  std::printf("set:          %s\n", a.positional[0].c_str());
+  std::printf("shards:       %zu\n", ds->files().size());
+  for (std::size_t s = 0; s < sizes.size(); ++s)
+    std::printf("  %-60s %lld samples\n", ds->files()[s].c_str(), static_cast<long long>(sizes[s]));
+  std::printf("samples:      %lld\n", static_cast<long long>(ds->size()));
+  std::printf("sample shape: %s\n", shape_str(ds->sample_shape()).c_str());
+  std::printf("dtype:        %s\n", dtype_name(ds->dtype()));
+  std::printf("classes:      %lld\n", static_cast<long long>(ds->num_classes()));
+  if (!ds->mean().empty()) {
+    for (std::size_t c = 0; c < ds->mean().size() && c < 8; ++c)
+      std::printf("channel %zu:    mean %.6f std %.6f\n", c, ds->mean()[c], ds->stddev()[c]);
+  } else {
+    std::printf("mean/std:     not stored\n");
+  }
+  std::vector<std::int64_t> count(static_cast<std::size_t>(ds->num_classes()), 0);
+  for (auto y : ds->labels())
+    ++count[static_cast<std::size_t>(y)];
+  std::printf("class balance:\n");
+  for (std::size_t k = 0; k < count.size(); ++k)
+    std::printf("  %4zu: %8lld  (%5.2f%%)\n", k, static_cast<long long>(count[k]),
+                100.0 * static_cast<double>(count[k]) / static_cast<double>(ds->size()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  Args args;
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      const std::string_view body = std::string_view(s).substr(2);
+      const auto eq = body.find('=');
+      std::string key(body.substr(0, eq));
+      std::string value = eq == std::string_view::npos ? "1" : std::string(body.substr(eq + 1));
+      args.options.insert_or_assign(std::move(key), std::move(value));
+    } else {
+      args.positional.push_back(s);
+    }
+  }
+  try {
+    if (cmd == "idx") return cmd_idx(args);
+    if (cmd == "csv") return cmd_csv(args);
+    if (cmd == "fashion-mnist") return cmd_fashion_mnist(args);
+    if (cmd == "inspect") return cmd_inspect(args);
+    std::fprintf(stderr, "lockstep-shard: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lockstep-shard %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}

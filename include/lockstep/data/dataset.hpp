@@ -1,0 +1,73 @@
+// ShardedDataset: all shards of one set (train or test) behind one global index 0..size()-1, in
+// shard_index order. Opening checks every file and that the files form one set. A set that fits
+// the memory budget is read into host memory once; a larger one is read on demand, each batch's
+// samples by hyperslab (contiguous runs in one call). Both modes return identical samples.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lockstep/core/tensor.hpp"
+#include "lockstep/data/defaults.hpp"
+#include "lockstep/data/shard.hpp"
+
+namespace lockstep::data {
+
+// Resolves a shard-set spec to its files, sorted by name:
+//   an existing file -> that file;  a pattern with * ? [ -> its glob matches;
+//   a folder -> every *.h5 in it;   DIR/NAME -> DIR/NAME-*-of-*.h5.
+// Throws when nothing matches (naming what was looked for).
+std::vector<std::string> resolve_shard_files(const std::string& spec);
+
+class ShardedDataset {
+ public:
+  // spec as for resolve_shard_files. memory_budget_bytes: see kDefaultMemoryBudgetBytes
+  // (0 forces on-demand reading).
+  static std::shared_ptr<ShardedDataset> open(
+      const std::string& spec, std::int64_t memory_budget_bytes = kDefaultMemoryBudgetBytes);
+  static std::shared_ptr<ShardedDataset> open(
+      const std::vector<std::string>& files,
+      std::int64_t memory_budget_bytes = kDefaultMemoryBudgetBytes);
+  ~ShardedDataset();
+  ShardedDataset(const ShardedDataset&) = delete;
+  ShardedDataset& operator=(const ShardedDataset&) = delete;
+
+  std::int64_t size() const { return size_; }
+  const Shape& sample_shape() const { return meta_.sample_shape; }
+  std::int64_t num_classes() const { return meta_.num_classes; }
+  DType dtype() const { return meta_.dtype; }
+  const std::vector<float>& mean() const { return meta_.mean; }      // empty if not stored
+  const std::vector<float>& stddev() const { return meta_.stddev; }  // empty if not stored
+  const std::vector<std::string>& files() const { return files_; }   // in shard_index order
+  std::vector<std::int64_t> shard_sizes() const;
+  std::int64_t sample_bytes() const { return meta_.sample_bytes(); }
+  bool in_memory() const { return resident_.defined(); }
+
+  // Labels are always held in memory (4 bytes a sample), checked against num_classes at open.
+  const std::vector<std::int32_t>& labels() const { return labels_; }
+
+  // Copies samples `indices` (any order, repeats allowed) into x (host, dtype(),
+  // [k, ...sample_shape]) and their labels into y (host, i32 [k]); x and y are allocated when
+  // undefined or of the wrong shape. Thread-safe.
+  void gather(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const;
+
+  // Bytes of /x read from the files so far (at open in memory mode, per batch on demand).
+  std::int64_t bytes_read() const { return bytes_read_.load(); }
+
+ private:
+  ShardedDataset() = default;
+  std::vector<std::unique_ptr<ShardFile>> shards_;
+  std::vector<std::string> files_;
+  std::vector<std::int64_t> offsets_;  // offsets_[s] = first global index of shard s; + size()
+  ShardMeta meta_;                     // the set's common metadata (shard_index meaningless)
+  std::int64_t size_ = 0;
+  std::vector<std::int32_t> labels_;
+  Tensor resident_;  // [size, ...sample_shape] in memory mode, undefined on demand
+  mutable std::atomic<std::int64_t> bytes_read_{0};
+};
+
+}  // namespace lockstep::data

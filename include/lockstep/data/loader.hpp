@@ -1,0 +1,86 @@
+// Loader: a background thread that turns a rank's sampler indices into batches and keeps up to
+// prefetch_depth of them ready in a bounded queue, so the training step rarely waits for data.
+// Batches are host tensors in the dataset's dtype; normalisation is the trainer's job
+// (ops::normalize_input with the dataset's mean/std, on the device). One consumer thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "lockstep/core/tensor.hpp"
+#include "lockstep/data/dataset.hpp"
+#include "lockstep/data/defaults.hpp"
+#include "lockstep/data/sampler.hpp"
+
+namespace lockstep::data {
+
+struct Batch {
+  Tensor x;  // host, dataset dtype (u8 or f32), [b, ...sample_shape]
+  Tensor y;  // host, i32 [b]
+  std::int64_t epoch = 0;
+  std::int64_t index_in_epoch = 0;  // batch number within the epoch, counting skipped ones
+};
+
+struct LoaderOptions {
+  int prefetch_depth = kDefaultPrefetchDepth;
+  bool drop_last_batch = false;  // drop the epoch's last batch when it is short
+  // Resume: the first epoch started skips this many batches (their samples are never read).
+  std::int64_t start_batch = 0;
+};
+
+class Loader {
+ public:
+  Loader(std::shared_ptr<const ShardedDataset> dataset, DistributedSampler sampler,
+         std::int64_t batch_size, LoaderOptions options = {});
+  // Stops the thread without waiting for the epoch to be consumed.
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Starts producing `epoch` (abandoning whatever is left of the previous one).
+  void start_epoch(std::int64_t epoch);
+  // The next batch of the current epoch, or nullopt at its end. Rethrows an exception raised
+  // while assembling the batch (e.g. a read error naming the shard).
+  std::optional<Batch> next();
+
+  std::int64_t batches_per_epoch() const;
+  std::int64_t batch_size() const { return batch_size_; }
+  const DistributedSampler& sampler() const { return sampler_; }
+  const ShardedDataset& dataset() const { return *dataset_; }
+
+  // Seconds the consumer spent blocked in next() since construction or the last reset.
+  double data_wait_seconds() const { return data_wait_seconds_; }
+  void reset_data_wait() { data_wait_seconds_ = 0; }
+
+ private:
+  struct Item {
+    std::optional<Batch> batch;  // nullopt: end of epoch
+    std::exception_ptr error;
+  };
+  void run();
+
+  std::shared_ptr<const ShardedDataset> dataset_;
+  DistributedSampler sampler_;
+  std::int64_t batch_size_;
+  LoaderOptions options_;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;  // queue, generation or stop changed
+  std::deque<Item> queue_;
+  std::uint64_t generation_ = 0;  // bumped by start_epoch; 0 = no epoch started yet
+  std::int64_t epoch_ = 0;
+  std::int64_t first_batch_ = 0;
+  bool first_start_ = true;
+  bool stop_ = false;
+  bool epoch_done_ = false;  // consumer side: end of epoch already returned
+  double data_wait_seconds_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace lockstep::data

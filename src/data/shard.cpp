@@ -1,0 +1,463 @@
+#include "lockstep/data/shard.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <type_traits>
+
+#include "hdf5_util.hpp"
+
+namespace lockstep::data {
+
+static_assert(std::is_same_v<hid_t, std::int64_t>, "ShardFile stores hid_t as int64");
+
+namespace h5 {
+std::string last_error() {
+  std::vector<std::string> descs;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+        if (e->desc && *e->desc) static_cast<std::vector<std::string>*>(out)->push_back(e->desc);
+        return 0;
+      },
+      &descs);
+  H5Eclear2(H5E_DEFAULT);
+  if (descs.empty()) return "HDF5 gave no reason";
+  if (descs.size() == 1 || descs.front() == descs.back()) return descs.front();
+  return descs.front() + ": " + descs.back();
+}
+}  // namespace h5
+
+namespace {
+
+hid_t file_type(DType t) {
+  switch (t) {
+    case DType::U8:
+      return H5T_STD_U8LE;
+    case DType::F32:
+      return H5T_IEEE_F32LE;
+    case DType::I32:
+      return H5T_STD_I32LE;
+    default:
+      LOCKSTEP_FAIL("the shard format stores u8 or f32 samples, not ", dtype_name(t));
+  }
+}
+hid_t native_type(DType t) {
+  switch (t) {
+    case DType::U8:
+      return H5T_NATIVE_UINT8;
+    case DType::F32:
+      return H5T_NATIVE_FLOAT;
+    case DType::I32:
+      return H5T_NATIVE_INT32;
+    default:
+      LOCKSTEP_FAIL("the shard format stores u8 or f32 samples, not ", dtype_name(t));
+  }
+}
+
+std::vector<hsize_t> dims_of(std::int64_t n, const Shape& sample_shape) {
+  std::vector<hsize_t> dims{static_cast<hsize_t>(n)};
+  for (auto d : sample_shape)
+    dims.push_back(static_cast<hsize_t>(d));
+  return dims;
+}
+
+// ---- attribute writing
+void write_string_attr(hid_t obj, const char* name, const std::string& value,
+                       const std::string& where) {
+  auto t = h5::type(H5Tcopy(H5T_C_S1));
+  LOCKSTEP_H5(H5Tset_size(t.get(), std::max<std::size_t>(1, value.size())), "", where,
+              "string type");
+  auto s = h5::space(H5Screate(H5S_SCALAR));
+  auto a = h5::attr(LOCKSTEP_H5(H5Acreate2(obj, name, t.get(), s.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                "", where, "cannot create attribute '", name, "'"));
+  LOCKSTEP_H5(H5Awrite(a.get(), t.get(), value.c_str()), "", where, "cannot write attribute '",
+              name, "'");
+}
+
+template <class T>
+void write_array_attr(hid_t obj, const char* name, const std::vector<T>& values, bool scalar,
+                      const std::string& where) {
+  hid_t ftype = std::is_same_v<T, float> ? H5T_IEEE_F32LE : H5T_STD_I64LE;
+  hid_t mtype = std::is_same_v<T, float> ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64;
+  hsize_t n = values.size();
+  auto s = h5::space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr));
+  auto a = h5::attr(LOCKSTEP_H5(H5Acreate2(obj, name, ftype, s.get(), H5P_DEFAULT, H5P_DEFAULT), "",
+                                where, "cannot create attribute '", name, "'"));
+  LOCKSTEP_H5(H5Awrite(a.get(), mtype, values.data()), "", where, "cannot write attribute '", name,
+              "'");
+}
+
+// ---- attribute reading: every failure names the file and the attribute.
+h5::Handle open_attr(hid_t obj, const char* name, const std::string& where) {
+  htri_t exists = H5Aexists(obj, name);
+  LOCKSTEP_CHECK_HINT(exists > 0, kRegenerateHint, where, ": attribute '", name, "' is missing");
+  return h5::attr(LOCKSTEP_H5(H5Aopen(obj, name, H5P_DEFAULT), kRegenerateHint, where,
+                              "cannot open attribute '", name, "'"));
+}
+
+std::string read_string_attr(hid_t obj, const char* name, const std::string& where) {
+  auto a = open_attr(obj, name, where);
+  auto t = h5::type(H5Aget_type(a.get()));
+  LOCKSTEP_CHECK_HINT(H5Tget_class(t.get()) == H5T_STRING, kRegenerateHint, where, ": attribute '",
+                      name, "' is not a string");
+  auto s = h5::space(H5Aget_space(a.get()));
+  LOCKSTEP_CHECK_HINT(H5Sget_simple_extent_npoints(s.get()) == 1, kRegenerateHint, where,
+                      ": attribute '", name, "' is not a single string");
+  if (H5Tis_variable_str(t.get()) > 0) {  // as h5py writes them
+    char* text = nullptr;
+    LOCKSTEP_H5(H5Aread(a.get(), t.get(), &text), kRegenerateHint, where, "cannot read attribute '",
+                name, "'");
+    std::string out = text ? text : "";
+    H5free_memory(text);
+    return out;
+  }
+  std::string out(H5Tget_size(t.get()), '\0');
+  LOCKSTEP_H5(H5Aread(a.get(), t.get(), out.data()), kRegenerateHint, where,
+              "cannot read attribute '", name, "'");
+  out.resize(std::strlen(out.c_str()));
+  return out;
+}
+
+template <class T>
+std::vector<T> read_array_attr(hid_t obj, const char* name, const std::string& where) {
+  constexpr bool is_float = std::is_same_v<T, float>;
+  auto a = open_attr(obj, name, where);
+  auto t = h5::type(H5Aget_type(a.get()));
+  H5T_class_t cls = H5Tget_class(t.get());
+  LOCKSTEP_CHECK_HINT(cls == (is_float ? H5T_FLOAT : H5T_INTEGER), kRegenerateHint, where,
+                      ": attribute '", name, "' is not ",
+                      is_float ? "floating-point" : "an integer");
+  auto s = h5::space(H5Aget_space(a.get()));
+  hssize_t n = H5Sget_simple_extent_npoints(s.get());
+  LOCKSTEP_CHECK_HINT(n >= 0, kRegenerateHint, where, ": attribute '", name, "' has no extent");
+  std::vector<T> out(static_cast<std::size_t>(n));
+  LOCKSTEP_H5(H5Aread(a.get(), is_float ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64, out.data()),
+              kRegenerateHint, where, "cannot read attribute '", name, "'");
+  return out;
+}
+
+std::int64_t read_int_attr(hid_t obj, const char* name, const std::string& where) {
+  auto v = read_array_attr<std::int64_t>(obj, name, where);
+  LOCKSTEP_CHECK_HINT(v.size() == 1, kRegenerateHint, where, ": attribute '", name,
+                      "' should be one integer but has ", v.size(), " values");
+  return v[0];
+}
+
+void validate_meta(const ShardMeta& m, const std::string& where, const char* hint) {
+  LOCKSTEP_CHECK_HINT(m.dtype == DType::U8 || m.dtype == DType::F32, hint, where,
+                      ": samples must be u8 or f32, not ", dtype_name(m.dtype));
+  LOCKSTEP_CHECK_HINT(m.num_shards >= 1, hint, where, ": attribute 'num_shards' is ", m.num_shards,
+                      ", must be at least 1");
+  LOCKSTEP_CHECK_HINT(m.shard_index >= 0 && m.shard_index < m.num_shards, hint, where,
+                      ": attribute 'shard_index' is ", m.shard_index, ", outside [0, ",
+                      m.num_shards, ")");
+  LOCKSTEP_CHECK_HINT(m.num_classes >= 1, hint, where, ": attribute 'num_classes' is ",
+                      m.num_classes, ", must be at least 1");
+  LOCKSTEP_CHECK_HINT(!m.sample_shape.empty(), hint, where,
+                      ": attribute 'sample_shape' is empty (a sample needs at least one axis)");
+  for (auto d : m.sample_shape) {
+    LOCKSTEP_CHECK_HINT(d >= 1, hint, where, ": attribute 'sample_shape' is ",
+                        shape_str(m.sample_shape), ", every extent must be at least 1");
+  }
+  LOCKSTEP_CHECK_HINT(m.mean.empty() == m.stddev.empty(), hint, where,
+                      ": has only one of the attributes 'mean' and 'std'");
+  auto c = static_cast<std::size_t>(m.channels());
+  LOCKSTEP_CHECK_HINT(m.mean.empty() || m.mean.size() == c, hint, where, ": attribute 'mean' has ",
+                      m.mean.size(), " values for ", c, " channels");
+  LOCKSTEP_CHECK_HINT(m.stddev.empty() || m.stddev.size() == c, hint, where,
+                      ": attribute 'std' has ", m.stddev.size(), " values for ", c, " channels");
+  for (float s : m.stddev) {
+    LOCKSTEP_CHECK_HINT(s > 0, hint, where, ": attribute 'std' holds ", s,
+                        ": every channel's std must be positive");
+  }
+}
+
+std::int64_t auto_chunk_samples(const ShardMeta& m) {
+  return std::max<std::int64_t>(1,
+                                kDefaultChunkBytes / std::max<std::int64_t>(1, m.sample_bytes()));
+}
+
+}  // namespace
+
+std::string shard_file_name(const std::string& name, std::int64_t index, std::int64_t count) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "-%05lld-of-%05lld.h5", static_cast<long long>(index),
+                static_cast<long long>(count));
+  return name + buf;
+}
+
+// ---------------------------------------------------------------------------------------------
+struct ShardWriter::Impl {
+  std::string path, tmp_path;
+  ShardMeta meta;
+  h5::Handle file, x, y;
+  std::int64_t n = 0;
+  bool closed = false;
+};
+
+ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta, ShardWriterOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  auto& m = *impl_;
+  m.path = path;
+  m.tmp_path = path + ".tmp";
+  m.meta = meta;
+  m.meta.num_samples = 0;
+  validate_meta(m.meta, path, "");
+  LOCKSTEP_CHECK(options.deflate_level >= 0 && options.deflate_level <= 9, path, ": deflate level ",
+                 options.deflate_level, " is outside 0..9");
+  h5::Quiet quiet;
+  m.file = h5::file(LOCKSTEP_H5(
+      H5Fcreate(m.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+      "does the output folder exist and is it writable?", m.tmp_path, "cannot create the file"));
+
+  auto make = [&](const char* name, DType dtype, const Shape& sample_shape, std::int64_t chunk) {
+    auto dims = dims_of(0, sample_shape);
+    auto maxdims = dims;
+    maxdims[0] = H5S_UNLIMITED;
+    auto chunk_dims = dims_of(chunk, sample_shape);
+    auto space =
+        h5::space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), maxdims.data()));
+    auto dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
+    LOCKSTEP_H5(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk_dims.size()), chunk_dims.data()),
+                "", m.tmp_path, "cannot set the chunking of /", name);
+    if (options.deflate_level > 0) {
+      // Byte-shuffling groups the exponent bytes of floats together, which deflate likes.
+      if (dtype_size(dtype) > 1) H5Pset_shuffle(dcpl.get());
+      LOCKSTEP_H5(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options.deflate_level)),
+                  "is zlib available to HDF5?", m.tmp_path, "cannot enable deflate for /", name);
+    }
+    return h5::dataset(LOCKSTEP_H5(H5Dcreate2(m.file.get(), name, file_type(dtype), space.get(),
+                                              H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                                   "", m.tmp_path, "cannot create /", name));
+  };
+  std::int64_t chunk =
+      options.chunk_samples > 0 ? options.chunk_samples : auto_chunk_samples(m.meta);
+  m.x = make("x", m.meta.dtype, m.meta.sample_shape, chunk);
+  m.y = make("y", DType::I32, {}, kLabelChunkSamples);
+
+  hid_t f = m.file.get();
+  write_string_attr(f, "format", kShardFormatName, m.tmp_path);
+  write_array_attr<std::int64_t>(f, "version", {kShardFormatVersion}, true, m.tmp_path);
+  write_array_attr<std::int64_t>(f, "shard_index", {m.meta.shard_index}, true, m.tmp_path);
+  write_array_attr<std::int64_t>(f, "num_shards", {m.meta.num_shards}, true, m.tmp_path);
+  write_array_attr<std::int64_t>(f, "num_classes", {m.meta.num_classes}, true, m.tmp_path);
+  write_array_attr<std::int64_t>(f, "sample_shape", m.meta.sample_shape, false, m.tmp_path);
+  if (!m.meta.mean.empty()) {
+    write_array_attr<float>(f, "mean", m.meta.mean, false, m.tmp_path);
+    write_array_attr<float>(f, "std", m.meta.stddev, false, m.tmp_path);
+  }
+}
+
+ShardWriter::~ShardWriter() {
+  if (!impl_ || impl_->closed) return;
+  h5::Quiet quiet;
+  impl_->x.reset();
+  impl_->y.reset();
+  impl_->file.reset();
+  std::error_code ec;
+  std::filesystem::remove(impl_->tmp_path, ec);
+}
+
+void ShardWriter::append(const void* x, const std::int32_t* y, std::int64_t n) {
+  auto& m = *impl_;
+  LOCKSTEP_CHECK(!m.closed, m.path, ": append after close");
+  LOCKSTEP_CHECK(n >= 0, m.path, ": cannot append ", n, " samples");
+  if (n == 0) return;
+  for (std::int64_t i = 0; i < n; ++i) {
+    LOCKSTEP_CHECK(y[i] >= 0 && y[i] < m.meta.num_classes, m.path, ": label of sample ", m.n + i,
+                   " is ", y[i], ", outside [0, ", m.meta.num_classes, ")");
+  }
+  h5::Quiet quiet;
+  auto write = [&](const h5::Handle& ds, const char* name, DType dtype, const Shape& sample_shape,
+                   const void* data) {
+    auto new_dims = dims_of(m.n + n, sample_shape);
+    LOCKSTEP_H5(H5Dset_extent(ds.get(), new_dims.data()), "", m.tmp_path, "cannot grow /", name);
+    auto fspace = h5::space(H5Dget_space(ds.get()));
+    auto start = dims_of(m.n, sample_shape);
+    std::fill(start.begin() + 1, start.end(), 0);
+    auto count = dims_of(n, sample_shape);
+    LOCKSTEP_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                    count.data(), nullptr),
+                "", m.tmp_path, "cannot select in /", name);
+    auto mspace =
+        h5::space(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+    LOCKSTEP_H5(
+        H5Dwrite(ds.get(), native_type(dtype), mspace.get(), fspace.get(), H5P_DEFAULT, data),
+        "is the disk full?", m.tmp_path, "cannot write /", name);
+  };
+  write(m.x, "x", m.meta.dtype, m.meta.sample_shape, x);
+  write(m.y, "y", DType::I32, {}, y);
+  m.n += n;
+}
+
+void ShardWriter::append(const Tensor& x, const Tensor& y) {
+  auto& m = *impl_;
+  LOCKSTEP_CHECK(x.device().is_cpu() && y.device().is_cpu(), m.path, ": append takes host tensors");
+  LOCKSTEP_CHECK(x.dtype() == m.meta.dtype, m.path, ": appending ", x.describe(), " to a ",
+                 dtype_name(m.meta.dtype), " shard");
+  LOCKSTEP_CHECK(
+      x.ndim() >= 1 && Shape(x.shape().begin() + 1, x.shape().end()) == m.meta.sample_shape, m.path,
+      ": appending ", x.describe(), " to a shard of sample shape ", shape_str(m.meta.sample_shape));
+  LOCKSTEP_CHECK(y.ndim() == 1 && y.dim(0) == x.dim(0), m.path, ": labels ", y.describe(),
+                 " do not match samples ", x.describe());
+  append(x.raw_data(), y.data<std::int32_t>(), x.dim(0));
+}
+
+void ShardWriter::close() {
+  auto& m = *impl_;
+  if (m.closed) return;
+  h5::Quiet quiet;
+  m.x.reset();
+  m.y.reset();
+  LOCKSTEP_H5(H5Fclose(m.file.release()), "is the disk full?", m.tmp_path, "cannot close the file");
+  std::filesystem::rename(m.tmp_path, m.path);
+  m.closed = true;
+  m.meta.num_samples = m.n;
+}
+
+std::int64_t ShardWriter::num_samples() const {
+  return impl_->n;
+}
+const std::string& ShardWriter::path() const {
+  return impl_->path;
+}
+
+// ---------------------------------------------------------------------------------------------
+std::unique_ptr<ShardFile> ShardFile::open(const std::string& path, std::size_t chunk_cache_bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  LOCKSTEP_CHECK_HINT(fs::is_regular_file(path, ec), kRegenerateHint, "shard file ", path,
+                      fs::exists(path, ec) ? " is not a regular file" : " does not exist");
+  std::unique_ptr<ShardFile> s(new ShardFile());
+  s->path_ = path;
+  const std::string& where = s->path_;
+  h5::Quiet quiet;
+  s->file_ = LOCKSTEP_H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), kRegenerateHint, where,
+                         "cannot open as HDF5 (truncated or not an HDF5 file?)");
+  hid_t f = s->file_;
+  ShardMeta& m = s->meta_;
+
+  std::string format = read_string_attr(f, "format", where);
+  LOCKSTEP_CHECK_HINT(format == kShardFormatName, kRegenerateHint, where,
+                      ": attribute 'format' is '", format, "', expected '", kShardFormatName, "'");
+  std::int64_t version = read_int_attr(f, "version", where);
+  LOCKSTEP_CHECK_HINT(
+      version == kShardFormatVersion,
+      version > kShardFormatVersion
+          ? "a newer lockstep wrote it: upgrade, or regenerate the shards with this lockstep-shard"
+          : kRegenerateHint,
+      where, ": shard format version ", version, " is not supported (this reader reads version ",
+      kShardFormatVersion, ")");
+  m.shard_index = read_int_attr(f, "shard_index", where);
+  m.num_shards = read_int_attr(f, "num_shards", where);
+  m.num_classes = read_int_attr(f, "num_classes", where);
+  m.sample_shape = read_array_attr<std::int64_t>(f, "sample_shape", where);
+  if (H5Aexists(f, "mean") > 0 || H5Aexists(f, "std") > 0) {
+    LOCKSTEP_CHECK_HINT(H5Aexists(f, "mean") > 0 && H5Aexists(f, "std") > 0, kRegenerateHint, where,
+                        ": has only one of the attributes 'mean' and 'std'");
+    m.mean = read_array_attr<float>(f, "mean", where);
+    m.stddev = read_array_attr<float>(f, "std", where);
+  }
+
+  // /x: u8 or f32, [n, ...sample_shape]
+  LOCKSTEP_CHECK_HINT(H5Lexists(f, "x", H5P_DEFAULT) > 0, kRegenerateHint, where,
+                      ": dataset /x is missing");
+  auto dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
+  H5Pset_chunk_cache(dapl.get(), kChunkCacheSlots, chunk_cache_bytes, 1.0);
+  s->x_ = LOCKSTEP_H5(H5Dopen2(f, "x", dapl.get()), kRegenerateHint, where, "cannot open /x");
+  {
+    auto t = h5::type(H5Dget_type(s->x_));
+    H5T_class_t cls = H5Tget_class(t.get());
+    std::size_t size = H5Tget_size(t.get());
+    if (cls == H5T_INTEGER && size == 1 && H5Tget_sign(t.get()) == H5T_SGN_NONE) {
+      m.dtype = DType::U8;
+    } else if (cls == H5T_FLOAT && size == 4) {
+      m.dtype = DType::F32;
+    } else {
+      LOCKSTEP_FAIL_HINT(kRegenerateHint, where,
+                         ": /x must hold uint8 or float32 samples (found an ", size * 8, "-bit ",
+                         cls == H5T_FLOAT ? "float" : "integer", " type)");
+    }
+  }
+  validate_meta(m, where, kRegenerateHint);
+  auto xspace = h5::space(H5Dget_space(s->x_));
+  int rank = H5Sget_simple_extent_ndims(xspace.get());
+  std::vector<hsize_t> xdims(static_cast<std::size_t>(std::max(rank, 0)));
+  H5Sget_simple_extent_dims(xspace.get(), xdims.data(), nullptr);
+  Shape x_sample(xdims.size() > 1 ? xdims.size() - 1 : 0);
+  for (std::size_t i = 1; i < xdims.size(); ++i)
+    x_sample[i - 1] = static_cast<std::int64_t>(xdims[i]);
+  LOCKSTEP_CHECK_HINT(rank >= 1 && x_sample == m.sample_shape, kRegenerateHint, where,
+                      ": /x has sample shape ", shape_str(x_sample),
+                      " but attribute 'sample_shape' says ", shape_str(m.sample_shape));
+  m.num_samples = static_cast<std::int64_t>(xdims[0]);
+
+  // /y: int32 [n]
+  LOCKSTEP_CHECK_HINT(H5Lexists(f, "y", H5P_DEFAULT) > 0, kRegenerateHint, where,
+                      ": dataset /y is missing");
+  s->y_ = LOCKSTEP_H5(H5Dopen2(f, "y", H5P_DEFAULT), kRegenerateHint, where, "cannot open /y");
+  {
+    auto t = h5::type(H5Dget_type(s->y_));
+    LOCKSTEP_CHECK_HINT(H5Tget_class(t.get()) == H5T_INTEGER && H5Tget_size(t.get()) == 4 &&
+                            H5Tget_sign(t.get()) == H5T_SGN_2,
+                        kRegenerateHint, where, ": /y must hold int32 labels");
+    auto yspace = h5::space(H5Dget_space(s->y_));
+    LOCKSTEP_CHECK_HINT(H5Sget_simple_extent_ndims(yspace.get()) == 1, kRegenerateHint, where,
+                        ": /y must be one-dimensional");
+    hsize_t ny = 0;
+    H5Sget_simple_extent_dims(yspace.get(), &ny, nullptr);
+    LOCKSTEP_CHECK_HINT(static_cast<std::int64_t>(ny) == m.num_samples, kRegenerateHint, s->where(),
+                        ": /y has ", ny, " labels but /x has ", m.num_samples, " samples");
+  }
+  return s;
+}
+
+ShardFile::~ShardFile() {
+  h5::Quiet quiet;
+  if (x_ >= 0) H5Dclose(x_);
+  if (y_ >= 0) H5Dclose(y_);
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+std::string ShardFile::where() const {
+  return str(path_, " (shard ", meta_.shard_index, " of ", meta_.num_shards, ")");
+}
+
+void ShardFile::read_x(std::int64_t begin, std::int64_t count, void* out) const {
+  LOCKSTEP_CHECK(begin >= 0 && count >= 0 && begin + count <= meta_.num_samples, where(),
+                 ": samples [", begin, ", ", begin + count, ") are outside [0, ", meta_.num_samples,
+                 ")");
+  if (count == 0) return;
+  h5::Quiet quiet;
+  auto fspace = h5::space(H5Dget_space(x_));
+  auto start = dims_of(begin, meta_.sample_shape);
+  std::fill(start.begin() + 1, start.end(), 0);
+  auto counts = dims_of(count, meta_.sample_shape);
+  LOCKSTEP_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                  counts.data(), nullptr),
+              kRegenerateHint, where(), "cannot select samples in /x");
+  auto mspace =
+      h5::space(H5Screate_simple(static_cast<int>(counts.size()), counts.data(), nullptr));
+  LOCKSTEP_H5(H5Dread(x_, native_type(meta_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, out),
+              kRegenerateHint, where(), "cannot read samples [", begin, ", ", begin + count,
+              ") of /x (corrupted file?)");
+}
+
+std::vector<std::int32_t> ShardFile::read_y() const {
+  std::vector<std::int32_t> y(static_cast<std::size_t>(meta_.num_samples));
+  if (!y.empty()) {
+    h5::Quiet quiet;
+    LOCKSTEP_H5(H5Dread(y_, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y.data()),
+                kRegenerateHint, where(), "cannot read /y (corrupted file?)");
+  }
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    LOCKSTEP_CHECK_HINT(y[i] >= 0 && y[i] < meta_.num_classes, kRegenerateHint, where(),
+                        ": label at index ", i, " is ", y[i],
+                        ", outside [0, num_classes = ", meta_.num_classes, ")");
+  }
+  return y;
+}
+
+}  // namespace lockstep::data

@@ -1,0 +1,98 @@
+// CpuBackend: the CPU kernels behind ops.hpp. GEMM is OpenBLAS (single-threaded calls split over
+// the Context's pool), convolution and pooling are oneDNN primitives cached per shape, everything
+// else is own loops. One instance per Context; a Context is used from one thread at a time, so
+// the caches and scratch buffers below need no lock. See cpu_backend.cpp for the threading model.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "lockstep/ops/backend.hpp"
+
+namespace lockstep::ops::cpu {
+
+// Work smaller than this many elements runs on the calling thread: waking a sleeping pool
+// worker costs a few microseconds, which is what ~64K simple float operations take.
+inline constexpr std::int64_t kParallelGrain = 1 << 16;
+// Fixed block size for reductions (sum_squares, loss): partial sums are taken per block and
+// added in block order, so the result does not depend on how many threads ran the blocks.
+inline constexpr std::int64_t kReduceBlock = 1 << 14;
+
+struct DnnlState;  // oneDNN engine, stream and primitive caches (cpu_dnnl.cpp)
+
+// Sets OpenBLAS to one thread, once per process (cpu_backend.cpp).
+void init_openblas_once();
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(Context& ctx);
+  ~CpuBackend() override;
+
+  void fill(Tensor& t, float value) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+
+  void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
+            Tensor& c) override;
+  void add_row_bias(Tensor& y, const Tensor& bias) override;
+  void sum_rows(const Tensor& dy, Tensor& db) override;
+
+  void relu_forward(const Tensor& x, Tensor& y) override;
+  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void gelu_forward(const Tensor& x, Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void axpy(float alpha, const Tensor& x, Tensor& y) override;
+  void scale(Tensor& x, float alpha) override;
+  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed,
+                       std::uint64_t stream) override;
+  void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx) override;
+  void normalize_input(const Tensor& x, const std::vector<float>& mean,
+                       const std::vector<float>& stddev, Tensor& y) override;
+
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+                      const Conv2dParams& p) override;
+  void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
+                            const Conv2dParams& p) override;
+  void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
+                               const Conv2dParams& p) override;
+  void pool2d_forward(PoolKind kind, const Tensor& x, Tensor& y, Tensor& workspace,
+                      const Pool2dParams& p) override;
+  void pool2d_backward(PoolKind kind, const Tensor& dy, const Tensor& workspace, Tensor& dx,
+                       const Pool2dParams& p) override;
+
+  void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                               Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
+                               Tensor& running_var, float momentum, float eps) override;
+  void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                              const Tensor& running_mean, const Tensor& running_var, float eps,
+                              Tensor& y) override;
+  void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                          const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                          Tensor& dgamma, Tensor& dbeta) override;
+
+  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
+                            Tensor& loss) override;
+  void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
+                             Tensor& dlogits) override;
+  std::int64_t count_correct(const Tensor& logits, const Tensor& labels) override;
+
+  double sum_squares(const Tensor& x) override;
+  bool all_finite(const Tensor& x) override;
+
+  void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf,
+                  const SgdParams& p) override;
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                    const AdamWParams& p) override;
+
+ private:
+  // Scratch that grows to the largest request and is then reused (no allocation per call).
+  double* scratch_doubles(std::size_t n);
+
+  Context& ctx_;
+  std::vector<double> scratch_;
+  std::unique_ptr<DnnlState> dnnl_;
+};
+
+}  // namespace lockstep::ops::cpu

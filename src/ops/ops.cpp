@@ -1,0 +1,463 @@
+// The ops front end: every check on shapes, dtypes and devices happens here, once, with the op
+// and the tensors named, so backends can trust their arguments.
+#include "lockstep/ops/ops.hpp"
+
+#include "lockstep/core/allocator.hpp"
+#include "lockstep/core/error.hpp"
+#include "lockstep/ops/backend.hpp"
+
+namespace lockstep::ops {
+namespace {
+
+void check_defined(const char* op, const char* name, const Tensor& t) {
+  LOCKSTEP_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
+}
+
+void check_tensor(Context& ctx, const char* op, const char* name, const Tensor& t, DType dtype) {
+  check_defined(op, name, t);
+  LOCKSTEP_CHECK(t.dtype() == dtype, op, ": ", name, " must be ", dtype_name(dtype), ", got ",
+                 t.describe());
+  LOCKSTEP_CHECK_HINT(t.device() == ctx.device(), "move the tensor with Tensor::to or ops::copy",
+                      op, ": ", name, " is ", t.describe(), " but the context runs on ",
+                      ctx.device().str());
+}
+
+void check_f32(Context& ctx, const char* op, const char* name, const Tensor& t) {
+  check_tensor(ctx, op, name, t, DType::F32);
+}
+
+void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b,
+                      const Tensor& b) {
+  LOCKSTEP_CHECK(a.shape() == b.shape(), op, ": ", name_a, " is ", a.describe(), " but ", name_b,
+                 " is ", b.describe(), " (shapes must match)");
+}
+
+void check_ndim(const char* op, const char* name, const Tensor& t, int ndim) {
+  LOCKSTEP_CHECK(t.ndim() == ndim, op, ": ", name, " must be ", ndim, "-D, got ", t.describe());
+}
+
+void check_shape(const char* op, const char* name, const Tensor& t, const Shape& expected) {
+  LOCKSTEP_CHECK(t.shape() == expected, op, ": ", name, " must have shape ", shape_str(expected),
+                 ", got ", t.describe());
+}
+
+// A [C] per-channel tensor for x of shape [N, C, ...].
+void check_channel_vector(Context& ctx, const char* op, const char* name, const Tensor& t,
+                          std::int64_t channels) {
+  check_f32(ctx, op, name, t);
+  check_shape(op, name, t, {channels});
+}
+
+void check_labels_tensor(Context& ctx, const char* op, const Tensor& rows, const Tensor& labels) {
+  check_tensor(ctx, op, "labels", labels, DType::I32);
+  LOCKSTEP_CHECK(labels.ndim() == 1 && labels.dim(0) == rows.dim(0), op, ": labels must be [",
+                 rows.dim(0), "] to match ", rows.describe(), ", got ", labels.describe());
+}
+
+}  // namespace
+
+std::int64_t window_output_size(std::int64_t in, int kernel, int stride, int pad) {
+  LOCKSTEP_CHECK(kernel >= 1 && stride >= 1 && pad >= 0, "window: kernel ", kernel, ", stride ",
+                 stride, " and padding ", pad, " must be >= 1, >= 1 and >= 0");
+  LOCKSTEP_CHECK_HINT(in + 2 * pad >= kernel, "use a smaller kernel or more padding",
+                      "window: kernel ", kernel, " does not fit an input of size ", in,
+                      " with padding ", pad);
+  return (in + 2 * pad - kernel) / stride + 1;
+}
+
+// ---- memory
+
+void fill(Context& ctx, Tensor& t, float value) {
+  check_defined("fill", "t", t);
+  LOCKSTEP_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::I32,
+                 "fill: t must be f32 or i32, got ", t.describe());
+  LOCKSTEP_CHECK(t.device() == ctx.device(), "fill: t is ", t.describe(),
+                 " but the context runs on ", ctx.device().str());
+  ctx.backend().fill(t, value);
+}
+
+void copy(Context& ctx, const Tensor& src, Tensor& dst) {
+  check_defined("copy", "src", src);
+  check_defined("copy", "dst", dst);
+  LOCKSTEP_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "copy: src is ",
+                 src.describe(), " but dst is ", dst.describe(),
+                 " (need the same dtype and number of elements)");
+  if (src.device().is_cpu() && dst.device().is_cpu() && !ctx.device().is_cpu()) {
+    copy_bytes(dst.device(), dst.raw_data(), src.device(), src.raw_data(), src.nbytes());
+  } else if (ctx.device().is_cpu() && !(src.device().is_cpu() && dst.device().is_cpu())) {
+    // A CPU context has no stream to order a device copy on: copy synchronously.
+    copy_bytes(dst.device(), dst.raw_data(), src.device(), src.raw_data(), src.nbytes());
+  } else {
+    ctx.backend().copy(src, dst);
+  }
+}
+
+// ---- dense linear algebra
+
+void gemm(Context& ctx, bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+          float beta, Tensor& c) {
+  check_f32(ctx, "gemm", "a", a);
+  check_f32(ctx, "gemm", "b", b);
+  check_f32(ctx, "gemm", "c", c);
+  check_ndim("gemm", "a", a, 2);
+  check_ndim("gemm", "b", b, 2);
+  check_ndim("gemm", "c", c, 2);
+  const std::int64_t m = trans_a ? a.dim(1) : a.dim(0), ka = trans_a ? a.dim(0) : a.dim(1);
+  const std::int64_t kb = trans_b ? b.dim(1) : b.dim(0), n = trans_b ? b.dim(0) : b.dim(1);
+  LOCKSTEP_CHECK(ka == kb && c.dim(0) == m && c.dim(1) == n,
+                 "gemm: op(a) = ", trans_a ? "a^T" : "a", " of ", a.describe(),
+                 " times op(b) = ", trans_b ? "b^T" : "b", " of ", b.describe(),
+                 " does not give c = ", c.describe(), " (need [", m, ", ", ka, "] x [", kb, ", ", n,
+                 "] = [", m, ", ", n, "])");
+  LOCKSTEP_CHECK(!c.shares_storage(a) && !c.shares_storage(b),
+                 "gemm: c must not share storage with a or b");
+  ctx.backend().gemm(trans_a, trans_b, alpha, a, b, beta, c);
+}
+
+void add_row_bias(Context& ctx, Tensor& y, const Tensor& bias) {
+  check_f32(ctx, "add_row_bias", "y", y);
+  check_f32(ctx, "add_row_bias", "bias", bias);
+  check_ndim("add_row_bias", "bias", bias, 1);
+  LOCKSTEP_CHECK(y.ndim() >= 1 && y.dim(-1) == bias.dim(0), "add_row_bias: y is ", y.describe(),
+                 " but bias is ", bias.describe(), " (last dimension must match)");
+  ctx.backend().add_row_bias(y, bias);
+}
+
+void sum_rows(Context& ctx, const Tensor& dy, Tensor& db) {
+  check_f32(ctx, "sum_rows", "dy", dy);
+  check_f32(ctx, "sum_rows", "db", db);
+  check_ndim("sum_rows", "db", db, 1);
+  LOCKSTEP_CHECK(dy.ndim() >= 1 && dy.dim(-1) == db.dim(0), "sum_rows: dy is ", dy.describe(),
+                 " but db is ", db.describe(), " (last dimension must match)");
+  ctx.backend().sum_rows(dy, db);
+}
+
+// ---- elementwise
+
+void relu_forward(Context& ctx, const Tensor& x, Tensor& y) {
+  check_f32(ctx, "relu_forward", "x", x);
+  check_f32(ctx, "relu_forward", "y", y);
+  check_same_shape("relu_forward", "x", x, "y", y);
+  ctx.backend().relu_forward(x, y);
+}
+
+void relu_backward(Context& ctx, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  check_f32(ctx, "relu_backward", "y", y);
+  check_f32(ctx, "relu_backward", "dy", dy);
+  check_f32(ctx, "relu_backward", "dx", dx);
+  check_same_shape("relu_backward", "y", y, "dy", dy);
+  check_same_shape("relu_backward", "y", y, "dx", dx);
+  ctx.backend().relu_backward(y, dy, dx);
+}
+
+void gelu_forward(Context& ctx, const Tensor& x, Tensor& y) {
+  check_f32(ctx, "gelu_forward", "x", x);
+  check_f32(ctx, "gelu_forward", "y", y);
+  check_same_shape("gelu_forward", "x", x, "y", y);
+  ctx.backend().gelu_forward(x, y);
+}
+
+void gelu_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) {
+  check_f32(ctx, "gelu_backward", "x", x);
+  check_f32(ctx, "gelu_backward", "dy", dy);
+  check_f32(ctx, "gelu_backward", "dx", dx);
+  check_same_shape("gelu_backward", "x", x, "dy", dy);
+  check_same_shape("gelu_backward", "x", x, "dx", dx);
+  ctx.backend().gelu_backward(x, dy, dx);
+}
+
+void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
+  check_f32(ctx, "add", "a", a);
+  check_f32(ctx, "add", "b", b);
+  check_f32(ctx, "add", "out", out);
+  check_same_shape("add", "a", a, "b", b);
+  check_same_shape("add", "a", a, "out", out);
+  ctx.backend().add(a, b, out);
+}
+
+void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y) {
+  check_f32(ctx, "axpy", "x", x);
+  check_f32(ctx, "axpy", "y", y);
+  LOCKSTEP_CHECK(x.numel() == y.numel(), "axpy: x is ", x.describe(), " but y is ", y.describe(),
+                 " (need the same number of elements)");
+  ctx.backend().axpy(alpha, x, y);
+}
+
+void scale(Context& ctx, Tensor& x, float alpha) {
+  check_f32(ctx, "scale", "x", x);
+  ctx.backend().scale(x, alpha);
+}
+
+void dropout_forward(Context& ctx, const Tensor& x, Tensor& y, Tensor& mask, float p,
+                     std::uint64_t seed, std::uint64_t stream) {
+  check_f32(ctx, "dropout_forward", "x", x);
+  check_f32(ctx, "dropout_forward", "y", y);
+  check_tensor(ctx, "dropout_forward", "mask", mask, DType::U8);
+  check_same_shape("dropout_forward", "x", x, "y", y);
+  check_same_shape("dropout_forward", "x", x, "mask", mask);
+  LOCKSTEP_CHECK(p >= 0.0f && p <= 1.0f, "dropout_forward: p = ", p, " must be in [0, 1]");
+  ctx.backend().dropout_forward(x, y, mask, p, seed, stream);
+}
+
+void dropout_backward(Context& ctx, const Tensor& dy, const Tensor& mask, float p, Tensor& dx) {
+  check_f32(ctx, "dropout_backward", "dy", dy);
+  check_tensor(ctx, "dropout_backward", "mask", mask, DType::U8);
+  check_f32(ctx, "dropout_backward", "dx", dx);
+  check_same_shape("dropout_backward", "dy", dy, "mask", mask);
+  check_same_shape("dropout_backward", "dy", dy, "dx", dx);
+  LOCKSTEP_CHECK(p >= 0.0f && p <= 1.0f, "dropout_backward: p = ", p, " must be in [0, 1]");
+  ctx.backend().dropout_backward(dy, mask, p, dx);
+}
+
+void normalize_input(Context& ctx, const Tensor& x, const std::vector<float>& mean,
+                     const std::vector<float>& stddev, Tensor& y) {
+  check_defined("normalize_input", "x", x);
+  LOCKSTEP_CHECK(x.dtype() == DType::U8 || x.dtype() == DType::F32,
+                 "normalize_input: x must be u8 or f32, got ", x.describe());
+  LOCKSTEP_CHECK(x.device() == ctx.device(), "normalize_input: x is ", x.describe(),
+                 " but the context runs on ", ctx.device().str());
+  check_f32(ctx, "normalize_input", "y", y);
+  check_same_shape("normalize_input", "x", x, "y", y);
+  LOCKSTEP_CHECK(x.ndim() >= 1, "normalize_input: x must have a batch dimension, got ",
+                 x.describe());
+  const std::int64_t channels = x.ndim() >= 2 ? x.dim(1) : 1;
+  for (const auto* v : {&mean, &stddev}) {
+    const char* what = v == &mean ? "mean" : "std";
+    LOCKSTEP_CHECK_HINT(v->empty() || static_cast<std::int64_t>(v->size()) == channels,
+                        "give one value per channel (dimension 1 of x), or none",
+                        "normalize_input: ", v->size(), " ", what, " values for x = ", x.describe(),
+                        " with ", channels, " channels");
+  }
+  for (std::size_t c = 0; c < stddev.size(); ++c) {
+    LOCKSTEP_CHECK(stddev[c] > 0.0f, "normalize_input: std[", c, "] = ", stddev[c],
+                   " must be positive");
+  }
+  ctx.backend().normalize_input(x, mean, stddev, y);
+}
+
+// ---- convolution and pooling
+
+namespace {
+void check_conv(Context& ctx, const char* op, const Tensor& x, const Tensor& w, const Tensor& y,
+                const Conv2dParams& p) {
+  check_f32(ctx, op, "x", x);
+  check_f32(ctx, op, "w", w);
+  check_f32(ctx, op, "y", y);
+  check_ndim(op, "x", x, 4);
+  check_ndim(op, "w", w, 4);
+  check_ndim(op, "y", y, 4);
+  LOCKSTEP_CHECK(w.dim(1) == x.dim(1), op, ": w is ", w.describe(), " but x is ", x.describe(),
+                 " (w must be [out, ", x.dim(1), ", kh, kw])");
+  const Shape expected = {
+      x.dim(0), w.dim(0),
+      window_output_size(x.dim(2), static_cast<int>(w.dim(2)), p.stride_h, p.pad_h),
+      window_output_size(x.dim(3), static_cast<int>(w.dim(3)), p.stride_w, p.pad_w)};
+  LOCKSTEP_CHECK(y.shape() == expected, op, ": output is ", y.describe(), " but x ", x.describe(),
+                 " with w ", w.describe(), ", stride ", p.stride_h, "x", p.stride_w, ", padding ",
+                 p.pad_h, "x", p.pad_w, " gives ", shape_str(expected));
+}
+
+void check_pool(Context& ctx, const char* op, const Tensor& x, const Tensor& y,
+                const Pool2dParams& p) {
+  check_f32(ctx, op, "x", x);
+  check_f32(ctx, op, "y", y);
+  check_ndim(op, "x", x, 4);
+  check_ndim(op, "y", y, 4);
+  LOCKSTEP_CHECK(p.pad_h * 2 <= p.kernel_h && p.pad_w * 2 <= p.kernel_w, op, ": padding ", p.pad_h,
+                 "x", p.pad_w, " must be at most half the kernel ", p.kernel_h, "x", p.kernel_w);
+  const Shape expected = {x.dim(0), x.dim(1),
+                          window_output_size(x.dim(2), p.kernel_h, p.stride_h, p.pad_h),
+                          window_output_size(x.dim(3), p.kernel_w, p.stride_w, p.pad_w)};
+  LOCKSTEP_CHECK(y.shape() == expected, op, ": output is ", y.describe(), " but x ", x.describe(),
+                 " with kernel ", p.kernel_h, "x", p.kernel_w, ", stride ", p.stride_h, "x",
+                 p.stride_w, ", padding ", p.pad_h, "x", p.pad_w, " gives ", shape_str(expected));
+}
+}  // namespace
+
+void conv2d_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+                    const Conv2dParams& p) {
+  check_conv(ctx, "conv2d_forward", x, w, y, p);
+  if (b.defined()) check_channel_vector(ctx, "conv2d_forward", "b", b, w.dim(0));
+  ctx.backend().conv2d_forward(x, w, b, y, p);
+}
+
+void conv2d_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, Tensor& dx,
+                          const Conv2dParams& p) {
+  check_conv(ctx, "conv2d_backward_data", dx, w, dy, p);
+  ctx.backend().conv2d_backward_data(dy, w, dx, p);
+}
+
+void conv2d_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dw,
+                             Tensor& db, const Conv2dParams& p) {
+  check_conv(ctx, "conv2d_backward_weights", x, dw, dy, p);
+  if (db.defined()) check_channel_vector(ctx, "conv2d_backward_weights", "db", db, dw.dim(0));
+  ctx.backend().conv2d_backward_weights(x, dy, dw, db, p);
+}
+
+void pool2d_forward(Context& ctx, PoolKind kind, const Tensor& x, Tensor& y, Tensor& workspace,
+                    const Pool2dParams& p) {
+  check_pool(ctx, "pool2d_forward", x, y, p);
+  ctx.backend().pool2d_forward(kind, x, y, workspace, p);
+}
+
+void pool2d_backward(Context& ctx, PoolKind kind, const Tensor& dy, const Tensor& workspace,
+                     Tensor& dx, const Pool2dParams& p) {
+  check_pool(ctx, "pool2d_backward", dx, dy, p);
+  if (kind == PoolKind::Max) {
+    LOCKSTEP_CHECK_HINT(workspace.defined(), "pass the workspace that pool2d_forward filled",
+                        "pool2d_backward: max pooling needs the forward pass's workspace, got an "
+                        "undefined tensor");
+  }
+  ctx.backend().pool2d_backward(kind, dy, workspace, dx, p);
+}
+
+// ---- batch normalisation
+
+namespace {
+std::int64_t check_bn_input(Context& ctx, const char* op, const Tensor& x) {
+  check_f32(ctx, op, "x", x);
+  LOCKSTEP_CHECK(x.ndim() == 2 || x.ndim() == 4, op, ": x must be [N, C] or [N, C, H, W], got ",
+                 x.describe());
+  return x.dim(1);
+}
+}  // namespace
+
+void batchnorm_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                             Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                             Tensor& running_mean, Tensor& running_var, float momentum, float eps) {
+  const char* op = "batchnorm_forward_train";
+  const std::int64_t c = check_bn_input(ctx, op, x);
+  check_f32(ctx, op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  check_channel_vector(ctx, op, "gamma", gamma, c);
+  check_channel_vector(ctx, op, "beta", beta, c);
+  check_channel_vector(ctx, op, "save_mean", save_mean, c);
+  check_channel_vector(ctx, op, "save_invstd", save_invstd, c);
+  check_channel_vector(ctx, op, "running_mean", running_mean, c);
+  check_channel_vector(ctx, op, "running_var", running_var, c);
+  LOCKSTEP_CHECK_HINT(c == 0 || x.numel() / c > 1, "use a batch larger than 1", op,
+                      ": expected more than 1 value per channel when training, got ", x.describe());
+  LOCKSTEP_CHECK(momentum >= 0.0f && momentum <= 1.0f && eps > 0.0f, op, ": momentum ", momentum,
+                 " must be in [0, 1] and eps ", eps, " positive");
+  ctx.backend().batchnorm_forward_train(x, gamma, beta, y, save_mean, save_invstd, running_mean,
+                                        running_var, momentum, eps);
+}
+
+void batchnorm_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                            const Tensor& running_mean, const Tensor& running_var, float eps,
+                            Tensor& y) {
+  const char* op = "batchnorm_forward_eval";
+  const std::int64_t c = check_bn_input(ctx, op, x);
+  check_f32(ctx, op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  check_channel_vector(ctx, op, "gamma", gamma, c);
+  check_channel_vector(ctx, op, "beta", beta, c);
+  check_channel_vector(ctx, op, "running_mean", running_mean, c);
+  check_channel_vector(ctx, op, "running_var", running_var, c);
+  LOCKSTEP_CHECK(eps > 0.0f, op, ": eps ", eps, " must be positive");
+  ctx.backend().batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y);
+}
+
+void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                        const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                        Tensor& dgamma, Tensor& dbeta) {
+  const char* op = "batchnorm_backward";
+  const std::int64_t c = check_bn_input(ctx, op, x);
+  check_f32(ctx, op, "dy", dy);
+  check_f32(ctx, op, "dx", dx);
+  check_same_shape(op, "x", x, "dy", dy);
+  check_same_shape(op, "x", x, "dx", dx);
+  check_channel_vector(ctx, op, "gamma", gamma, c);
+  check_channel_vector(ctx, op, "save_mean", save_mean, c);
+  check_channel_vector(ctx, op, "save_invstd", save_invstd, c);
+  check_channel_vector(ctx, op, "dgamma", dgamma, c);
+  check_channel_vector(ctx, op, "dbeta", dbeta, c);
+  ctx.backend().batchnorm_backward(x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+// ---- loss
+
+void softmax_xent_forward(Context& ctx, const Tensor& logits, const Tensor& labels, Tensor& probs,
+                          Tensor& loss) {
+  const char* op = "softmax_xent_forward";
+  check_f32(ctx, op, "logits", logits);
+  check_ndim(op, "logits", logits, 2);
+  LOCKSTEP_CHECK(logits.dim(1) >= 1, op, ": logits need at least one class, got ",
+                 logits.describe());
+  check_labels_tensor(ctx, op, logits, labels);
+  check_f32(ctx, op, "probs", probs);
+  check_same_shape(op, "logits", logits, "probs", probs);
+  check_f32(ctx, op, "loss", loss);
+  LOCKSTEP_CHECK(loss.numel() == 1, op, ": loss must have one element, got ", loss.describe());
+  ctx.backend().softmax_xent_forward(logits, labels, probs, loss);
+}
+
+void softmax_xent_backward(Context& ctx, const Tensor& probs, const Tensor& labels, float scale,
+                           Tensor& dlogits) {
+  const char* op = "softmax_xent_backward";
+  check_f32(ctx, op, "probs", probs);
+  check_ndim(op, "probs", probs, 2);
+  check_labels_tensor(ctx, op, probs, labels);
+  check_f32(ctx, op, "dlogits", dlogits);
+  check_same_shape(op, "probs", probs, "dlogits", dlogits);
+  ctx.backend().softmax_xent_backward(probs, labels, scale, dlogits);
+}
+
+std::int64_t count_correct(Context& ctx, const Tensor& logits, const Tensor& labels) {
+  const char* op = "count_correct";
+  check_f32(ctx, op, "logits", logits);
+  check_ndim(op, "logits", logits, 2);
+  LOCKSTEP_CHECK(logits.dim(1) >= 1, op, ": logits need at least one class, got ",
+                 logits.describe());
+  check_labels_tensor(ctx, op, logits, labels);
+  return ctx.backend().count_correct(logits, labels);
+}
+
+// ---- reductions
+
+double sum_squares(Context& ctx, const Tensor& x) {
+  check_f32(ctx, "sum_squares", "x", x);
+  return ctx.backend().sum_squares(x);
+}
+
+bool all_finite(Context& ctx, const Tensor& x) {
+  check_f32(ctx, "all_finite", "x", x);
+  return ctx.backend().all_finite(x);
+}
+
+// ---- optimizer updates
+
+void sgd_update(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentum_buf,
+                const SgdParams& p) {
+  const char* op = "sgd_update";
+  check_f32(ctx, op, "param", param);
+  check_f32(ctx, op, "grad", grad);
+  check_same_shape(op, "param", param, "grad", grad);
+  if (p.momentum != 0.0f) {
+    LOCKSTEP_CHECK_HINT(momentum_buf.defined(), "allocate a momentum buffer like the parameter", op,
+                        ": momentum ", p.momentum, " needs a momentum buffer for ",
+                        param.describe());
+    check_f32(ctx, op, "momentum_buf", momentum_buf);
+    check_same_shape(op, "param", param, "momentum_buf", momentum_buf);
+  }
+  LOCKSTEP_CHECK(!p.nesterov || (p.momentum > 0.0f && p.dampening == 0.0f), op,
+                 ": nesterov needs momentum > 0 and dampening 0 (got momentum ", p.momentum,
+                 ", dampening ", p.dampening, ")");
+  ctx.backend().sgd_update(param, grad, momentum_buf, p);
+}
+
+void adamw_update(Context& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                  const AdamWParams& p) {
+  const char* op = "adamw_update";
+  check_f32(ctx, op, "param", param);
+  check_f32(ctx, op, "grad", grad);
+  check_f32(ctx, op, "m", m);
+  check_f32(ctx, op, "v", v);
+  check_same_shape(op, "param", param, "grad", grad);
+  check_same_shape(op, "param", param, "m", m);
+  check_same_shape(op, "param", param, "v", v);
+  LOCKSTEP_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
+  ctx.backend().adamw_update(param, grad, m, v, p);
+}
+
+}  // namespace lockstep::ops

@@ -1,0 +1,66 @@
+// Helpers for the ops tests: seeded random tensors and tolerance checks against double-precision
+// references computed in the tests themselves.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lockstep/core/rng.hpp"
+#include "lockstep/core/tensor.hpp"
+
+namespace lockstep::testing {
+
+// Uniform in [lo, hi) from Philox(seed 2024, stream).
+inline Tensor random_tensor(const Shape& shape, std::uint64_t stream, float lo = -1.0f,
+                            float hi = 1.0f) {
+  Tensor t = Tensor::empty(shape);
+  Philox(2024, stream).fill_uniform(t.data<float>(), t.numel(), lo, hi);
+  return t;
+}
+
+inline std::vector<double> to_double(const Tensor& t) {
+  std::vector<float> v = t.to_vector<float>();
+  return {v.begin(), v.end()};
+}
+
+// Every element within atol + rtol * |want|; reports the first few mismatches with their index.
+inline ::testing::AssertionResult all_close(const Tensor& got, const std::vector<double>& want,
+                                            double rtol = 1e-5, double atol = 1e-5) {
+  std::vector<float> g = got.to_vector<float>();
+  if (g.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << g.size() << " vs reference " << want.size();
+  }
+  int bad = 0;
+  std::string report;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    double err = std::abs(static_cast<double>(g[i]) - want[i]);
+    if (!(err <= atol + rtol * std::abs(want[i]))) {
+      if (++bad <= 5) {
+        report += "\n  [" + std::to_string(i) + "] got " + std::to_string(g[i]) + ", want " +
+                  std::to_string(want[i]);
+      }
+    }
+  }
+  if (bad)
+    return ::testing::AssertionFailure() << bad << " of " << g.size() << " differ:" << report;
+  return ::testing::AssertionSuccess();
+}
+
+// Bitwise equality of two f32 tensors.
+inline ::testing::AssertionResult bitwise_equal(const Tensor& a, const Tensor& b) {
+  std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+  if (x.size() != y.size()) return ::testing::AssertionFailure() << "sizes differ";
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << x[i] << " vs " << y[i] << " (bitwise)";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace lockstep::testing

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# A real Slurm job end to end: start the project's private single-node cluster
+# (scripts/local-slurm/start.sh), submit a batch script with sbatch whose steps run our MPI
+# programs through `srun --mpi=pmix -n 2` (and mpirun inside the allocation), then check that
+# the job COMPLETED with ExitCode 0:0 and that its output shows both ranks.
+#
+# Usage: bash tests/scripts/slurm_sbatch.sh BUILD_DIR      (CTest: script_slurm_sbatch)
+# Exit: 0 pass, 1 fail, 77 skipped (reason printed: not root, Slurm not installed, or the
+# daemons cannot start on this machine).
+# LOCKSTEP_KEEP_SLURM=1 leaves the cluster running afterwards (it is stopped otherwise, unless
+# it was already running before the test). LOCKSTEP_SLURM_TEST_JOB=allreduce|train picks the
+# job (see job_* below).
+set -uo pipefail
+
+BUILD=$(cd "${1:?usage: slurm_sbatch.sh BUILD_DIR}" && pwd)
+SOURCE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export LOCKSTEP_SLURM_BASE=${LOCKSTEP_SLURM_BASE:-/tmp/lockstep-slurm}
+JOB_KIND=${LOCKSTEP_SLURM_TEST_JOB:-allreduce}
+JOB_TIMEOUT=${LOCKSTEP_SLURM_JOB_TIMEOUT:-240}
+WORK=$BUILD/slurm-test
+START=$SOURCE/scripts/local-slurm/start.sh
+STOP=$SOURCE/scripts/local-slurm/stop.sh
+
+skip() { echo "SKIP: $*" >&2; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || skip "needs root to run munged, slurmctld and slurmd"
+for tool in sbatch squeue scontrol srun slurmctld slurmd munged; do
+  command -v "$tool" >/dev/null || skip "$tool not installed (Debian: slurmctld slurmd slurm-client munge)"
+done
+
+# ---- the cluster: started here, stopped at exit unless it was up before or KEEP is set.
+was_up=0
+bash "$START" --status && was_up=1
+cleanup() {
+  if [ "$was_up" = 0 ] && [ "${LOCKSTEP_KEEP_SLURM:-0}" != 1 ]; then
+    bash "$STOP"
+  fi
+}
+trap cleanup EXIT
+if [ "$was_up" = 0 ]; then
+  bash "$START"
+  rc=$?
+  [ "$rc" = 77 ] && skip "local Slurm cannot run here (see the reason above)"
+  if [ "$rc" != 0 ]; then
+    tail -n 15 "$LOCKSTEP_SLURM_BASE"/log/*.log 2>/dev/null
+    skip "the Slurm daemons did not start on this machine (start.sh exit $rc; logs above)"
+  fi
+fi
+source "$LOCKSTEP_SLURM_BASE/env.sh"
+
+rm -rf "$WORK"
+mkdir -p "$WORK"
+
+# ---- jobs. Each job_* writes the batch script body (after the #SBATCH lines) to stdout and
+# each check_* checks the finished job's output file ($1) and work directory.
+
+# The job for now: an MPI program of ours under srun (PMIx), then under mpirun inside the
+# allocation, where every rank sees SLURM_PROCID=0 and must take its rank from MPI instead.
+job_allreduce() {
+  local bench=$BUILD/apps/lockstep-bench tests=$BUILD/tests/test_mpi
+  [ -x "$bench" ] || fail "$bench not built"
+  [ -x "$tests" ] || fail "$tests not built"
+  cat <<JOB
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "batch: job \$SLURM_JOB_ID, \$SLURM_NTASKS tasks on \$SLURM_JOB_NODELIST"
+srun --mpi=pmix -n 2 "$bench" allreduce --quick --out="$WORK/allreduce.json"
+srun --mpi=pmix -n 2 "$tests" --gtest_filter='MpiBootstrap.*:MpiHostHelpers.*'
+mpirun -np 2 "$tests" --gtest_filter='MpiBootstrap.*'
+JOB
+}
+check_allreduce() {
+  local out=$1 ok=0
+  for r in 0 1; do
+    grep -q "^# rank $r/2 .*launcher=srun" "$out" || { echo "no line for rank $r under srun"; ok=1; }
+  done
+  grep -q '"results": \[' "$WORK/allreduce.json" 2>/dev/null || { echo "no allreduce.json"; ok=1; }
+  # test_mpi ran twice (srun, then mpirun in the allocation); set -e ends the job on a failure.
+  [ "$(grep -c 'PASSED  \]' "$out")" = 2 ] || { echo "test_mpi did not pass under srun and mpirun"; ok=1; }
+  return $ok
+}
+
+# ---------------------------------------------------------------------------------------------
+# TRAINER HOOK (for when lockstep-train exists): run with LOCKSTEP_SLURM_TEST_JOB=train.
+# Switch the default above to "train" once configs/ci_tiny.ini and the trainer land, and make
+# check_train verify the metrics file (steps present, final loss finite and below the first).
+job_train() {
+  local train=$BUILD/apps/lockstep-train config=$SOURCE/configs/ci_tiny.ini
+  [ -x "$train" ] || skip "$train not built yet"
+  [ -f "$config" ] || skip "$config does not exist yet"
+  cat <<JOB
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=PASSIVE
+srun --mpi=pmix -n 2 "$train" --config "$config" --output.dir="$WORK/train"
+JOB
+}
+check_train() {
+  local out=$1
+  local metrics=$WORK/train/metrics.jsonl  # TODO: the trainer's metrics path/key names
+  [ -s "$metrics" ] || { echo "no metrics file $metrics"; return 1; }
+  grep -q '"loss"' "$metrics" || { echo "metrics file has no loss"; return 1; }
+}
+# ---------------------------------------------------------------------------------------------
+
+declare -F "job_$JOB_KIND" >/dev/null || fail "unknown LOCKSTEP_SLURM_TEST_JOB=$JOB_KIND"
+body=$(job_$JOB_KIND) || exit $?
+cat >"$WORK/job.sbatch" <<JOB
+#!/bin/bash
+#SBATCH --job-name=lockstep-ci-$JOB_KIND
+#SBATCH --nodes=1
+#SBATCH --ntasks=2
+#SBATCH --time=10
+#SBATCH --output=$WORK/job-%j.out
+set -euo pipefail
+$body
+JOB
+
+job=$(sbatch --parsable "$WORK/job.sbatch") || fail "sbatch refused the job"
+job=${job%%;*}
+echo "submitted job $job ($JOB_KIND)"
+
+# No accounting database here: poll squeue until the job leaves the queue, then read its final
+# state from scontrol (MinJobAge keeps it visible).
+deadline=$((SECONDS + JOB_TIMEOUT))
+while [ -n "$(squeue -h -j "$job" 2>/dev/null)" ]; do
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    scontrol show job "$job" -o
+    scancel "$job"
+    fail "job $job still queued or running after ${JOB_TIMEOUT}s"
+  fi
+  sleep 0.5
+done
+info=$(scontrol show job "$job" -o)
+field() { tr ' ' '\n' <<<"$info" | sed -n "s/^$1=//p"; }
+state=$(field JobState)
+exit_code=$(field ExitCode)
+out=$WORK/job-$job.out
+echo "job $job: JobState=$state ExitCode=$exit_code"
+echo "----- $out"
+cat "$out" 2>/dev/null
+echo "-----"
+
+[ "$state" = COMPLETED ] || fail "job $job ended $state (ExitCode $exit_code)"
+[ "$exit_code" = 0:0 ] || fail "job $job ExitCode $exit_code"
+check_$JOB_KIND "$out" || fail "job $job output does not show what was expected"
+echo "PASS: sbatch job $job completed, both ranks reported"
