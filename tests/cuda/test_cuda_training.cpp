@@ -5,6 +5,8 @@
 
 #include "cuda_test_support.hpp"
 #ifdef LOCKSTEP_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "lockstep/ops/cuda.hpp"
 #endif
 
@@ -38,7 +40,7 @@ struct OpsMlp {
   }
 
   // One step; returns the loss (reading it synchronises, like a trainer's log line).
-  float step(const Tensor& x_host, const Tensor& labels_host, std::uint64_t step_index) {
+  float step(const Tensor& x_host, const Tensor& labels_host, int step_index) {
     std::int64_t b = x_host.dim(0);
     Tensor x = Tensor::empty(x_host.shape(), DType::F32, device);
     Tensor labels = Tensor::empty(labels_host.shape(), DType::I32, device);
@@ -51,7 +53,7 @@ struct OpsMlp {
     ops::relu_forward(ctx, h, a);
     Tensor d = Tensor::empty(h.shape(), DType::F32, device);
     Tensor mask = Tensor::empty(h.shape(), DType::U8, device);
-    ops::dropout_forward(ctx, a, d, mask, 0.2f, 7, step_index);
+    ops::dropout_forward(ctx, a, d, mask, 0.2f, 7, static_cast<std::uint64_t>(step_index));
     Tensor logits = Tensor::empty({b, w2.dim(0)}, DType::F32, device);
     ops::gemm(ctx, false, true, 1.0f, d, w2, 0.0f, logits);
     ops::add_row_bias(ctx, logits, b2);
@@ -74,7 +76,7 @@ struct OpsMlp {
     ops::gemm(ctx, true, false, 1.0f, dh, x, 1.0f, gw1);
     ops::sum_rows(ctx, dh, gb1);
 
-    ops::SgdParams p{0.05f, 0.9f, 0.0f, 1e-4f, false, step_index == 0};
+    ops::SgdParams p{0.2f, 0.9f, 0.0f, 1e-4f, false, step_index == 0};
     ops::sgd_update(ctx, w1, gw1, bw1, p);
     ops::sgd_update(ctx, b1, gb1, bb1, p);
     ops::sgd_update(ctx, w2, gw2, bw2, p);
@@ -87,22 +89,26 @@ using Training = CudaVsCpu;
 
 TEST_F(Training, ShortMlpTrainingOnOneGpuMatchesCpu) {
   const std::int64_t batch = 32, in = 64, hidden = 48, classes = 10;
+  const int steps = 24;
   OpsMlp on_cpu(cpu(), in, hidden, classes), on_gpu(gpu(), in, hidden, classes);
-  float first = 0.0f, last = 0.0f;
-  for (std::uint64_t s = 0; s < 20; ++s) {
+  std::vector<float> losses;
+  for (int s = 0; s < steps; ++s) {
     // The same 4 batches over and over: the loss must fall, on both devices alike.
     Tensor x = random_tensor({batch, in}, 1000 + s % 4);
     Tensor labels = random_labels(batch, static_cast<int>(classes), 2000 + s % 4);
     float lc = on_cpu.step(x, labels, s), lg = on_gpu.step(x, labels, s);
-    // Rounding differences compound over steps through the updates: 1e-4 relative.
-    EXPECT_NEAR(lg, lc, 1e-4f * std::fabs(lc)) << "step " << s;
-    if (s == 0) first = lc;
-    last = lc;
+    // Float rounding differences (~1e-7) compound through the updates; 1e-3 relative is still
+    // far below the loss change of a single step (~5e-2 here).
+    EXPECT_NEAR(lg, lc, 1e-3f * std::fabs(lc)) << "step " << s;
+    losses.push_back(lc);
   }
-  EXPECT_LT(last, 0.8f * first) << "the sequence should learn something, or it tests little";
-  EXPECT_CLOSE(on_gpu.w1, on_cpu.w1, 1e-4);
-  EXPECT_CLOSE(on_gpu.w2, on_cpu.w2, 1e-4);
-  EXPECT_CLOSE(on_gpu.b2, on_cpu.b2, 1e-4);
+  // Measured on the CPU: the mean over the last 4 steps is ~0.43 of the first 4.
+  float first = (losses[0] + losses[1] + losses[2] + losses[3]) / 4;
+  float last = (losses[steps - 4] + losses[steps - 3] + losses[steps - 2] + losses[steps - 1]) / 4;
+  EXPECT_LT(last, 0.75f * first) << "the sequence should learn, or it tests little";
+  EXPECT_CLOSE(on_gpu.w1, on_cpu.w1, 1e-3);
+  EXPECT_CLOSE(on_gpu.w2, on_cpu.w2, 1e-3);
+  EXPECT_CLOSE(on_gpu.b2, on_cpu.b2, 1e-3);
 }
 
 #ifdef LOCKSTEP_HAVE_CUDA
@@ -113,7 +119,7 @@ TEST_F(Training, SteadyStateStepNeverCallsCudaMalloc) {
   mlp.step(x, labels, 0);  // warm-up: the cache fills, cuBLAS sets up its workspace
   mlp.step(x, labels, 1);
   std::size_t before = ops::cuda::allocator_stats(0).cuda_malloc_calls;
-  for (std::uint64_t s = 2; s < 6; ++s)
+  for (int s = 2; s < 6; ++s)
     mlp.step(x, labels, s);
   EXPECT_EQ(ops::cuda::allocator_stats(0).cuda_malloc_calls, before);
   EXPECT_GT(ops::cuda::allocator_stats(0).bytes_cached, 0u);
@@ -138,6 +144,19 @@ TEST_F(Training, PinnedBufferFeedsTheComputeStream) {
     EXPECT_EQ(buffer.data(), nullptr);
     EXPECT_EQ(moved.bytes(), 1000 * sizeof(float));
   }
+}
+
+TEST_F(Training, TensorLivesOnItsDeviceWhateverTheThreadsCurrentGpu) {
+  if (cuda_device_count() < 2)
+    GTEST_SKIP() << "needs two GPUs; this machine has " << cuda_device_count();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  Tensor t = Tensor::empty({1024}, DType::F32, Device::cuda(1));
+  cudaPointerAttributes attributes{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attributes, t.raw_data()), cudaSuccess);
+  EXPECT_EQ(attributes.device, 1);
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 0) << "allocating must not change the thread's current device";
 }
 #endif
 

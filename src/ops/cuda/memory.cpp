@@ -40,11 +40,32 @@ std::size_t round_size(std::size_t bytes) {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
+// Makes `device` current for a scope and restores the caller's device after (the current
+// device is per-thread state that the caller owns).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    LOCKSTEP_CHECK_CUDA(cudaGetDevice(&previous_));
+    if (previous_ != device) LOCKSTEP_CHECK_CUDA(cudaSetDevice(device));
+  }
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 class CachingAllocator final : public Allocator {
  public:
   void* allocate(std::size_t bytes) override {
     int device = 0;
     LOCKSTEP_CHECK_CUDA(cudaGetDevice(&device));
+    return allocate_on(Device::cuda(device), bytes);
+  }
+
+  void* allocate_on(Device where, std::size_t bytes) override {
+    const int device = where.index;
     std::size_t size = round_size(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceCache& cache = devices_[device];
@@ -98,13 +119,10 @@ class CachingAllocator final : public Allocator {
 
   void release_cached() {
     std::lock_guard<std::mutex> lock(mutex_);
-    int current = 0;
-    LOCKSTEP_CHECK_CUDA(cudaGetDevice(&current));
     for (auto& [device, cache] : devices_) {
-      LOCKSTEP_CHECK_CUDA(cudaSetDevice(device));
+      DeviceScope scope(device);
       free_cached(cache);
     }
-    LOCKSTEP_CHECK_CUDA(cudaSetDevice(current));
   }
 
  private:
@@ -127,6 +145,7 @@ class CachingAllocator final : public Allocator {
 
   // Called with mutex_ held. On failure, frees this device's cache once and retries.
   void* malloc_on(int device, DeviceCache& cache, std::size_t size, std::size_t requested) {
+    DeviceScope scope(device);
     void* ptr = nullptr;
     cudaError_t status = cudaMalloc(&ptr, size);
     if (status == cudaErrorMemoryAllocation && !cache.free.empty()) {
@@ -165,14 +184,11 @@ CachingAllocator& caching_allocator() {
 // training step uses ops::copy, which is stream-ordered.
 void synchronous_copy(Device dst_device, void* dst, Device src_device, const void* src,
                       std::size_t bytes) {
-  int current = 0;
-  LOCKSTEP_CHECK_CUDA(cudaGetDevice(&current));
   for (Device d : {src_device, dst_device}) {
     if (!d.is_cuda()) continue;
-    LOCKSTEP_CHECK_CUDA(cudaSetDevice(d.index));
+    DeviceScope scope(d.index);
     LOCKSTEP_CHECK_CUDA(cudaDeviceSynchronize());
   }
-  LOCKSTEP_CHECK_CUDA(cudaSetDevice(current));
   LOCKSTEP_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 }
 
