@@ -261,7 +261,22 @@ TEST_F(CheckpointTest, ContentThatDisagreesWithItsChecksumIsAnError) {
   std::string error = read_error(file);
   EXPECT_NE(error.find("checksum mismatch"), std::string::npos) << error;
 
-  // Metadata changed: the epoch attribute.
+  // Metadata changed: the config text (same length, so the dataset can be rewritten in place).
+  write_checkpoint(file, sample_state(2));
+  edit_and_reseal(file, [](hid_t f) {
+    hid_t d = H5Dopen2(f, "/meta/config_ini", H5P_DEFAULT);
+    ASSERT_GE(d, 0);
+    hid_t type = H5Dget_type(d);
+    std::string text = sample_state(2).config_ini;
+    text[text.find("0.1")] = '9';
+    ASSERT_GE(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), 0);
+    H5Tclose(type);
+    H5Dclose(d);
+  });
+  error = read_error(file);
+  EXPECT_NE(error.find("checksum mismatch"), std::string::npos) << error;
+
+  // The sampler position disagrees with the header's copy of it.
   write_checkpoint(file, sample_state(2));
   edit_and_reseal(file, [](hid_t f) {
     hid_t a = H5Aopen(f, "epoch", H5P_DEFAULT);
@@ -271,7 +286,7 @@ TEST_F(CheckpointTest, ContentThatDisagreesWithItsChecksumIsAnError) {
     H5Aclose(a);
   });
   error = read_error(file);
-  EXPECT_NE(error.find("checksum mismatch"), std::string::npos) << error;
+  EXPECT_NE(error.find("epoch 99"), std::string::npos) << error;
 }
 
 TEST_F(CheckpointTest, FindLatestSkipsDamagedCheckpointsWithAWarningEach) {
@@ -363,11 +378,10 @@ TEST(CheckpointResume, PositionInEpochIsKeptInSamples) {
   EXPECT_THROW(rescale_batch_in_epoch(1, 0, 64), Error);
 }
 
-TEST(CheckpointHash, Fnv1a64MatchesPublishedVectors) {
-  // Test vectors from the FNV reference (isthe.com/chongo/tech/comp/fnv).
-  EXPECT_EQ(detail::fnv1a64("", 0), 0xcbf29ce484222325ULL);
-  EXPECT_EQ(detail::fnv1a64("a", 1), 0xaf63dc4c8601ec8cULL);
-  EXPECT_EQ(detail::fnv1a64("foobar", 6), 0x85944171f73967e8ULL);
+TEST(CheckpointHash, Crc32MatchesTheStandardCheckValue) {
+  // CRC-32/ISO-HDLC's published check value (CRC of "123456789"), as zlib.crc32 gives.
+  EXPECT_EQ(detail::crc32("123456789", 9), 0xCBF43926u);
+  EXPECT_EQ(detail::crc32("", 0), 0u);
   // Chaining equals hashing the concatenation.
-  EXPECT_EQ(detail::fnv1a64("bar", 3, detail::fnv1a64("foo", 3)), detail::fnv1a64("foobar", 6));
+  EXPECT_EQ(detail::crc32("6789", 4, detail::crc32("12345", 5)), 0xCBF43926u);
 }

@@ -9,15 +9,15 @@
 //    single-threaded cblas_sgemm on one pool thread. The cut depends only on the shape and
 //    ctx.threads(), so results are deterministic per thread count; 1 and 2 threads can differ in
 //    the last bits (OpenBLAS's edge-tile kernels accumulate differently).
-//  * Convolution/pooling: Debian's oneDNN runs on OpenMP (libgomp). omp_set_num_threads() is a
+//  * Convolution: Debian's oneDNN runs on OpenMP (libgomp). omp_set_num_threads() is a
 //    per-calling-thread setting, so the backend sets it to ctx.threads() right before executing
 //    a primitive; each calling std::thread gets its own OpenMP team. libgomp workers spin before
 //    sleeping unless OMP_WAIT_POLICY=PASSIVE is in the environment when the library loads, which
 //    launchers (and the tests) must export on shared cores.
-//  * Own loops (elementwise, bias, batchnorm, loss, optimizer): ctx.pool(), and only above
+//  * Own loops (pooling, elementwise, bias, batchnorm, loss, optimizer): ctx.pool(), and only above
 //    kParallelGrain elements. Reductions use fixed blocks (kReduceBlock, per-channel or
 //    per-column loops) summed in a fixed order, so they are bitwise independent of the thread
-//    count; GEMM and the oneDNN convolution/pooling are the exceptions: deterministic for a given
+//    count; GEMM and the oneDNN convolution are the exceptions: deterministic for a given
 //    thread count only.
 // Nothing here is process-global and mutable except the one-time OpenBLAS setting.
 #include "ops/cpu/cpu_backend.hpp"

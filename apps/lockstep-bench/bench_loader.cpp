@@ -1,0 +1,131 @@
+// lockstep-bench loader: how fast the data layer feeds a training loop.
+//   lockstep-bench loader --data=DIR/train [--batch=256] [--reps=3] [--consume=20000]
+//                         [--consume-batches=100] [--world=1] [--rank=0] [--out=PATH]
+// For each mode (in memory, on demand) it measures: the time to open the set, the loader's
+// throughput with a consumer that takes batches as fast as they come (median epoch of --reps),
+// and, against a consumer that needs batch/consume seconds per batch (a stand-in for the training
+// step), the fraction of the consumer's time spent waiting for data.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "bench.hpp"
+#include "lockstep/data/loader.hpp"
+
+namespace lockstep::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct ModeResult {
+  std::string mode;
+  double open_s = 0;
+  std::vector<double> samples_per_s;  // one per epoch
+  double consume_wait_fraction = 0;
+  double consume_achieved = 0;  // samples/s the throttled consumer reached
+  std::int64_t bytes_read = 0;
+};
+
+ModeResult run_mode(const std::string& mode, const Args& a) {
+  const std::string spec = a.get("data", "");
+  const std::int64_t batch = a.get_int("batch", 256);
+  const int reps = static_cast<int>(a.get_int("reps", 3));
+  const double consume = a.get_double("consume", 20000);
+  const std::int64_t consume_batches = a.get_int("consume-batches", 100);
+  const int world = static_cast<int>(a.get_int("world", 1));
+  const int rank = static_cast<int>(a.get_int("rank", 0));
+
+  ModeResult r;
+  r.mode = mode;
+  auto t0 = Clock::now();
+  auto ds =
+      data::ShardedDataset::open(spec, mode == "in-memory" ? data::kDefaultMemoryBudgetBytes : 0);
+  r.open_s = seconds_since(t0);
+  LOCKSTEP_CHECK(ds->in_memory() == (mode == "in-memory"), spec,
+                 " does not fit the default memory budget");
+
+  data::DistributedSampler sampler(ds->size(), world, rank, true, 1234);
+  data::Loader loader(ds, sampler, batch);
+  std::int64_t epoch = 0;
+  for (int rep = 0; rep < reps; ++rep, ++epoch) {
+    loader.start_epoch(epoch);
+    std::int64_t samples = 0;
+    t0 = Clock::now();
+    while (auto b = loader.next())
+      samples += b->x.dim(0);
+    r.samples_per_s.push_back(static_cast<double>(samples) / seconds_since(t0));
+  }
+
+  // Throttled consumer: each batch "costs" batch/consume seconds (deadline-based, so sleep
+  // overshoot does not accumulate).
+  if (consume > 0) {
+    loader.start_epoch(epoch++);
+    loader.reset_data_wait();
+    const auto step = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(static_cast<double>(batch) / consume));
+    t0 = Clock::now();
+    auto deadline = t0;
+    std::int64_t samples = 0;
+    for (std::int64_t i = 0; i < consume_batches; ++i) {
+      auto b = loader.next();
+      if (!b) break;
+      samples += b->x.dim(0);
+      deadline = std::max(deadline, Clock::now()) + step;
+      std::this_thread::sleep_until(deadline);
+    }
+    const double total = seconds_since(t0);
+    r.consume_wait_fraction = loader.data_wait_seconds() / total;
+    r.consume_achieved = static_cast<double>(samples) / total;
+  }
+  r.bytes_read = ds->bytes_read();
+  return r;
+}
+
+int bench_loader(const Args& a) {
+  LOCKSTEP_CHECK_HINT(!a.get("data", "").empty(),
+                      "make shards with lockstep-shard fashion-mnist --out=DIR",
+                      "lockstep-bench loader needs --data=DIR/NAME");
+  std::vector<ModeResult> results{run_mode("in-memory", a), run_mode("on-demand", a)};
+
+  std::string json = str(
+      "{\"benchmark\": \"loader\", \"machine\": ", machine_json(), ", \"data\": \"",
+      a.get("data", ""), "\", \"batch\": ", a.get_int("batch", 256),
+      ", \"world\": ", a.get_int("world", 1), ", \"prefetch_depth\": ", data::kDefaultPrefetchDepth,
+      ", \"consume\": ", a.get_double("consume", 20000), ", \"modes\": [");
+  std::fprintf(stderr, "%-10s %8s %14s %14s %16s\n", "mode", "open_s", "samples/s", "wait@consume",
+               "consumed/s");
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    std::string reps;
+    for (std::size_t k = 0; k < r.samples_per_s.size(); ++k)
+      reps += str(k ? ", " : "", static_cast<long long>(r.samples_per_s[k]));
+    json +=
+        str(i ? ", " : "", "{\"mode\": \"", r.mode, "\", \"open_s\": ", r.open_s,
+            ", \"samples_per_s_median\": ", median(r.samples_per_s), ", \"samples_per_s\": [", reps,
+            "], \"wait_fraction_at_consume\": ", r.consume_wait_fraction,
+            ", \"consumed_per_s\": ", r.consume_achieved, ", \"bytes_read\": ", r.bytes_read, "}");
+    std::fprintf(stderr, "%-10s %8.3f %14.0f %13.1f%% %16.0f\n", r.mode.c_str(), r.open_s,
+                 median(r.samples_per_s), 100.0 * r.consume_wait_fraction, r.consume_achieved);
+  }
+  const double ratio = median(results[0].samples_per_s) / median(results[1].samples_per_s);
+  json += str("], \"in_memory_over_on_demand\": ", ratio, "}\n");
+  std::fprintf(stderr, "in-memory / on-demand throughput: %.1fx\n", ratio);
+  write_output(a, json);
+  return 0;
+}
+
+LOCKSTEP_BENCH("loader",
+               "data loader throughput, in-memory vs on-demand, and data wait at --consume",
+               bench_loader);
+
+}  // namespace
+}  // namespace lockstep::bench
