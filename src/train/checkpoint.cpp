@@ -884,12 +884,12 @@ ExportedParameters read_exported_parameters(const std::string& path) {
   return out;
 }
 
-std::int64_t rescale_batch_in_epoch(std::int64_t batch_in_epoch, std::int64_t old_global_batch,
-                                    std::int64_t new_global_batch) {
-  LOCKSTEP_CHECK(batch_in_epoch >= 0 && old_global_batch > 0 && new_global_batch > 0,
-                 "rescale_batch_in_epoch: batch_in_epoch ", batch_in_epoch, ", global batches ",
-                 old_global_batch, " -> ", new_global_batch);
-  return batch_in_epoch * old_global_batch / new_global_batch;
+std::int64_t rescale_batch_in_epoch(std::int64_t batch_in_epoch, std::int64_t old_samples_per_batch,
+                                    std::int64_t new_samples_per_batch) {
+  LOCKSTEP_CHECK(batch_in_epoch >= 0 && old_samples_per_batch > 0 && new_samples_per_batch > 0,
+                 "rescale_batch_in_epoch: batch_in_epoch ", batch_in_epoch, ", samples per batch ",
+                 old_samples_per_batch, " -> ", new_samples_per_batch);
+  return batch_in_epoch * old_samples_per_batch / new_samples_per_batch;
 }
 
 void detail::reseal_checkpoint_for_test(const std::string& path) {

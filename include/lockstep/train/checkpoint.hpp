@@ -74,12 +74,13 @@ struct ExportedParameters {
 };
 ExportedParameters read_exported_parameters(const std::string& path);
 
-// Where to resume inside the epoch when the global batch changed between save and resume (world
-// size changes with a fixed train.global_batch keep batch_in_epoch as is). The position is kept in
-// samples: floor(batch_in_epoch * old_global_batch / new_global_batch), so no sample is skipped
-// and at most one new global batch worth is seen twice.
-std::int64_t rescale_batch_in_epoch(std::int64_t batch_in_epoch, std::int64_t old_global_batch,
-                                    std::int64_t new_global_batch);
+// Where to resume inside the epoch when the samples per loader batch over all ranks (local batch
+// x world size = global batch / accumulation) changed between save and resume. World-size changes
+// with a fixed train.global_batch and accumulation keep batch_in_epoch as is. The position is kept
+// in samples: floor(batch_in_epoch * old_samples / new_samples), so no sample is skipped and at
+// most one new batch worth is seen twice.
+std::int64_t rescale_batch_in_epoch(std::int64_t batch_in_epoch, std::int64_t old_samples_per_batch,
+                                    std::int64_t new_samples_per_batch);
 
 // HDF5 link names cannot contain '/': names are stored percent-escaped ('%' -> %25, '/' -> %2F,
 // a name "." -> %2E), and each dataset also carries its real name in a "name" attribute.
