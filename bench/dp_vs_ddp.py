@@ -121,8 +121,9 @@ def watch(argv):
     a, b = int(opts["from-step"]), int(opts["to-step"])
     proc = subprocess.Popen(cmd)
     # Cheap while the trainer runs: only the metrics file is polled; /proc is read when a
-    # metrics record appears. The window ends at the last record after which every process was
-    # still alive to be read (normally step b: the trainer still writes its final record).
+    # metrics record appears. The window ends at the last record at which every thread seen at
+    # its start was still there: after the last record the trainer tears down its replica
+    # threads, so that is normally the record before step b.
     offset, pids, first, last = 0, None, None, None
     while proc.poll() is None:
         time.sleep(POLL_S)
@@ -138,7 +139,7 @@ def watch(argv):
                     first = (s, now, ticks)
             else:
                 ticks = _thread_ticks(pids)
-                if ticks is not None:
+                if ticks is not None and all(k in ticks for k in first[2]):
                     last = (s, now, ticks)
     result = {"window_steps": [a, b], "complete": first is not None and last is not None}
     if result["complete"]:
