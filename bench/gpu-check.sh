@@ -16,6 +16,8 @@
 #
 # Usage (repository root):  bench/gpu-check.sh [build-dir]       (default build-gpu-check)
 # Logs and JSON go to $OUT when set (the device tool's return folder), else to <build-dir>/check.
+# On a lent GPU machine: run `bash bench/gpu-check.sh /tmp/gpu-check` with timeout_s 560, so the
+# build directory is not carried; add GTEST_SRC=... only if the first run says GoogleTest is missing.
 set -uo pipefail
 
 BUILD=${1:-build-gpu-check}
