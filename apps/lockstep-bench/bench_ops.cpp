@@ -21,6 +21,7 @@
 
 // From OpenBLAS (linked through the lockstep library); declared here to avoid its header.
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" char* openblas_get_corename(void);
 
 namespace lockstep::bench {
 namespace {
@@ -173,6 +174,7 @@ int run_ops_bench(const Args& args) {
     const std::int64_t params = 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10;
     Tensor w = random({params}, 25), g = random({params}, 26), buf = random({params}, 27);
     Tensor m = random({params}, 28), v = random({params}, 29);
+    ops::scale(ctx, v, 0.0f);  // a second moment is never negative
     ops::SgdParams sp;
     sp.momentum = 0.9f;
     sp.weight_decay = 5e-4f;
@@ -205,7 +207,8 @@ int run_ops_bench(const Args& args) {
   std::string json =
       "{\"benchmark\": \"ops\", \"machine\": " + machine_json() +
       ", \"threads\": " + std::to_string(threads) + ", \"reps\": " + std::to_string(reps) +
-      ", \"omp_wait_policy\": " + json_escape_free(wait_policy ? wait_policy : "unset") +
+      ", \"openblas_core\": \"" + openblas_get_corename() +
+      "\", \"omp_wait_policy\": " + json_escape_free(wait_policy ? wait_policy : "unset") +
       ", \"results\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
