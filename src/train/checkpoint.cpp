@@ -1,5 +1,5 @@
 // Checkpoint files. HDF5 writes DIR/.tmp-NAME.PID with a 512-byte user block in front; once HDF5
-// has closed it, the user block gets a text header with the size and FNV-1a-64 of everything
+// has closed it, the user block gets a text header with the size and CRC-32 of everything
 // after it, then fsync, rename, folder fsync. Reading streams the file through the hash before HDF5
 // sees it, because HDF5 1.10 can misbehave on damaged metadata; only a verified file is opened
 // (from disk, without file locks, which fail on some parallel file systems and buy nothing for
@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -327,8 +328,8 @@ std::pair<std::string, Tensor> read_tensor(hid_t group, const std::string& group
 // ---- checksums -------------------------------------------------------------------------------
 
 struct Hasher {
-  std::uint64_t h = detail::kFnvOffset;
-  void bytes(const void* p, std::size_t n) { h = detail::fnv1a64(p, n, h); }
+  std::uint32_t h = 0;
+  void bytes(const void* p, std::size_t n) { h = detail::crc32(p, n, h); }
   void i64(std::int64_t v) { bytes(&v, sizeof v); }
   void text(const std::string& s) {
     i64(static_cast<std::int64_t>(s.size()));
@@ -337,7 +338,7 @@ struct Hasher {
 };
 
 // Every tensor's name, dtype, shape and bytes, in order (docs/CHECKPOINTS.md has the recipe).
-std::uint64_t tensors_checksum(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+std::uint32_t tensors_checksum(const std::vector<std::pair<std::string, Tensor>>& tensors) {
   Hasher hash;
   for (const auto& [name, tensor] : tensors) {
     const Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
@@ -352,7 +353,7 @@ std::uint64_t tensors_checksum(const std::vector<std::pair<std::string, Tensor>>
 }
 
 // The metadata, then tensors_checksum, chained.
-std::uint64_t content_checksum(const CheckpointState& s, std::uint64_t tensors_hash) {
+std::uint32_t content_checksum(const CheckpointState& s, std::uint32_t tensors_hash) {
   Hasher hash;
   hash.i64(s.step);
   hash.i64(s.epoch);
@@ -368,9 +369,9 @@ std::uint64_t content_checksum(const CheckpointState& s, std::uint64_t tensors_h
   return hash.h;
 }
 
-std::string hex64(std::uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+std::string hex32(std::uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08" PRIx32, v);
   return buf;
 }
 
@@ -379,8 +380,8 @@ std::string hex64(std::uint64_t v) {
 struct Header {
   int version = 0;
   std::uint64_t file_bytes = 0;
-  std::uint64_t file_hash = 0;
-  std::uint64_t tensors_hash = 0;
+  std::uint32_t file_hash = 0;
+  std::uint32_t tensors_hash = 0;
   // Copies of the root attributes, for shell tools (`head -c 512 FILE`); checked on read.
   std::int64_t step = 0;
   std::int64_t epoch = 0;
@@ -390,12 +391,19 @@ struct Header {
 
 std::string format_header(const Header& h) {
   std::string text = str(
-      kMagic, " ", h.version, "\nfile_bytes=", h.file_bytes, "\nfile_fnv1a64=", hex64(h.file_hash),
-      "\ntensors_fnv1a64=", hex64(h.tensors_hash), "\nstep=", h.step, "\nepoch=", h.epoch,
+      kMagic, " ", h.version, "\nfile_bytes=", h.file_bytes, "\nfile_crc32=", hex32(h.file_hash),
+      "\ntensors_crc32=", hex32(h.tensors_hash), "\nstep=", h.step, "\nepoch=", h.epoch,
       "\nbatch_in_epoch=", h.batch_in_epoch, "\nworld_size=", h.world_size, "\ncomplete\n");
   LOCKSTEP_CHECK(text.size() < kHeaderBytes, "checkpoint header too long");
   text.resize(kHeaderBytes, '\0');
   return text;
+}
+
+std::uint32_t parse_hex32(const std::string& text) {
+  std::size_t used = 0;
+  const unsigned long long v = std::stoull(text, &used, 16);
+  if (used != text.size() || text.size() != 8) throw std::invalid_argument("not 8 hex digits");
+  return static_cast<std::uint32_t>(v);
 }
 
 // Parses the first kHeaderBytes of a file; throws naming the file on anything unexpected.
@@ -436,8 +444,8 @@ Header parse_header(const char* bytes, const std::string& path) {
   try {
     h.version = std::stoi(first.substr(std::strlen(kMagic)));
     h.file_bytes = std::stoull(field("file_bytes"));
-    h.file_hash = std::stoull(field("file_fnv1a64"), nullptr, 16);
-    h.tensors_hash = std::stoull(field("tensors_fnv1a64"), nullptr, 16);
+    h.file_hash = parse_hex32(field("file_crc32"));
+    h.tensors_hash = parse_hex32(field("tensors_crc32"));
     h.step = std::stoll(field("step"));
     h.epoch = std::stoll(field("epoch"));
     h.batch_in_epoch = std::stoll(field("batch_in_epoch"));
@@ -466,7 +474,7 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-std::pair<std::uint64_t, std::uint64_t> hash_fd(int fd, std::size_t from, const std::string& path);
+std::pair<std::uint32_t, std::uint64_t> hash_fd(int fd, std::size_t from, const std::string& path);
 
 // Reads the header and checks size and whole-file hash by streaming the file.
 Header verify_file(const std::string& path, bool hash_contents) {
@@ -487,12 +495,12 @@ Header verify_file(const std::string& path, bool hash_contents) {
   LOCKSTEP_CHECK(static_cast<std::uint64_t>(size) == h.file_bytes, path, ": has ", size,
                  " bytes but its header says ", h.file_bytes, " (bytes appended after writing)");
   if (!hash_contents) return h;
-  const std::uint64_t hash = hash_fd(f.fd, kHeaderBytes, path).first;
+  const std::uint32_t hash = hash_fd(f.fd, kHeaderBytes, path).first;
   LOCKSTEP_CHECK_HINT(hash == h.file_hash,
                       "the file was damaged after writing: resume from an "
                       "older checkpoint",
-                      path, ": checksum mismatch (file bytes hash to ", hex64(hash),
-                      ", header says ", hex64(h.file_hash), ")");
+                      path, ": checksum mismatch (file bytes hash to ", hex32(hash),
+                      ", header says ", hex32(h.file_hash), ")");
   return h;
 }
 
@@ -544,18 +552,18 @@ void write_hdf5_atomically(const std::string& path, std::size_t userblock, Fill 
   if (d.fd >= 0) ::fsync(d.fd);
 }
 
-// FNV-1a-64 of bytes [from, EOF) of an open file, and the file's size.
-std::pair<std::uint64_t, std::uint64_t> hash_fd(int fd, std::size_t from, const std::string& path) {
+// CRC-32 of bytes [from, EOF) of an open file, and the file's size.
+std::pair<std::uint32_t, std::uint64_t> hash_fd(int fd, std::size_t from, const std::string& path) {
   const off_t size = ::lseek(fd, 0, SEEK_END);
   LOCKSTEP_CHECK(size >= 0, path, ": cannot seek: ", errno_text());
   std::vector<char> buffer(kHashChunk);
-  std::uint64_t hash = detail::kFnvOffset;
+  std::uint32_t hash = 0;
   off_t offset = static_cast<off_t>(from);
   while (offset < size) {
     const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), offset);
     LOCKSTEP_CHECK(n > 0, path, ": read failed at byte ", offset, ": ",
                    n == 0 ? "unexpected end of file" : errno_text());
-    hash = detail::fnv1a64(buffer.data(), static_cast<std::size_t>(n), hash);
+    hash = detail::crc32(buffer.data(), static_cast<std::size_t>(n), hash);
     offset += n;
   }
   return {hash, static_cast<std::uint64_t>(size)};
@@ -605,13 +613,9 @@ std::vector<Listed> list_checkpoints(const std::string& dir) {
 
 // ---- public API ------------------------------------------------------------------------------
 
-std::uint64_t detail::fnv1a64(const void* data, std::size_t bytes, std::uint64_t h) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < bytes; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ULL;
-  }
-  return h;
+std::uint32_t detail::crc32(const void* data, std::size_t bytes, std::uint32_t crc) {
+  return static_cast<std::uint32_t>(
+      crc32_z(crc, static_cast<const Bytef*>(data), static_cast<z_size_t>(bytes)));
 }
 
 const Tensor& CheckpointState::tensor(const std::string& name) const {
@@ -676,8 +680,8 @@ void write_checkpoint(const std::string& path, const CheckpointState& state) {
   LOCKSTEP_CHECK(dup == seen.end(), path, ": two tensors are named '",
                  dup == seen.end() ? "" : *dup, "'");
 
-  const std::uint64_t tensors_hash = tensors_checksum(state.tensors);
-  const std::uint64_t content_hash = content_checksum(state, tensors_hash);
+  const std::uint32_t tensors_hash = tensors_checksum(state.tensors);
+  const std::uint32_t content_hash = content_checksum(state, tensors_hash);
   const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : ".";
   remove_stale_tmp_files(dir);
   auto fill = [&](hid_t file) {
@@ -704,7 +708,7 @@ void write_checkpoint(const std::string& path, const CheckpointState& state) {
       for (const auto& [name, tensor] : state.tensors)
         write_tensor(tensors.get(), name, tensor, path);
     }
-    write_string_attr(file, "checksum_fnv1a64", hex64(content_hash), path);
+    write_string_attr(file, "checksum_crc32", hex32(content_hash), path);
     write_i64_attr(file, "complete", 1, path);  // last: its presence means everything above is in
   };
   auto seal = [&](int fd, const std::string& tmp_name) {
@@ -767,13 +771,13 @@ CheckpointState read_checkpoint(const std::string& path) {
       s.tensors.push_back(read_tensor(tensors.get(), "/tensors", link, path));
     }
   }
-  const std::uint64_t tensors_hash = tensors_checksum(s.tensors);
+  const std::uint32_t tensors_hash = tensors_checksum(s.tensors);
   LOCKSTEP_CHECK(tensors_hash == header.tensors_hash, path, ": checksum mismatch: tensors hash to ",
-                 hex64(tensors_hash), ", header says ", hex64(header.tensors_hash));
-  const std::string stored = read_string_attr(f, "checksum_fnv1a64", path);
-  const std::string computed = hex64(content_checksum(s, tensors_hash));
+                 hex32(tensors_hash), ", header says ", hex32(header.tensors_hash));
+  const std::string stored = read_string_attr(f, "checksum_crc32", path);
+  const std::string computed = hex32(content_checksum(s, tensors_hash));
   LOCKSTEP_CHECK(stored == computed, path, ": checksum mismatch: content hashes to ", computed,
-                 ", checksum_fnv1a64 attribute says ", stored);
+                 ", checksum_crc32 attribute says ", stored);
   return s;
 }
 
@@ -880,12 +884,12 @@ ExportedParameters read_exported_parameters(const std::string& path) {
   return out;
 }
 
-std::int64_t rescale_batch_in_epoch(std::int64_t batch_in_epoch, std::int64_t old_global_batch,
-                                    std::int64_t new_global_batch) {
-  LOCKSTEP_CHECK(batch_in_epoch >= 0 && old_global_batch > 0 && new_global_batch > 0,
-                 "rescale_batch_in_epoch: batch_in_epoch ", batch_in_epoch, ", global batches ",
-                 old_global_batch, " -> ", new_global_batch);
-  return batch_in_epoch * old_global_batch / new_global_batch;
+std::int64_t rescale_batch_in_epoch(std::int64_t batch_in_epoch, std::int64_t old_samples_per_batch,
+                                    std::int64_t new_samples_per_batch) {
+  LOCKSTEP_CHECK(batch_in_epoch >= 0 && old_samples_per_batch > 0 && new_samples_per_batch > 0,
+                 "rescale_batch_in_epoch: batch_in_epoch ", batch_in_epoch, ", samples per batch ",
+                 old_samples_per_batch, " -> ", new_samples_per_batch);
+  return batch_in_epoch * old_samples_per_batch / new_samples_per_batch;
 }
 
 void detail::reseal_checkpoint_for_test(const std::string& path) {
@@ -895,7 +899,7 @@ void detail::reseal_checkpoint_for_test(const std::string& path) {
   LOCKSTEP_CHECK(bytes.size() > kHeaderBytes, path, ": too short to reseal");
   Header h = parse_header(bytes.data(), path);
   h.file_bytes = bytes.size();
-  h.file_hash = fnv1a64(bytes.data() + kHeaderBytes, bytes.size() - kHeaderBytes);
+  h.file_hash = crc32(bytes.data() + kHeaderBytes, bytes.size() - kHeaderBytes);
   const std::string text = format_header(h);
   std::fstream out(path, std::ios::binary | std::ios::in | std::ios::out);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));

@@ -378,11 +378,10 @@ TEST(CheckpointResume, PositionInEpochIsKeptInSamples) {
   EXPECT_THROW(rescale_batch_in_epoch(1, 0, 64), Error);
 }
 
-TEST(CheckpointHash, Fnv1a64MatchesPublishedVectors) {
-  // Test vectors from the FNV reference (isthe.com/chongo/tech/comp/fnv).
-  EXPECT_EQ(detail::fnv1a64("", 0), 0xcbf29ce484222325ULL);
-  EXPECT_EQ(detail::fnv1a64("a", 1), 0xaf63dc4c8601ec8cULL);
-  EXPECT_EQ(detail::fnv1a64("foobar", 6), 0x85944171f73967e8ULL);
+TEST(CheckpointHash, Crc32MatchesTheStandardCheckValue) {
+  // CRC-32/ISO-HDLC's published check value (CRC of "123456789"), as zlib.crc32 gives.
+  EXPECT_EQ(detail::crc32("123456789", 9), 0xCBF43926u);
+  EXPECT_EQ(detail::crc32("", 0), 0u);
   // Chaining equals hashing the concatenation.
-  EXPECT_EQ(detail::fnv1a64("bar", 3, detail::fnv1a64("foo", 3)), detail::fnv1a64("foobar", 6));
+  EXPECT_EQ(detail::crc32("6789", 4, detail::crc32("12345", 5)), 0xCBF43926u);
 }

@@ -74,12 +74,13 @@ struct ExportedParameters {
 };
 ExportedParameters read_exported_parameters(const std::string& path);
 
-// Where to resume inside the epoch when the global batch changed between save and resume (world
-// size changes with a fixed train.global_batch keep batch_in_epoch as is). The position is kept in
-// samples: floor(batch_in_epoch * old_global_batch / new_global_batch), so no sample is skipped
-// and at most one new global batch worth is seen twice.
-std::int64_t rescale_batch_in_epoch(std::int64_t batch_in_epoch, std::int64_t old_global_batch,
-                                    std::int64_t new_global_batch);
+// Where to resume inside the epoch when the samples per loader batch over all ranks (local batch
+// x world size = global batch / accumulation) changed between save and resume. World-size changes
+// with a fixed train.global_batch and accumulation keep batch_in_epoch as is. The position is kept
+// in samples: floor(batch_in_epoch * old_samples / new_samples), so no sample is skipped and at
+// most one new batch worth is seen twice.
+std::int64_t rescale_batch_in_epoch(std::int64_t batch_in_epoch, std::int64_t old_samples_per_batch,
+                                    std::int64_t new_samples_per_batch);
 
 // HDF5 link names cannot contain '/': names are stored percent-escaped ('%' -> %25, '/' -> %2F,
 // a name "." -> %2E), and each dataset also carries its real name in a "name" attribute.
@@ -87,9 +88,8 @@ std::string escape_h5_name(const std::string& name);
 std::string unescape_h5_name(const std::string& escaped);
 
 namespace detail {
-// The FNV-1a 64-bit hash, continued from `h` (for checksums that can be recomputed elsewhere).
-inline constexpr std::uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
-std::uint64_t fnv1a64(const void* data, std::size_t bytes, std::uint64_t h = kFnvOffset);
+// CRC-32 (zlib's, as Python's zlib.crc32) continued from `crc`; 0 starts a new one.
+std::uint32_t crc32(const void* data, std::size_t bytes, std::uint32_t crc = 0);
 // Recomputes and rewrites the user-block header of an existing checkpoint file so that its
 // file checksum matches its bytes again. Only for tests that build inconsistent files on purpose.
 void reseal_checkpoint_for_test(const std::string& path);
