@@ -173,6 +173,7 @@ int run_ops_bench(const Args& args) {
     const std::int64_t params = 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10;
     Tensor w = random({params}, 25), g = random({params}, 26), buf = random({params}, 27);
     Tensor m = random({params}, 28), v = random({params}, 29);
+    ops::scale(ctx, v, 0.0f);  // a second moment is never negative
     ops::SgdParams sp;
     sp.momentum = 0.9f;
     sp.weight_decay = 5e-4f;
