@@ -18,8 +18,10 @@ e2e_require_trainer() {
   [ -x "$TRAIN" ] || skip "$TRAIN not built (the trainer is not on this branch yet)"
   [ -x "$SHARD" ] || skip "$SHARD not built"
   command -v mpirun >/dev/null || skip "mpirun not installed"
-  "$TRAIN" --help 2>/dev/null | grep -q "checkpoint.dir" ||
-    skip "this lockstep-train has no checkpoint.* options yet"
+  # Captured first: grep -q would close the pipe early, and pipefail would turn SIGPIPE into "no".
+  local help
+  help=$("$TRAIN" --help 2>/dev/null)
+  grep -q "checkpoint.dir" <<<"$help" || skip "this lockstep-train has no checkpoint.* options yet"
 }
 
 # WORK: a fresh folder, removed at exit unless LOCKSTEP_KEEP_E2E=1.
