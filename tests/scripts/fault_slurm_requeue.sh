@@ -7,7 +7,7 @@
 # requeues the job; the second start resumes (--train.resume=auto) and finishes: the job ends
 # COMPLETED, ExitCode 0:0, Restarts=1, and its second run starts at the stop step + 1.
 # Slurm holds a requeued job for about 2 minutes (EligibleTime); the test releases it at once
-# with `scontrol update StartTime=now` once the node is idle again.
+# with `scontrol update StartTime=now` once the first start's job steps are gone.
 # A wrapper around lockstep-train (made here) lets a start that resumes run only 20 more steps
 # while the first start runs until signalled, with the same job arguments.
 # Needs the trainer's checkpoint integration (skips with a reason until lockstep-train has it).
@@ -83,13 +83,14 @@ until [ "$(field Restarts)" = 1 ]; do
   sleep 0.5
 done
 stop=$(latest_step "$ck")
-# Release it only once the node is idle: the first start's step must be fully cleaned up, or the
-# new start's step (same id, JOB.0) is refused ("aborted before step completely launched").
-# Slurm's own hold of about 2 minutes normally covers this.
-until [ "$(sinfo -h -N -o '%T' | head -n1)" = idle ]; do
-  [ "$SECONDS" -lt "$deadline" ] || { cat "$out"; fail "the node did not become idle after the requeue"; }
+# Release it only once the first start's slurmstepd processes are gone: the new start's step has
+# the same id (JOB.0), and while the old one still tears down its PMIx socket the new one fails
+# ("aborted before step completely launched"). Slurm's own ~2 minute hold normally covers this.
+until [ "$(sinfo -h -N -o '%T' | head -n1)" = idle ] && ! pgrep -f "slurmstepd: \[$job\." >/dev/null; do
+  [ "$SECONDS" -lt "$deadline" ] || { cat "$out"; fail "the first start's step did not end after the requeue"; }
   sleep 0.5
 done
+sleep 1
 note "requeued after a stop at step $stop; releasing it now"
 scontrol update JobId="$job" StartTime=now || fail "could not release the requeued job"
 deadline=$((SECONDS + 120))
