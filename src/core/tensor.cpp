@@ -25,7 +25,7 @@ std::string shape_str(const Shape& shape) {
 }
 
 Storage::Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(device) {
-  data_ = allocator_for(device).allocate(bytes);
+  data_ = allocator_for(device).allocate_on(device, bytes);
 }
 
 Storage::~Storage() { allocator_for(device_).deallocate(data_, bytes_); }

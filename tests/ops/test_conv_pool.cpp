@@ -19,10 +19,12 @@ struct ConvCase {
   int stride, pad;
 };
 const ConvCase kConvCases[] = {
-    {1, 1, 5, 5, 2, 3, 3, 1, 0},  // batch 1, single channel
-    {2, 3, 7, 6, 4, 3, 3, 2, 1},  // odd sizes, stride 2, padding
-    {3, 2, 8, 9, 5, 2, 3, 2, 0},  // non-square kernel, stride leaves a remainder
-    {2, 4, 6, 6, 3, 5, 5, 1, 2},  // "same" padding
+    {1, 1, 5, 5, 2, 3, 3, 1, 0},   // batch 1, single channel
+    {2, 3, 7, 6, 4, 3, 3, 2, 1},   // odd sizes, stride 2, padding
+    {3, 2, 8, 9, 5, 2, 3, 2, 0},   // non-square kernel, stride leaves a remainder
+    {2, 4, 6, 6, 3, 5, 5, 1, 2},   // "same" padding
+    {2, 9, 7, 5, 10, 3, 3, 2, 1},  // >= 8 input channels: oneDNN's blocked layouts
+    {1, 16, 6, 6, 8, 3, 3, 1, 1},
 };
 
 // Index helpers for NCHW / OIHW.

@@ -131,3 +131,26 @@ TEST(OptimizerKernels, LongTensorsMatchDoubleLoopsOnTwoThreads) {
   EXPECT_TRUE(all_close(v, vv, 1e-5, 1e-9));
   EXPECT_TRUE(all_close(p, pv, 1e-5, 1e-6));
 }
+
+TEST(OptimizerKernels, UpdatesAreBitwiseIndependentOfThreadCount) {
+  // Thread ranges move the boundary between the vectorised body and the scalar tail; both must
+  // give the same bits for every element.
+  const Shape shape{100003};
+  std::vector<Tensor> params;
+  for (int threads : {1, 2}) {
+    ops::Context ctx(Device::cpu(), threads);
+    Tensor p = random_tensor(shape, 1), g = random_tensor(shape, 2);
+    Tensor m = random_tensor(shape, 3), v = random_tensor(shape, 4, 0.0f, 1.0f);
+    Tensor buf = random_tensor(shape, 5);
+    ops::AdamWParams ap;
+    ap.step = 3;
+    ops::adamw_update(ctx, p, g, m, v, ap);
+    ops::SgdParams sp;
+    sp.momentum = 0.9f;
+    sp.nesterov = true;
+    sp.weight_decay = 1e-4f;
+    ops::sgd_update(ctx, p, g, buf, sp);
+    params.push_back(p);
+  }
+  EXPECT_TRUE(lockstep::testing::bitwise_equal(params[0], params[1]));
+}

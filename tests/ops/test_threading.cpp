@@ -18,19 +18,19 @@ namespace {
 // repeated; returns the outputs (weight gradients accumulate across the repeats).
 std::vector<Tensor> run_sequence(ops::Context& ctx, std::uint64_t seed, int repeats) {
   const Shape act{8, 16, 12, 12};
-  Tensor x = random_tensor({8, 3, 12, 12}, seed + 1);
-  Tensor w = random_tensor({16, 3, 3, 3}, seed + 2), b = random_tensor({16}, seed + 3);
+  Tensor x = random_tensor({8, 8, 12, 12}, seed + 1);
+  Tensor w = random_tensor({16, 8, 3, 3}, seed + 2), b = random_tensor({16}, seed + 3);
   Tensor gamma = random_tensor({16}, seed + 4, 0.5f, 1.5f), beta = random_tensor({16}, seed + 5);
   Tensor a = random_tensor({96, 200}, seed + 6), wl = random_tensor({130, 200}, seed + 7);
   Tensor rm = Tensor::zeros({16}), rv = Tensor::zeros({16});
-  Tensor dw = Tensor::zeros({16, 3, 3, 3}), db = Tensor::zeros({16});
+  Tensor dw = Tensor::zeros({16, 8, 3, 3}), db = Tensor::zeros({16});
   Tensor dgamma = Tensor::zeros({16}), dbeta = Tensor::zeros({16});
   Tensor h = Tensor::empty({96, 130}), dwl = Tensor::zeros({130, 200}),
          da = Tensor::empty({96, 200});
   Tensor y = Tensor::empty(act), z = Tensor::empty(act), r = Tensor::empty(act);
   Tensor pooled = Tensor::empty({8, 16, 6, 6}), ws, dr = Tensor::empty(act),
          dz = Tensor::empty(act);
-  Tensor dx = Tensor::empty({8, 3, 12, 12});
+  Tensor dx = Tensor::empty({8, 8, 12, 12});
   Tensor mean = Tensor::empty({16}), invstd = Tensor::empty({16});
   const ops::Conv2dParams cp{1, 1, 1, 1};
   const ops::Pool2dParams pp{};

@@ -2,8 +2,13 @@
 // backward takes dL/dy, accumulates dL/dparam into each Parameter's grad (+=) and returns dL/dx.
 // Parameters and buffers have stable dotted names ("3.weight", "5.bn1.running_mean") by which
 // checkpoints, the reducer and the DataParallel baseline address them.
+// Tensors a module returns (outputs, dL/dx) live in buffers the module reuses on its next call
+// when nobody else still holds them (see src/nn/buffers.hpp), so holding on to one is safe but
+// costs a fresh allocation. backward consumes the input cached by forward: one backward per
+// forward, in training and evaluation mode alike.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -39,6 +44,14 @@ class Module {
   virtual Tensor forward(ops::Context& ctx, const Tensor& x) = 0;
   virtual Tensor backward(ops::Context& ctx, const Tensor& dy) = 0;
 
+  // (Re)initialises parameters and per-layer random state from Philox(seed, hash of each full
+  // parameter name), so values never depend on thread count or on other layers. `prefix` is the
+  // name prefix collect_parameters is given ("3.", "5.conv1.").
+  virtual void reset_parameters(std::uint64_t seed, const std::string& prefix) {
+    (void)seed;
+    (void)prefix;
+  }
+
   // Parameters/buffers of this module and its children, in forward order, names prefixed.
   virtual void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) {
     (void)prefix;
@@ -51,6 +64,11 @@ class Module {
   // Training mode (BatchNorm batch statistics, Dropout active) vs evaluation.
   virtual void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
+  // Whether backward must produce dL/dx. A model turns it off for its first layer (the input
+  // needs no gradient; for an MLP that skips the largest GEMM of the backward pass); backward
+  // then returns an undefined Tensor.
+  virtual void set_input_grad(bool needed) { input_grad_ = needed; }
+  bool input_grad() const { return input_grad_; }
   // Forward FLOPs for one sample of the given input shape (multiply-add = 2); for benchmarks.
   virtual double forward_flops(const Shape& input) const {
     (void)input;
@@ -59,6 +77,7 @@ class Module {
 
  protected:
   bool training_ = true;
+  bool input_grad_ = true;
 };
 
 }  // namespace lockstep::nn

@@ -1,10 +1,13 @@
 // CPU convolution through oneDNN (pooling is own loops: cpu_pool.cpp). Each distinct
 // (op, shape, params) gets its primitive descriptor, argument map, scratchpad and reorders built
 // once and cached in this backend, i.e. per Context: two Contexts never share a cache and need no
-// lock. oneDNN picks the memory layout (format "any": blocked nChw8c/OIhw8i8o on AVX2), because
-// with plain NCHW it falls back to im2col+gemm kernels that measured up to 100x slower
-// (backward weights of a 1-channel input); lockstep tensors stay NCHW/OIHW, so each call
-// reorders into and out of the chosen layout where they differ (docs/PERFORMANCE.md).
+// lock. Layouts (measured, docs/PERFORMANCE.md): oneDNN picks them (format "any": blocked
+// nChw8c/OIhw8i8o on AVX2) for backward-weights always and for forward/backward-data when the
+// input has at least kBlockedMinChannels channels; with plain NCHW it falls back to im2col+gemm
+// kernels that were 1.5x slower there and 25x slower for 1-channel backward-weights. For inputs
+// with few channels (the first layer) plain NCHW forward/backward-data was 2-4x faster, the
+// reorders costing more than the blocked kernel saves. lockstep tensors stay NCHW/OIHW, so each
+// call reorders into and out of the chosen layout where they differ.
 // LOCKSTEP_ONEDNN_PLAIN=1 in the environment forces plain layouts, for that comparison.
 // Parameter gradients accumulate (dw += ...): oneDNN writes its weight/bias gradients to
 // buffers owned by the cache entry, which are then added into dw/db.
@@ -63,8 +66,11 @@ struct Prim {
 memory::desc plain(const memory::dims& d, Tag tag) {
   return memory::desc(d, Dt::f32, tag);
 }
-memory::desc chosen(const memory::dims& d, Tag tag) {
-  return memory::desc(d, Dt::f32, force_plain_layout() ? tag : Tag::any);
+// Below this many input channels forward and backward-data use plain NCHW (see the top).
+constexpr std::int64_t kBlockedMinChannels = 8;
+
+memory::desc chosen(const memory::dims& d, Tag tag, bool blocked) {
+  return memory::desc(d, Dt::f32, blocked && !force_plain_layout() ? Tag::any : tag);
 }
 
 // Right padding that makes oneDNN's output size equal ours: the exact value can be below the
@@ -194,16 +200,16 @@ Key conv_key(PrimKind kind, const Shape& x, const Shape& w, const Conv2dParams& 
           0,
           0};
 }
-dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, bool bias,
+dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, bool bias, bool blocked,
                                                       const dnnl::engine& eng) {
   using CF = dnnl::convolution_forward;
-  auto d = bias
-               ? CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                          chosen(g.src, Tag::nchw), chosen(g.wei, Tag::oihw), plain(g.bias, Tag::x),
-                          chosen(g.dst, Tag::nchw), g.strides, g.pad_l, g.pad_r)
-               : CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                          chosen(g.src, Tag::nchw), chosen(g.wei, Tag::oihw),
-                          chosen(g.dst, Tag::nchw), g.strides, g.pad_l, g.pad_r);
+  auto d = bias ? CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                           chosen(g.src, Tag::nchw, blocked), chosen(g.wei, Tag::oihw, blocked),
+                           plain(g.bias, Tag::x), chosen(g.dst, Tag::nchw, blocked), g.strides,
+                           g.pad_l, g.pad_r)
+                : CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                           chosen(g.src, Tag::nchw, blocked), chosen(g.wei, Tag::oihw, blocked),
+                           chosen(g.dst, Tag::nchw, blocked), g.strides, g.pad_l, g.pad_r);
   return CF::primitive_desc(d, user_scratchpad(), eng);
 }
 
@@ -215,7 +221,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
   DnnlState& s = *dnnl_;
   Prim& prim = s.get(conv_key(PrimKind::ConvFwd, x.shape(), w.shape(), p, bias), [&](Prim& e) {
     ConvGeom g = conv_geom(x.shape(), w.shape(), y.shape(), p);
-    auto pd = conv_fwd_pd(g, bias, s.engine);
+    auto pd = conv_fwd_pd(g, bias, g.src[1] >= kBlockedMinChannels, s.engine);
     e.prim = dnnl::convolution_forward(pd);
     s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, Tag::nchw), pd.src_desc());
     s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
@@ -236,10 +242,12 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor&
   Prim& prim =
       s.get(conv_key(PrimKind::ConvBwdData, dx.shape(), w.shape(), p, false), [&](Prim& e) {
         ConvGeom g = conv_geom(dx.shape(), w.shape(), dy.shape(), p);
-        auto fwd = conv_fwd_pd(g, false, s.engine);
+        const bool blocked = g.src[1] >= kBlockedMinChannels;
+        auto fwd = conv_fwd_pd(g, false, blocked, s.engine);
         using CB = dnnl::convolution_backward_data;
-        CB::desc d(dnnl::algorithm::convolution_direct, chosen(g.src, Tag::nchw),
-                   chosen(g.wei, Tag::oihw), chosen(g.dst, Tag::nchw), g.strides, g.pad_l, g.pad_r);
+        CB::desc d(dnnl::algorithm::convolution_direct, chosen(g.src, Tag::nchw, blocked),
+                   chosen(g.wei, Tag::oihw, blocked), chosen(g.dst, Tag::nchw, blocked), g.strides,
+                   g.pad_l, g.pad_r);
         CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
         e.prim = CB(pd);
         s.add_port(e, DNNL_ARG_DIFF_DST, false, plain(g.dst, Tag::nchw), pd.diff_dst_desc());
@@ -260,14 +268,16 @@ void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tens
   Prim& prim =
       s.get(conv_key(PrimKind::ConvBwdWeights, x.shape(), dw.shape(), p, bias), [&](Prim& e) {
         ConvGeom g = conv_geom(x.shape(), dw.shape(), dy.shape(), p);
-        auto fwd = conv_fwd_pd(g, bias, s.engine);
+        const bool blocked = true;  // fastest for every shape measured
+        auto fwd = conv_fwd_pd(g, bias, blocked, s.engine);
         using CB = dnnl::convolution_backward_weights;
-        auto d = bias ? CB::desc(dnnl::algorithm::convolution_direct, chosen(g.src, Tag::nchw),
-                                 chosen(g.wei, Tag::oihw), plain(g.bias, Tag::x),
-                                 chosen(g.dst, Tag::nchw), g.strides, g.pad_l, g.pad_r)
-                      : CB::desc(dnnl::algorithm::convolution_direct, chosen(g.src, Tag::nchw),
-                                 chosen(g.wei, Tag::oihw), chosen(g.dst, Tag::nchw), g.strides,
-                                 g.pad_l, g.pad_r);
+        auto d =
+            bias ? CB::desc(dnnl::algorithm::convolution_direct, chosen(g.src, Tag::nchw, blocked),
+                            chosen(g.wei, Tag::oihw, blocked), plain(g.bias, Tag::x),
+                            chosen(g.dst, Tag::nchw, blocked), g.strides, g.pad_l, g.pad_r)
+                 : CB::desc(dnnl::algorithm::convolution_direct, chosen(g.src, Tag::nchw, blocked),
+                            chosen(g.wei, Tag::oihw, blocked), chosen(g.dst, Tag::nchw, blocked),
+                            g.strides, g.pad_l, g.pad_r);
         CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
         e.prim = CB(pd);
         s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, Tag::nchw), pd.src_desc());

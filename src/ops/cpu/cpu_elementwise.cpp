@@ -16,6 +16,7 @@ void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
   const float* px = x.data<float>();
   float* py = y.data<float>();
   parallel_range(ctx_.pool(), x.numel(), kParallelGrain, [&](std::int64_t b, std::int64_t e) {
+    LOCKSTEP_IVDEP
     for (std::int64_t i = b; i < e; ++i)
       py[i] = px[i] > 0.0f ? px[i] : 0.0f;
   });
@@ -26,8 +27,11 @@ void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   const float* pdy = dy.data<float>();
   float* pdx = dx.data<float>();
   parallel_range(ctx_.pool(), y.numel(), kParallelGrain, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i)
-      pdx[i] = py[i] > 0.0f ? pdy[i] : 0.0f;
+    LOCKSTEP_IVDEP
+    for (std::int64_t i = b; i < e; ++i) {
+      const float g = pdy[i];  // loaded unconditionally, so the select vectorises
+      pdx[i] = py[i] > 0.0f ? g : 0.0f;
+    }
   });
 }
 
@@ -61,6 +65,7 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   const float* pb = b.data<float>();
   float* po = out.data<float>();
   parallel_range(ctx_.pool(), a.numel(), kParallelGrain, [&](std::int64_t s, std::int64_t e) {
+    LOCKSTEP_IVDEP
     for (std::int64_t i = s; i < e; ++i)
       po[i] = pa[i] + pb[i];
   });
@@ -70,6 +75,7 @@ void CpuBackend::axpy(float alpha, const Tensor& x, Tensor& y) {
   const float* px = x.data<float>();
   float* py = y.data<float>();
   parallel_range(ctx_.pool(), x.numel(), kParallelGrain, [&](std::int64_t b, std::int64_t e) {
+    LOCKSTEP_IVDEP
     for (std::int64_t i = b; i < e; ++i)
       py[i] += alpha * px[i];
   });
@@ -78,6 +84,7 @@ void CpuBackend::axpy(float alpha, const Tensor& x, Tensor& y) {
 void CpuBackend::scale(Tensor& x, float alpha) {
   float* px = x.data<float>();
   parallel_range(ctx_.pool(), x.numel(), kParallelGrain, [&](std::int64_t b, std::int64_t e) {
+    LOCKSTEP_IVDEP
     for (std::int64_t i = b; i < e; ++i)
       px[i] *= alpha;
   });
@@ -114,8 +121,11 @@ void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, float p,
   float* pdx = dx.data<float>();
   const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
   parallel_range(ctx_.pool(), dy.numel(), kParallelGrain, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i)
-      pdx[i] = pm[i] ? pdy[i] * keep_scale : 0.0f;
+    LOCKSTEP_IVDEP
+    for (std::int64_t i = b; i < e; ++i) {
+      const float g = pdy[i] * keep_scale;  // unconditional, so the select vectorises
+      pdx[i] = pm[i] ? g : 0.0f;
+    }
   });
 }
 

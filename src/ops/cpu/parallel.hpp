@@ -8,6 +8,16 @@
 
 #include "lockstep/core/thread_pool.hpp"
 
+// Elementwise outputs may be the same tensor as an input (in place: relu_backward into dy,
+// axpy, optimizer updates), never a partially overlapping view. GCC's runtime alias check
+// treats exact aliasing as overlap and falls back to scalar code, so the loops that allow it
+// say there is no loop-carried dependence.
+#if defined(__GNUC__) && !defined(__clang__)
+#define LOCKSTEP_IVDEP _Pragma("GCC ivdep")
+#else
+#define LOCKSTEP_IVDEP
+#endif
+
 namespace lockstep::ops::cpu {
 
 // Runs f(begin, end) on contiguous ranges covering [0, n): one range per pool thread when there

@@ -1,0 +1,214 @@
+// lockstep-bench mlp: one training step (forward, loss, backward, SGD step) of an MLP, by default
+// 784-1024-1024-10 at batch 256, against the time its GEMMs alone take on the same Context.
+//
+// The bound is the sum, over the GEMMs the step really runs, of each GEMM's median time when run
+// alone with the same shape, transposes and beta (forward x W^T, weight gradient dy^T x, and input
+// gradient dy W for every layer but the first, whose input needs no gradient). fraction_of_bound
+// = bound / step time: 1.0 would mean everything that is not a GEMM (bias, ReLU, loss, optimizer,
+// memory traffic) costs nothing. The brief-style figure fraction_of_3x_bound charges 3 x forward
+// FLOPs at the measured GEMM rate instead, i.e. also counts the first layer's skipped input
+// gradient. A per-phase split from a separately timed, instrumented run shows where the rest goes.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "bench.hpp"
+#include "lockstep/core/rng.hpp"
+#include "lockstep/nn/linear.hpp"
+#include "lockstep/nn/loss.hpp"
+#include "lockstep/nn/model.hpp"
+#include "lockstep/ops/ops.hpp"
+#include "lockstep/optim/sgd.hpp"
+
+namespace lockstep::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Median over `reps` of the mean time of `iters` calls of fn (after one untimed warm-up call).
+double time_median(int reps, int iters, const std::function<void()>& fn, ops::Context& ctx) {
+  fn();
+  ctx.synchronize();
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i)
+      fn();
+    ctx.synchronize();
+    times.push_back(seconds_since(t0) / iters);
+  }
+  return median(times);
+}
+
+Tensor random_f32(const Shape& shape, std::uint64_t stream) {
+  std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
+  Philox(1, stream).fill_uniform(v.data(), static_cast<std::int64_t>(v.size()), -1.0f, 1.0f);
+  return Tensor::from_vector(v, shape);
+}
+
+struct Gemm {
+  std::string name;
+  bool trans_a, trans_b;
+  std::int64_t m, n, k;  // C[m, n] = op(A)[m, k] op(B)[k, n]
+  float beta;
+  double seconds = 0.0;
+  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * k; }
+};
+
+int run(const Args& args) {
+  const int threads = static_cast<int>(args.get_int("threads", 2));
+  const std::int64_t batch = args.get_int("batch", 256);
+  const std::string spec = args.get("model", "mlp:1024,1024");
+  const int reps = static_cast<int>(args.get_int("reps", 7));
+  const int steps = static_cast<int>(args.get_int("steps", 10));
+  LOCKSTEP_CHECK(reps >= 5, "--reps must be at least 5 (medians of >= 5 repetitions), got ", reps);
+  LOCKSTEP_CHECK(threads >= 1 && batch >= 1 && steps >= 1,
+                 "--threads, --batch, --steps must be positive");
+  const std::int64_t classes = 10;
+  const Shape sample{1, 28, 28};
+
+  ops::Context ctx(Device::cpu(), threads);
+  nn::Model model = nn::Model::build(spec, sample, classes, 1);
+  optim::Sgd sgd(model.parameters(), {.lr = 0.01f, .momentum = 0.9f});
+  nn::SoftmaxCrossEntropy loss;
+  Tensor x = random_f32({batch, 1, 28, 28}, 1);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<std::int32_t>(i % classes);
+  Tensor y = Tensor::from_vector(labels, {batch});
+  const float scale = 1.0f / static_cast<float>(batch);
+
+  auto step = [&] {
+    model.zero_grad(ctx);
+    Tensor logits = model.forward(ctx, x);
+    loss.forward(ctx, logits, y);
+    model.backward(ctx, loss.backward(ctx, scale));
+    sgd.step(ctx);
+  };
+  double step_s = time_median(reps, steps, step, ctx);
+
+  // The GEMMs of one step, each timed alone on the same context.
+  std::vector<Gemm> gemms;
+  bool first_linear = true;
+  for (std::size_t i = 0; i < model.num_layers(); ++i) {
+    auto* lin = dynamic_cast<nn::Linear*>(&model.layer(i));
+    if (!lin) continue;
+    std::int64_t in = lin->in_features(), out = lin->out_features();
+    gemms.push_back({str(i, ".forward"), false, true, batch, out, in, 0.0f});
+    gemms.push_back({str(i, ".weight_grad"), true, false, out, in, batch, 1.0f});
+    if (!first_linear) gemms.push_back({str(i, ".input_grad"), false, false, batch, in, out, 0.0f});
+    first_linear = false;
+  }
+  double bound_s = 0.0, gemm_flops = 0.0;
+  for (Gemm& g : gemms) {
+    Tensor a = random_f32(g.trans_a ? Shape{g.k, g.m} : Shape{g.m, g.k}, 2);
+    Tensor b = random_f32(g.trans_b ? Shape{g.n, g.k} : Shape{g.k, g.n}, 3);
+    Tensor c = random_f32({g.m, g.n}, 4);
+    g.seconds = time_median(
+        reps, steps, [&] { ops::gemm(ctx, g.trans_a, g.trans_b, 1.0f, a, b, g.beta, c); }, ctx);
+    bound_s += g.seconds;
+    gemm_flops += g.flops();
+  }
+  double gemm_rate = gemm_flops / bound_s;
+  double fwd_flops = model.forward_flops() * static_cast<double>(batch);
+  double bound_3x_s = 3.0 * fwd_flops / gemm_rate;
+
+  // Where the time goes: the same step, layer by layer, with a synchronised timer per phase.
+  std::vector<std::pair<std::string, std::vector<double>>> phases;
+  auto timed = [&](const std::string& name, const std::function<void()>& fn, int rep) {
+    auto t0 = Clock::now();
+    fn();
+    ctx.synchronize();
+    double t = seconds_since(t0);
+    auto it = std::find_if(phases.begin(), phases.end(), [&](auto& p) { return p.first == name; });
+    if (it == phases.end()) {
+      phases.push_back({name, {}});
+      it = phases.end() - 1;
+    }
+    if (rep >= 0) it->second.push_back(t);
+  };
+  for (int rep = -1; rep < reps * steps; ++rep) {  // rep -1 warms up and is not recorded
+    timed(
+        "zero_grad", [&] { model.zero_grad(ctx); }, rep);
+    Tensor h = x;
+    for (std::size_t i = 0; i < model.num_layers(); ++i) {
+      timed(
+          str(i, ".", model.layer(i).type(), ".forward"),
+          [&] { h = model.layer(i).forward(ctx, h); }, rep);
+    }
+    Tensor d;
+    timed(
+        "loss.forward+backward",
+        [&] {
+          loss.forward(ctx, h, y);
+          d = loss.backward(ctx, scale);
+        },
+        rep);
+    for (std::size_t i = model.num_layers(); i-- > 0;) {
+      timed(
+          str(i, ".", model.layer(i).type(), ".backward"),
+          [&] { d = model.layer(i).backward(ctx, d); }, rep);
+    }
+    timed(
+        "sgd.step", [&] { sgd.step(ctx); }, rep);
+  }
+
+  std::ostringstream json;
+  json << "{\"benchmark\": \"mlp\", \"machine\": " << machine_json() << ",\n"
+       << " \"config\": {\"model\": \"" << spec << "\", \"layers\": \"" << model.layer_spec()
+       << "\", \"batch\": " << batch << ", \"threads\": " << threads << ", \"reps\": " << reps
+       << ", \"steps_per_rep\": " << steps << "},\n"
+       << " \"step_ms\": " << step_s * 1e3 << ", \"samples_per_s\": " << batch / step_s << ",\n"
+       << " \"gemm_bound_ms\": " << bound_s * 1e3 << ", \"gemm_gflops\": " << gemm_rate * 1e-9
+       << ", \"fraction_of_bound\": " << bound_s / step_s << ",\n"
+       << " \"forward_gflop_per_step\": " << fwd_flops * 1e-9
+       << ", \"bound_3x_ms\": " << bound_3x_s * 1e3
+       << ", \"fraction_of_3x_bound\": " << bound_3x_s / step_s << ",\n"
+       << " \"gemms\": [";
+  for (std::size_t i = 0; i < gemms.size(); ++i) {
+    const Gemm& g = gemms[i];
+    json << (i ? ",\n   " : "\n   ") << "{\"name\": \"" << g.name << "\", \"m\": " << g.m
+         << ", \"n\": " << g.n << ", \"k\": " << g.k << ", \"trans_a\": " << g.trans_a
+         << ", \"trans_b\": " << g.trans_b << ", \"ms\": " << g.seconds * 1e3
+         << ", \"gflops\": " << g.flops() / g.seconds * 1e-9 << "}";
+  }
+  json << "],\n \"phases_ms\": {";
+  double phase_total = 0.0;
+  for (std::size_t i = 0; i < phases.size(); ++i) {
+    double ms = median(phases[i].second) * 1e3;
+    phase_total += ms;
+    json << (i ? ",\n   " : "\n   ") << "\"" << phases[i].first << "\": " << ms;
+  }
+  json << "},\n \"phases_total_ms\": " << phase_total << "}\n";
+  write_output(args, json.str());
+
+  std::fprintf(stderr,
+               "mlp %s batch %lld threads %d: %.2f ms/step, %.0f samples/s; GEMMs alone %.2f ms "
+               "(%.1f GFLOP/s) -> %.3f of bound (%.3f of the 3x-forward bound)\n",
+               spec.c_str(), static_cast<long long>(batch), threads, step_s * 1e3, batch / step_s,
+               bound_s * 1e3, gemm_rate * 1e-9, bound_s / step_s, bound_3x_s / step_s);
+  for (auto& [name, t] : phases) {
+    std::fprintf(stderr, "  %-28s %8.3f ms\n", name.c_str(), median(t) * 1e3);
+  }
+  return 0;
+}
+
+}  // namespace
+
+LOCKSTEP_BENCH(
+    "mlp", "MLP training step vs the GEMM bound (--threads=2 --batch=256 --model=mlp:1024,1024)",
+    run);
+
+}  // namespace lockstep::bench

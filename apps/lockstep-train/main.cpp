@@ -1,0 +1,41 @@
+// lockstep-train: runs one experiment from a config file (see --help). Launch with mpirun/srun for
+// several ranks; every rank runs this same main.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "lockstep/comm/bootstrap.hpp"
+#include "lockstep/comm/mpi_communicator.hpp"
+#include "lockstep/core/error.hpp"
+#include "lockstep/train/config.hpp"
+#include "lockstep/train/trainer.hpp"
+
+int main(int argc, char** argv) {
+  using namespace lockstep;
+  // Parse before MPI so --help and config errors need no MPI launch; under mpirun every rank
+  // parses the same arguments, so an error here is the same on every rank.
+  train::ParsedArgs args;
+  try {
+    args = train::parse_args(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lockstep-train: error: %s\n", e.what());
+    return 2;
+  }
+  if (args.help) {
+    std::cout << train::help_text();
+    return 0;
+  }
+  if (args.print_config) {
+    std::cout << train::to_ini(args.config);
+    return 0;
+  }
+  comm::MpiSession session(&argc, &argv);
+  return comm::run_or_abort([&] {
+    auto comm = comm::make_mpi_communicator(session);
+    if (session.rank() == 0 && args.config.log_progress != "none")
+      std::fprintf(stderr, "lockstep-train: %s\n", session.describe().c_str());
+    train::run_training(args.config, *comm, args.eval_only);
+    comm->barrier();
+    return 0;
+  });
+}

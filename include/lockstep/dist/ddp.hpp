@@ -1,0 +1,59 @@
+// DdpEngine: lockstep's DistributedDataParallel. Each MPI rank owns one replica; at construction
+// rank 0's parameters and buffers are broadcast so replicas start identical whatever their seed;
+// during backward the Reducer averages gradient buckets as they complete. BatchNorm running
+// statistics follow PyTorch's default (broadcast_buffers=True): rank 0's buffers are broadcast
+// at the start of every step, so evaluation on any rank uses the same statistics.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "lockstep/comm/communicator.hpp"
+#include "lockstep/dist/engine.hpp"
+#include "lockstep/dist/reducer.hpp"
+#include "lockstep/nn/loss.hpp"
+
+namespace lockstep::dist {
+
+// How raw input batches become network inputs: y = (x/255 - mean[c]) / std[c] for u8 data.
+struct InputNormalization {
+  std::vector<float> mean;
+  std::vector<float> stddev;
+};
+
+struct DdpOptions {
+  ReducerOptions reducer;
+  bool sync = true;  // false: no gradient communication at all (to measure its cost)
+  InputNormalization input;
+};
+
+class DdpEngine final : public Engine {
+ public:
+  DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& comm, DdpOptions options);
+
+  nn::Model& model() override { return model_; }
+  ops::Context& context() override { return ctx_; }
+  void begin_step() override;
+  float forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
+                         bool last_micro) override;
+  void finish_gradients() override;
+  StepTimes times() const override { return times_; }
+
+  const Reducer& reducer() const { return *reducer_; }
+
+ private:
+  ops::Context& ctx_;
+  nn::Model& model_;
+  comm::Communicator& comm_;
+  DdpOptions options_;
+  std::unique_ptr<Reducer> reducer_;
+  nn::SoftmaxCrossEntropy loss_;
+  Tensor input_;  // normalised input on the device, reused across steps
+  StepTimes times_;
+};
+
+// Prepares a host batch for the network on ctx's device: copy (when the device is a GPU) and
+// normalise into `out` (reallocated only when the shape changes). Shared by every engine.
+void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization& norm, Tensor& out);
+
+}  // namespace lockstep::dist

@@ -1,0 +1,48 @@
+// Engine: how one training process turns a batch into averaged gradients on the model the
+// optimizer updates. The trainer is written once over this interface; the strategies differ only
+// here:
+//   DdpEngine          one replica per MPI rank; gradients averaged by the Reducer during backward
+//                      (parallel = ddp, and parallel = none as the 1-rank case).
+//   DataParallelEngine one process, one thread per replica; replica 0 is the master (parallel = dp).
+#pragma once
+
+#include <cstdint>
+
+#include "lockstep/core/tensor.hpp"
+#include "lockstep/nn/model.hpp"
+#include "lockstep/ops/context.hpp"
+
+namespace lockstep::dist {
+
+// Seconds spent in each part of an optimizer step on this process (wall-clock, summed over the
+// step's micro-steps).
+struct StepTimes {
+  double compute = 0;       // forward, loss, backward (including overlapped communication)
+  double comm_exposed = 0;  // waiting for gradient communication after backward
+  double param_copy = 0;    // DataParallel: copying master parameters to the replicas
+  double grad_gather = 0;   // DataParallel: summing replica gradients onto the master
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // The model the optimizer updates, and the context it runs on.
+  virtual nn::Model& model() = 0;
+  virtual ops::Context& context() = 0;
+
+  // Starts an optimizer step: gradients to zero (and, for DP, replicas refreshed).
+  virtual void begin_step() = 0;
+  // Forward, loss and backward of one micro-batch (host tensors x [b, ...], i32 y [b]),
+  // accumulating into the gradients with dL/dlogits scaled by loss_scale. last_micro marks the
+  // micro-step after which gradients must be complete (DDP communicates only then).
+  // Returns the micro-batch's mean loss.
+  virtual float forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
+                                 bool last_micro) = 0;
+  // Waits until the gradients of the model() are complete and averaged.
+  virtual void finish_gradients() = 0;
+  // Time split of the step since begin_step().
+  virtual StepTimes times() const = 0;
+};
+
+}  // namespace lockstep::dist

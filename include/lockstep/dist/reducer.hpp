@@ -1,0 +1,90 @@
+// Reducer: averages gradients across ranks while backward is still running (PyTorch DDP's
+// reducer, over lockstep's Communicator). Gradients live in flat buckets, filled in reverse
+// parameter order because backward produces them in that order; every Parameter::grad is a view
+// into its bucket, so neither the layers nor the allreduce copy anything. When the last gradient
+// of a bucket is ready, the bucket's allreduce is queued on the communicator (whose own thread
+// runs it) and backward goes on. finish() waits for every bucket and divides by the world size,
+// once.
+//
+// Invariants: buckets are launched in index order on every rank (a bucket that completes early
+// waits for its predecessors), so all ranks issue the same collectives in the same order; a
+// bucket is never written by compute while its allreduce is in flight (only the next backward,
+// after finish(), writes it again).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lockstep/comm/communicator.hpp"
+#include "lockstep/nn/module.hpp"
+#include "lockstep/ops/context.hpp"
+
+namespace lockstep::dist {
+
+// Defaults, with PyTorch DDP's reasons: 25 MiB buckets amortise per-collective latency while
+// leaving room to overlap; the first bucket (the last layers' gradients, ready first) is 1 MiB so
+// communication starts as early as possible ("experiments showed 1MB is a reasonable value").
+inline constexpr std::size_t kDefaultBucketBytes = 25u << 20;
+inline constexpr std::size_t kDefaultFirstBucketBytes = 1u << 20;
+
+struct ReducerOptions {
+  std::size_t bucket_bytes = kDefaultBucketBytes;
+  std::size_t first_bucket_bytes = kDefaultFirstBucketBytes;
+};
+
+// One bucket: a flat f32 tensor and the parameters whose gradients live in it.
+struct BucketLayout {
+  std::vector<std::size_t> params;  // indices into the parameter list, in reverse order
+  std::int64_t numel = 0;
+};
+
+// The bucket assignment: parameters in reverse order, a new bucket once the current one holds
+// at least its byte limit (a parameter larger than the limit gets its bucket alone).
+std::vector<BucketLayout> assign_buckets(const std::vector<nn::Parameter*>& params,
+                                         const ReducerOptions& options);
+
+class Reducer {
+ public:
+  // Rebinds every parameter's grad to a view into its bucket (values are kept).
+  Reducer(ops::Context& ctx, comm::Communicator& comm, std::vector<nn::Parameter*> params,
+          ReducerOptions options = {});
+
+  // Call before each backward. communicate = false for gradient-accumulation micro-steps (and
+  // when sync is off): gradients then only accumulate locally.
+  void prepare_for_backward(bool communicate);
+  // The model's grad-ready hook: called once per parameter per backward.
+  void on_grad_ready(nn::Parameter& param);
+  // Waits for every launched bucket and averages it. Throws, naming the parameters, when some
+  // gradient never became ready. Returns the seconds spent waiting (exposed communication).
+  double finish();
+  // Sets every gradient to zero (one fill per bucket).
+  void zero_grad();
+
+  const std::vector<BucketLayout>& buckets() const { return layout_; }
+  std::size_t num_buckets() const { return layout_.size(); }
+
+ private:
+  void launch_ready_buckets();
+
+  ops::Context& ctx_;
+  comm::Communicator& comm_;
+  std::vector<nn::Parameter*> params_;
+  std::vector<BucketLayout> layout_;
+  std::vector<Tensor> bucket_tensors_;
+  std::vector<std::size_t> bucket_of_param_;
+  std::vector<int> pending_;          // per bucket: gradients not yet ready this backward
+  std::vector<bool> ready_;           // per parameter
+  std::vector<comm::WorkPtr> work_;   // per bucket: in-flight allreduce
+  std::size_t next_to_launch_ = 0;
+  bool communicate_ = false;
+  bool in_backward_ = false;
+};
+
+// Makes every replica start identical whatever its seed: rank 0's parameters and buffers are
+// broadcast to all ranks (PyTorch DDP does the same at construction).
+void broadcast_state(comm::Communicator& comm, const std::vector<nn::Parameter*>& params,
+                     const std::vector<nn::Buffer*>& buffers);
+
+}  // namespace lockstep::dist

@@ -1,0 +1,33 @@
+// Elementwise activations. ReLU keeps its output for backward (relu'(x) is read off y > 0);
+// GELU is the exact erf form (torch.nn.GELU's default) and keeps its input.
+#pragma once
+
+#include "lockstep/nn/module.hpp"
+
+namespace lockstep::nn {
+
+class ReLU final : public Module {
+ public:
+  std::string type() const override { return "relu"; }
+  Shape output_shape(const Shape& input) const override { return input; }
+  Tensor forward(ops::Context& ctx, const Tensor& x) override;
+  Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+
+ private:
+  Tensor y_, dx_;
+  bool have_output_ = false;
+};
+
+class GELU final : public Module {
+ public:
+  std::string type() const override { return "gelu"; }
+  Shape output_shape(const Shape& input) const override { return input; }
+  Tensor forward(ops::Context& ctx, const Tensor& x) override;
+  Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+
+ private:
+  Tensor x_;
+  Tensor y_, dx_;
+};
+
+}  // namespace lockstep::nn

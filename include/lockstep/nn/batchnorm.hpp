@@ -1,0 +1,64 @@
+// Batch normalisation over [N, C] (BatchNorm1d) or [N, C, H, W] (BatchNorm2d), statistics per
+// channel, as torch.nn.BatchNorm*d: gamma = 1, beta = 0 at start; running mean/var (Buffers, 0
+// and 1 at start) updated with momentum 0.1 and the unbiased variance in training mode and used
+// in evaluation mode. backward is correct in both modes (evaluation mode: a fixed affine map).
+#pragma once
+
+#include "lockstep/nn/module.hpp"
+
+namespace lockstep::nn {
+
+// PyTorch's defaults.
+inline constexpr float kBatchNormEps = 1e-5f;
+inline constexpr float kBatchNormMomentum = 0.1f;
+
+class BatchNorm : public Module {
+ public:
+  // spatial_dims: 0 for BatchNorm1d ([N, C]), 2 for BatchNorm2d ([N, C, H, W]).
+  BatchNorm(int spatial_dims, std::int64_t channels, float eps = kBatchNormEps,
+            float momentum = kBatchNormMomentum, Device device = Device::cpu());
+
+  std::string type() const override { return spatial_dims_ == 0 ? "bn1d" : "bn2d"; }
+  std::string describe() const override;
+  Shape output_shape(const Shape& input) const override;
+  Tensor forward(ops::Context& ctx, const Tensor& x) override;
+  Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+  void reset_parameters(std::uint64_t seed, const std::string& prefix) override;
+  void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
+  void collect_buffers(const std::string& prefix, std::vector<Buffer*>& out) override;
+
+  Parameter& weight() { return gamma_; }
+  Parameter& bias() { return beta_; }
+  Buffer& running_mean() { return running_mean_; }
+  Buffer& running_var() { return running_var_; }
+
+ private:
+  Tensor backward_eval(ops::Context& ctx, const Tensor& x, const Tensor& dy);
+
+  int spatial_dims_;
+  std::int64_t channels_;
+  float eps_, momentum_;
+  Parameter gamma_, beta_;
+  Buffer running_mean_, running_var_;
+  bool forward_was_training_ = true;
+  Tensor x_;
+  Tensor save_mean_, save_invstd_;
+  Tensor y_, dx_;
+  Tensor zeros_, ones_, scratch_;  // evaluation-mode backward only
+};
+
+class BatchNorm1d final : public BatchNorm {
+ public:
+  explicit BatchNorm1d(std::int64_t features, float eps = kBatchNormEps,
+                       float momentum = kBatchNormMomentum, Device device = Device::cpu())
+      : BatchNorm(0, features, eps, momentum, device) {}
+};
+
+class BatchNorm2d final : public BatchNorm {
+ public:
+  explicit BatchNorm2d(std::int64_t channels, float eps = kBatchNormEps,
+                       float momentum = kBatchNormMomentum, Device device = Device::cpu())
+      : BatchNorm(2, channels, eps, momentum, device) {}
+};
+
+}  // namespace lockstep::nn

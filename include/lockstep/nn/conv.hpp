@@ -1,0 +1,38 @@
+// 2-D convolution over NCHW input with square kernels, symmetric stride and zero padding, and an
+// optional bias. Weight [out, in, k, k] as torch.nn.Conv2d (so initial values and checkpoints
+// line up); the kernels are ops::conv2d_* (oneDNN on the CPU, cuDNN on GPUs).
+#pragma once
+
+#include "lockstep/nn/module.hpp"
+#include "lockstep/ops/ops.hpp"
+
+namespace lockstep::nn {
+
+class Conv2d final : public Module {
+ public:
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, int kernel, int stride = 1,
+         int padding = 0, bool bias = true, Device device = Device::cpu());
+
+  std::string type() const override { return "conv"; }
+  std::string describe() const override;
+  Shape output_shape(const Shape& input) const override;
+  Tensor forward(ops::Context& ctx, const Tensor& x) override;
+  Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+  void reset_parameters(std::uint64_t seed, const std::string& prefix) override;
+  void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
+  double forward_flops(const Shape& input) const override;
+
+  Parameter& weight() { return weight_; }
+  Parameter& bias() { return bias_; }  // undefined value when built without bias
+
+ private:
+  std::int64_t in_, out_;
+  int kernel_;
+  ops::Conv2dParams params_;
+  bool has_bias_;
+  Parameter weight_, bias_;
+  Tensor x_;
+  Tensor y_, dx_;
+};
+
+}  // namespace lockstep::nn

@@ -1,0 +1,56 @@
+// Pooling over NCHW input: max and average pooling with a square window, and global average
+// pooling, which reduces [N, C, H, W] to [N, C] so a linear layer can follow it directly.
+// Kernels are ops::pool2d_* (oneDNN / cuDNN).
+#pragma once
+
+#include "lockstep/nn/module.hpp"
+#include "lockstep/ops/ops.hpp"
+
+namespace lockstep::nn {
+
+class Pool2d : public Module {
+ public:
+  // stride 0 means stride = kernel (PyTorch's default).
+  Pool2d(ops::PoolKind kind, int kernel, int stride = 0, int padding = 0);
+
+  std::string type() const override;
+  std::string describe() const override;
+  Shape output_shape(const Shape& input) const override;
+  Tensor forward(ops::Context& ctx, const Tensor& x) override;
+  Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+
+ private:
+  ops::PoolKind kind_;
+  ops::Pool2dParams params_;
+  Tensor workspace_;  // backend state for backward (argmax for max pooling)
+  Shape x_shape_;
+  Tensor y_, dx_;
+};
+
+class MaxPool2d final : public Pool2d {
+ public:
+  explicit MaxPool2d(int kernel, int stride = 0, int padding = 0)
+      : Pool2d(ops::PoolKind::Max, kernel, stride, padding) {}
+};
+
+class AvgPool2d final : public Pool2d {
+ public:
+  explicit AvgPool2d(int kernel, int stride = 0, int padding = 0)
+      : Pool2d(ops::PoolKind::Avg, kernel, stride, padding) {}
+};
+
+class GlobalAvgPool final : public Module {
+ public:
+  std::string type() const override { return "gap"; }
+  Shape output_shape(const Shape& input) const override;
+  Tensor forward(ops::Context& ctx, const Tensor& x) override;
+  Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+
+ private:
+  ops::Pool2dParams params_for(const Shape& input) const;
+  Tensor workspace_;
+  Shape x_shape_;
+  Tensor y_, dx_;
+};
+
+}  // namespace lockstep::nn

@@ -1,0 +1,91 @@
+// The experiment configuration: one INI file plus `--section.key=value` overrides. Every key, its
+// default and its meaning live in one table (src/train/config.cpp), which drives parsing, --help
+// and --print-config, so the three can never disagree. Unknown keys, bad values and missing files
+// are errors that name the key (and the file).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lockstep::train {
+
+// Field defaults are the documented defaults (the table in config.cpp reads them from here).
+struct Config {
+  // [data]
+  std::string data_train = "data/fashion-mnist/train";
+  std::string data_test = "data/fashion-mnist/test";
+  std::int64_t data_memory_budget_mb = 2048;
+  std::int64_t data_prefetch = 4;
+  // [model]
+  std::string model_spec = "mlp:256,256";
+  // [train]
+  std::int64_t train_epochs = 1;
+  std::int64_t train_global_batch = 256;
+  std::int64_t train_accumulation = 1;
+  std::int64_t train_max_steps = 0;
+  std::int64_t train_seed = 1;
+  std::string train_parallel = "auto";
+  std::int64_t train_replicas = 2;
+  std::int64_t train_threads = 0;
+  std::string train_device = "cpu";
+  std::string train_resume = "";
+  std::string train_nan_policy = "stop";
+  bool train_eval = true;
+  // [optim]
+  std::string optim_name = "sgd";
+  double optim_lr = 0.1;
+  double optim_momentum = 0.9;
+  bool optim_nesterov = false;
+  double optim_weight_decay = 0.0;
+  double optim_beta1 = 0.9;
+  double optim_beta2 = 0.999;
+  double optim_eps = 1e-8;
+  std::string optim_schedule = "constant";
+  std::int64_t optim_warmup_steps = 0;
+  std::int64_t optim_step_size = 1000;
+  double optim_gamma = 0.1;
+  double optim_min_lr = 0.0;
+  double optim_clip_norm = 0.0;
+  // [dist]
+  double dist_bucket_mb = 25.0;
+  double dist_first_bucket_mb = 1.0;
+  bool dist_sync = true;
+  // [log]
+  std::int64_t log_every = 50;
+  std::string log_metrics = "";
+  bool log_rank_prefix = false;
+  std::string log_progress = "auto";
+  // [checkpoint]
+  std::string checkpoint_dir = "";
+  std::int64_t checkpoint_every_steps = 0;
+  double checkpoint_every_minutes = 0.0;
+  std::int64_t checkpoint_keep = 3;
+
+  std::string config_file;  // where it came from ("" = defaults only)
+};
+
+struct ParsedArgs {
+  Config config;
+  bool help = false;
+  bool print_config = false;
+  bool eval_only = false;
+};
+
+// Parses argv: `--config FILE`, `--section.key=value` overrides (applied over the file),
+// `--print-config`, `--help`, `--eval-only`. Throws lockstep::Error naming the key or file.
+ParsedArgs parse_args(int argc, const char* const* argv);
+// Parses INI text (as if read from `origin`) plus "section.key=value" overrides; for tests.
+Config parse_config_text(const std::string& ini, const std::vector<std::string>& overrides = {},
+                         const std::string& origin = "<text>");
+
+// The resolved config as an INI file that parse_args accepts back.
+std::string to_ini(const Config& config);
+// Every key with its default and meaning.
+std::string help_text();
+// "section.key" -> value for the settings that must agree across ranks (all but purely local
+// ones such as log.rank_prefix), for the cross-rank consistency check.
+std::map<std::string, std::string> rank_invariant_settings(const Config& config);
+
+}  // namespace lockstep::train

@@ -1,0 +1,69 @@
+// Outputs of a run: the JSON-lines metrics file (one object per line, machine-readable, what the
+// plots and benchmarks read) and the human progress display (a live line with ETA on a terminal,
+// plain lines in a file such as a Slurm log). Only rank 0 writes either unless asked otherwise.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lockstep::train {
+
+// A flat JSON object built field by field: {"step": 10, "loss": 0.5, "event": "final"}.
+class JsonRecord {
+ public:
+  JsonRecord& add(const std::string& key, double value);
+  JsonRecord& add(const std::string& key, std::int64_t value);
+  JsonRecord& add(const std::string& key, int value) { return add(key, static_cast<std::int64_t>(value)); }
+  JsonRecord& add(const std::string& key, const std::string& value);
+  JsonRecord& add(const std::string& key, const char* value) { return add(key, std::string(value)); }
+  JsonRecord& add(const std::string& key, bool value);
+  JsonRecord& add_raw(const std::string& key, const std::string& json);  // an already-JSON value
+  std::string str() const;
+
+ private:
+  std::vector<std::pair<std::string, std::string>> fields_;
+};
+
+std::string json_escape(const std::string& text);
+
+class MetricsFile {
+ public:
+  MetricsFile() = default;
+  explicit MetricsFile(const std::string& path);  // creates parent folders; truncates
+  bool enabled() const { return out_.is_open(); }
+  void write(const JsonRecord& record);  // one line, flushed (a killed job keeps what it logged)
+
+ private:
+  std::ofstream out_;
+  std::string path_;
+};
+
+enum class ProgressMode { Bar, Lines, None };
+// "auto" -> Bar when stderr is a terminal, else Lines.
+ProgressMode parse_progress_mode(const std::string& text);
+
+class Progress {
+ public:
+  Progress(ProgressMode mode, std::int64_t total_steps, std::string prefix = "");
+  // Called every log interval.
+  void step(std::int64_t step, std::int64_t epoch, double loss, double lr, double samples_per_s);
+  // A line that must stay visible (evaluation results, warnings, final summary).
+  void line(const std::string& text);
+  void finish();
+
+ private:
+  ProgressMode mode_;
+  std::int64_t total_;
+  std::string prefix_;
+  std::chrono::steady_clock::time_point start_;
+  bool bar_open_ = false;
+};
+
+std::string format_duration(double seconds);  // "1h02m", "3m07s", "12s"
+
+}  // namespace lockstep::train

@@ -1,0 +1,387 @@
+// NCCL communicator: MPI bootstrap of the unique id, collectives on a communication stream
+// ordered after the compute stream by events, and a watchdog that turns a stuck or failed
+// collective into a job abort with a message (see include/lockstep/comm/nccl_communicator.hpp).
+#include "lockstep/comm/nccl_communicator.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "lockstep/comm/bootstrap.hpp"
+#include "lockstep/core/error.hpp"
+#include "ops/cuda/check.hpp"
+#include "ops/cuda/cuda_backend.hpp"
+
+#define LOCKSTEP_CHECK_NCCL(call)                                               \
+  do {                                                                          \
+    ncclResult_t lockstep_nccl_rc_ = (call);                                    \
+    if (lockstep_nccl_rc_ != ncclSuccess) [[unlikely]]                          \
+      LOCKSTEP_FAIL(#call, " failed: ", ncclGetErrorString(lockstep_nccl_rc_)); \
+  } while (0)
+
+namespace lockstep::comm {
+namespace {
+
+static_assert(sizeof(ncclUniqueId) == std::tuple_size_v<NcclUniqueIdBytes>,
+              "NcclUniqueIdBytes must hold exactly one ncclUniqueId");
+
+// How often the watchdog looks at unfinished collectives: often enough that a failure is
+// reported within a second, rarely enough to cost nothing next to the training step.
+constexpr auto kWatchdogPoll = std::chrono::milliseconds(200);
+
+using Clock = std::chrono::steady_clock;
+
+std::string describe(const Tensor& t) {
+  return t.defined() ? t.describe() : "undefined tensor";
+}
+
+ncclRedOp_t to_nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
+  }
+  LOCKSTEP_FAIL("unknown reduce op ", static_cast<int>(op));
+}
+
+ncclDataType_t reduction_type(DType dtype, const std::string& what) {
+  switch (dtype) {
+    case DType::F32:
+      return ncclFloat32;
+    case DType::I32:
+      return ncclInt32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::U8:
+      break;
+  }
+  LOCKSTEP_FAIL(what, ": NCCL reductions take f32, i32, f64 or bf16, not ", dtype_name(dtype));
+}
+
+// One collective in flight. The tensors stay referenced until the watchdog has seen the
+// collective finish: the caching allocator may hand a freed block to the compute stream at
+// once, so memory NCCL still writes must not be freed early, whatever the caller does.
+struct Pending {
+  std::string what;
+  cudaEvent_t done = nullptr;
+  std::vector<Tensor> keep_alive;
+  Clock::time_point start = Clock::now();
+  ~Pending() {
+    if (done) (void)cudaEventDestroy(done);
+  }
+};
+
+class NcclCommunicator;
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<Pending> pending, NcclCommunicator& owner, bool host_blocking)
+      : pending_(std::move(pending)), owner_(owner), host_blocking_(host_blocking) {}
+  void wait() override;
+  bool test() override;
+
+ private:
+  std::shared_ptr<Pending> pending_;
+  NcclCommunicator& owner_;
+  bool host_blocking_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Communicator& bootstrap, ops::Context& ctx, const NcclUniqueIdBytes& id_bytes,
+                   const NcclOptions& options)
+      : bootstrap_(bootstrap),
+        device_(ctx.device()),
+        compute_stream_(ops::cuda::compute_stream(ctx)),
+        timeout_s_(options.timeout_s) {
+    ops::cuda::activate_device(device_.index);
+    ncclUniqueId id;
+    std::memcpy(id.internal, id_bytes.data(), sizeof id.internal);
+    LOCKSTEP_CHECK_NCCL(ncclCommInitRank(&comm_, bootstrap.size(), id, bootstrap.rank()));
+    // Below the compute stream's priority would be better for overlap, but priorities need a
+    // device query per stream; NCCL kernels are few and long, so default priority is fine.
+    LOCKSTEP_CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+    LOCKSTEP_CHECK_CUDA(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
+    barrier_buffer_ = Tensor::empty({1}, DType::I32, device_);
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ~NcclCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();
+    // Collectives still queued finish first (the watchdog would have ended a stuck job).
+    (void)cudaSetDevice(device_.index);
+    (void)cudaStreamSynchronize(comm_stream_);
+    pending_.clear();
+    (void)ncclCommDestroy(comm_);
+    (void)cudaEventDestroy(compute_ready_);
+    (void)cudaStreamDestroy(comm_stream_);
+  }
+
+  int rank() const override { return bootstrap_.rank(); }
+  int size() const override { return bootstrap_.size(); }
+  int local_rank() const override { return bootstrap_.local_rank(); }
+  int local_size() const override { return bootstrap_.local_size(); }
+  std::string backend() const override { return "nccl"; }
+
+  WorkPtr allreduce_async(Tensor t, ReduceOp op) override {
+    std::string what = str("allreduce(", describe(t), ", ", reduce_op_name(op), ")");
+    check_device(t, what);
+    ncclDataType_t type = reduction_type(t.dtype(), what);
+    return enqueue(what, {t}, false, [&](cudaStream_t s) {
+      return ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), type,
+                           to_nccl_op(op), comm_, s);
+    });
+  }
+
+  WorkPtr broadcast_async(Tensor t, int root) override {
+    std::string what = str("broadcast(", describe(t), ", root ", root, ")");
+    check_device(t, what);
+    check_root(root, what);
+    return enqueue(what, {t}, false, [&](cudaStream_t s) {
+      return ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_, s);
+    });
+  }
+
+  WorkPtr allgather_async(Tensor in, Tensor out) override {
+    std::string what = str("allgather(", describe(in), " -> ", describe(out), ")");
+    check_device(in, what);
+    check_device(out, what);
+    LOCKSTEP_CHECK(in.dtype() == out.dtype(), what, ": input and output dtypes differ");
+    LOCKSTEP_CHECK_HINT(out.numel() == in.numel() * size(),
+                        str("make the output ", size(), " x ", in.numel(), " elements"), what,
+                        ": output must hold ", size(), " ranks x ", in.numel(), " elements");
+    return enqueue(what, {in, out}, false, [&](cudaStream_t s) {
+      // In place when `in` is this rank's block of `out`, which NCCL supports directly.
+      return ncclAllGather(in.raw_data(), out.raw_data(), in.nbytes(), ncclUint8, comm_, s);
+    });
+  }
+
+  WorkPtr reduce_scatter_async(Tensor in, Tensor out, ReduceOp op) override {
+    std::string what =
+        str("reduce_scatter(", describe(in), " -> ", describe(out), ", ", reduce_op_name(op), ")");
+    check_device(in, what);
+    check_device(out, what);
+    LOCKSTEP_CHECK(in.dtype() == out.dtype(), what, ": input and output dtypes differ");
+    LOCKSTEP_CHECK_HINT(in.numel() == out.numel() * size(),
+                        str("make the input ", size(), " x ", out.numel(), " elements"), what,
+                        ": input must hold ", size(), " ranks x ", out.numel(), " elements");
+    ncclDataType_t type = reduction_type(in.dtype(), what);
+    return enqueue(what, {in, out}, false, [&](cudaStream_t s) {
+      return ncclReduceScatter(in.raw_data(), out.raw_data(), static_cast<std::size_t>(out.numel()),
+                               type, to_nccl_op(op), comm_, s);
+    });
+  }
+
+  // NCCL has no barrier: a one-element allreduce, whose wait() blocks the host, which is what
+  // a caller of barrier() means.
+  WorkPtr barrier_async() override {
+    return enqueue("barrier()", {barrier_buffer_}, true, [&](cudaStream_t s) {
+      return ncclAllReduce(barrier_buffer_.raw_data(), barrier_buffer_.raw_data(), 1, ncclInt32,
+                           ncclSum, comm_, s);
+    });
+  }
+
+  // Host values never touch the GPU: the bootstrap (MPI) communicator handles them.
+  void allreduce(std::vector<double>& values, ReduceOp op) override {
+    bootstrap_.allreduce(values, op);
+  }
+  void allreduce(std::vector<std::int64_t>& values, ReduceOp op) override {
+    bootstrap_.allreduce(values, op);
+  }
+  std::string broadcast(const std::string& value, int root) override {
+    return bootstrap_.broadcast(value, root);
+  }
+  std::vector<std::string> allgather(const std::string& value) override {
+    return bootstrap_.allgather(value);
+  }
+
+  cudaStream_t compute_stream() const { return compute_stream_; }
+
+  // Throws when NCCL has reported an asynchronous error (a peer died, a network failure).
+  void check_async_error(const std::string& what) {
+    ncclResult_t async = ncclSuccess;
+    LOCKSTEP_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
+    LOCKSTEP_CHECK(async == ncclSuccess || async == ncclInProgress, "rank ", rank(), ": NCCL ",
+                   what, " failed: ", ncclGetErrorString(async), " (", ncclGetLastError(comm_),
+                   ")");
+  }
+
+ private:
+  void check_device(const Tensor& t, const std::string& what) const {
+    LOCKSTEP_CHECK(t.defined(), what, ": tensor is undefined");
+    LOCKSTEP_CHECK_HINT(t.device() == device_,
+                        "host tensors go through the MPI communicator; GPU tensors must live on "
+                        "the communicator's device",
+                        what, ": the NCCL communicator of rank ", rank(), " works on ",
+                        device_.str(), ", not on ", t.device().str());
+  }
+  void check_root(int root, const std::string& what) const {
+    LOCKSTEP_CHECK(root >= 0 && root < size(), what, ": root ", root, " is outside [0, ", size(),
+                   ")");
+  }
+
+  // Issues one collective: the communication stream waits for everything queued on the compute
+  // stream so far (the gradients being reduced), then runs `call`, then records `done`.
+  WorkPtr enqueue(const std::string& what, std::vector<Tensor> keep_alive, bool host_blocking,
+                  const std::function<ncclResult_t(cudaStream_t)>& call) {
+    auto pending = std::make_shared<Pending>();
+    pending->what = what;
+    pending->keep_alive = std::move(keep_alive);
+    {
+      std::lock_guard<std::mutex> lock(issue_mutex_);  // one issue order for every caller
+      ops::cuda::activate_device(device_.index);
+      LOCKSTEP_CHECK_CUDA(cudaEventRecord(compute_ready_, compute_stream_));
+      LOCKSTEP_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
+      ncclResult_t rc = call(comm_stream_);
+      LOCKSTEP_CHECK(rc == ncclSuccess, "rank ", rank(), ": NCCL ", what,
+                     " could not be issued: ", ncclGetErrorString(rc), " (",
+                     ncclGetLastError(comm_), ")");
+      LOCKSTEP_CHECK_CUDA(cudaEventCreateWithFlags(&pending->done, cudaEventDisableTiming));
+      LOCKSTEP_CHECK_CUDA(cudaEventRecord(pending->done, comm_stream_));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.push_back(pending);
+    }
+    cv_.notify_all();
+    return std::make_shared<NcclWork>(pending, *this, host_blocking);
+  }
+
+  // The watchdog: drops finished collectives (releasing their tensors) and ends the job when one
+  // has run past the timeout or NCCL reports an error. Ending the job is the only safe reaction:
+  // the other ranks are inside the same collective and would otherwise wait forever.
+  void watch() {
+    (void)cudaSetDevice(device_.index);
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      cv_.wait_for(lock, kWatchdogPoll, [&] { return stop_; });
+      if (stop_) break;
+      while (!pending_.empty()) {
+        cudaError_t q = cudaEventQuery(pending_.front()->done);
+        if (q == cudaErrorNotReady) break;
+        if (q != cudaSuccess) fatal(*pending_.front(), cudaGetErrorString(q));
+        pending_.pop_front();
+      }
+      if (pending_.empty()) continue;
+      ncclResult_t async = ncclSuccess;
+      ncclResult_t rc = ncclCommGetAsyncError(comm_, &async);
+      if (rc != ncclSuccess) async = rc;
+      if (async != ncclSuccess && async != ncclInProgress)
+        fatal(*pending_.front(), str(ncclGetErrorString(async), ": ", ncclGetLastError(comm_)));
+      double waited = std::chrono::duration<double>(Clock::now() - pending_.front()->start).count();
+      if (waited > timeout_s_)
+        fatal(*pending_.front(),
+              str("not finished after ", waited, " s (timeout ", timeout_s_,
+                  " s): a rank is probably missing from this collective, or stuck before it"));
+    }
+  }
+
+  [[noreturn]] void fatal(const Pending& p, const std::string& reason) {
+    (void)ncclCommAbort(comm_);  // frees the NCCL kernels spinning on the GPU
+    abort_job(str("NCCL ", p.what, " on ", device_.str(), ": ", reason,
+                  "; aborting the job (rerun with NCCL_DEBUG=INFO for NCCL's view)"));
+  }
+
+  Communicator& bootstrap_;
+  Device device_;
+  cudaStream_t compute_stream_;
+  double timeout_s_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t compute_ready_ = nullptr;
+  Tensor barrier_buffer_;
+
+  std::mutex issue_mutex_;
+  std::mutex mutex_;  // guards pending_ and stop_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Pending>> pending_;
+  bool stop_ = false;
+  std::thread watchdog_;
+};
+
+void NcclWork::wait() {
+  owner_.check_async_error(pending_->what);
+  if (host_blocking_) {
+    LOCKSTEP_CHECK_CUDA(cudaEventSynchronize(pending_->done));
+    owner_.check_async_error(pending_->what);
+    return;
+  }
+  LOCKSTEP_CHECK_CUDA(cudaStreamWaitEvent(owner_.compute_stream(), pending_->done, 0));
+}
+
+bool NcclWork::test() {
+  owner_.check_async_error(pending_->what);
+  cudaError_t q = cudaEventQuery(pending_->done);
+  if (q == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // "not ready" is an answer, not an error to report later
+    return false;
+  }
+  LOCKSTEP_CHECK_CUDA(q);
+  return true;
+}
+
+}  // namespace
+
+Device nccl_device_for(const Communicator& bootstrap, bool shared_visibility) {
+  return Device::cuda(gpu_for_local_rank(bootstrap.local_rank(), bootstrap.local_size(),
+                                         cuda_device_count(), shared_visibility));
+}
+
+NcclUniqueIdBytes share_nccl_unique_id(Communicator& bootstrap) {
+  std::string bytes;
+  std::string failure;
+  if (bootstrap.rank() == 0) {
+    // A failure on rank 0 is still broadcast (as an empty id), so every rank raises an error
+    // instead of the others waiting for an id that never comes.
+    try {
+      ncclUniqueId id;
+      LOCKSTEP_CHECK_NCCL(ncclGetUniqueId(&id));
+      bytes.assign(id.internal, sizeof id.internal);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  bytes = bootstrap.broadcast(bytes, 0);
+  if (!failure.empty()) LOCKSTEP_FAIL("rank 0: creating the NCCL unique id failed: ", failure);
+  LOCKSTEP_CHECK_HINT(bytes.size() == sizeof(ncclUniqueId),
+                      "see rank 0's error; NCCL_DEBUG=INFO shows why ncclGetUniqueId failed",
+                      "rank ", bootstrap.rank(), ": rank 0 sent a NCCL unique id of ", bytes.size(),
+                      " bytes instead of ", sizeof(ncclUniqueId));
+  NcclUniqueIdBytes out;
+  std::memcpy(out.data(), bytes.data(), out.size());
+  return out;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, ops::Context& ctx,
+                                                     const NcclOptions& options) {
+  Device want = nccl_device_for(bootstrap, options.shared_visibility);
+  LOCKSTEP_CHECK_HINT(ctx.device() == want,
+                      "create the rank's ops::Context on comm::nccl_device_for(bootstrap)", "rank ",
+                      bootstrap.rank(), ": NCCL communicator asked for a context on ",
+                      ctx.device().str(), ", but local rank ", bootstrap.local_rank(), " of ",
+                      bootstrap.local_size(), " drives ", want.str());
+  LOCKSTEP_CHECK(options.timeout_s > 0, "NCCL timeout must be positive, got ", options.timeout_s,
+                 " s");
+  NcclUniqueIdBytes id = share_nccl_unique_id(bootstrap);
+  return std::make_unique<NcclCommunicator>(bootstrap, ctx, id, options);
+}
+
+}  // namespace lockstep::comm

@@ -1,0 +1,116 @@
+#include "lockstep/dist/data_parallel.hpp"
+
+#include <chrono>
+
+#include "lockstep/core/error.hpp"
+#include "lockstep/ops/ops.hpp"
+
+namespace lockstep::dist {
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+}  // namespace
+
+DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& master,
+                                       const std::string& spec, const Shape& sample_shape,
+                                       std::int64_t num_classes, DataParallelOptions options)
+    : master_ctx_(master_ctx), master_(master), options_(std::move(options)),
+      threads_(options_.replicas) {
+  LOCKSTEP_CHECK(options_.replicas >= 1, "train.replicas must be at least 1, got ", options_.replicas);
+  LOCKSTEP_CHECK(options_.devices.empty() ||
+                     static_cast<int>(options_.devices.size()) == options_.replicas,
+                 "DataParallel: ", options_.devices.size(), " devices for ", options_.replicas,
+                 " replicas");
+  replicas_.resize(static_cast<std::size_t>(options_.replicas));
+  replicas_[0].ctx = &master_ctx_;
+  replicas_[0].model = &master_;
+  for (std::size_t r = 1; r < replicas_.size(); ++r) {
+    Device device = options_.devices.empty() ? Device::cpu() : options_.devices[r];
+    replicas_[r].own = std::make_unique<ops::Context>(device, options_.threads_per_replica);
+    replicas_[r].ctx = replicas_[r].own.get();
+    // The seed does not matter: the master's values are copied in before every step.
+    replicas_[r].own_model =
+        std::make_unique<nn::Model>(nn::Model::build(spec, sample_shape, num_classes, 0, device));
+    replicas_[r].model = replicas_[r].own_model.get();
+  }
+  copy_master_to_replicas();
+}
+
+DataParallelEngine::~DataParallelEngine() = default;
+
+void DataParallelEngine::copy_master_to_replicas() {
+  const auto& mp = master_.parameters();
+  const auto& mb = master_.buffers();
+  for (std::size_t r = 1; r < replicas_.size(); ++r) {
+    const auto& rp = replicas_[r].model->parameters();
+    const auto& rb = replicas_[r].model->buffers();
+    for (std::size_t i = 0; i < mp.size(); ++i) ops::copy(master_ctx_, mp[i]->value, rp[i]->value);
+    for (std::size_t i = 0; i < mb.size(); ++i) ops::copy(master_ctx_, mb[i]->value, rb[i]->value);
+  }
+}
+
+void DataParallelEngine::begin_step() {
+  times_ = {};
+  auto start = Clock::now();
+  copy_master_to_replicas();  // replicate, as DataParallel does before every forward
+  times_.param_copy += seconds_since(start);
+  for (Replica& r : replicas_) r.model->zero_grad(*r.ctx);
+}
+
+float DataParallelEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
+                                           bool /*last_micro*/) {
+  auto start = Clock::now();
+  const std::int64_t n = x.dim(0);
+  const auto k = static_cast<std::int64_t>(replicas_.size());
+  LOCKSTEP_CHECK(n >= k, "DataParallel: a micro-batch of ", n, " samples cannot feed ", k,
+                 " replicas");
+  // Scatter: replica r takes rows [n*r/k, n*(r+1)/k), as torch's scatter splits the batch.
+  threads_.run([&](int part, int) {
+    Replica& r = replicas_[static_cast<std::size_t>(part)];
+    std::int64_t begin = n * part / k, end = n * (part + 1) / k;
+    Tensor xs = x.slice(begin, end), ys = y.slice(begin, end);
+    prepare_input(*r.ctx, xs, options_.input, r.input);
+    Tensor labels = ys.device() == r.ctx->device() ? ys : ys.to(r.ctx->device());
+    Tensor logits = r.model->forward(*r.ctx, r.input);
+    Tensor loss = r.loss.forward(*r.ctx, logits, labels);
+    r.model->backward(*r.ctx, r.loss.backward(*r.ctx, loss_scale));
+    r.last_loss = loss.item() * static_cast<float>(end - begin);
+  });
+  float total = 0;
+  for (const Replica& r : replicas_) total += r.last_loss;
+  times_.compute += seconds_since(start);
+  return total / static_cast<float>(n);
+}
+
+void DataParallelEngine::finish_gradients() {
+  auto start = Clock::now();
+  const auto& mp = master_.parameters();
+  for (std::size_t r = 1; r < replicas_.size(); ++r) {
+    const auto& rp = replicas_[r].model->parameters();
+    for (std::size_t i = 0; i < mp.size(); ++i) {
+      if (rp[i]->grad.device() == mp[i]->grad.device()) {
+        ops::axpy(master_ctx_, 1.0f, rp[i]->grad, mp[i]->grad);
+      } else {
+        Tensor staged = rp[i]->grad.to(mp[i]->grad.device());
+        ops::axpy(master_ctx_, 1.0f, staged, mp[i]->grad);
+      }
+    }
+  }
+  times_.grad_gather += seconds_since(start);
+}
+
+std::vector<std::int64_t> DataParallelEngine::replica_tensor_bytes() const {
+  std::vector<std::int64_t> out;
+  for (const Replica& r : replicas_) {
+    std::int64_t bytes = 0;
+    for (const nn::Parameter* p : r.model->parameters())
+      bytes += static_cast<std::int64_t>(p->value.nbytes() + p->grad.nbytes());
+    for (const nn::Buffer* b : r.model->buffers()) bytes += static_cast<std::int64_t>(b->value.nbytes());
+    out.push_back(bytes);
+  }
+  return out;
+}
+
+}  // namespace lockstep::dist

@@ -1,0 +1,60 @@
+#include "lockstep/dist/ddp.hpp"
+
+#include <chrono>
+
+#include "lockstep/ops/ops.hpp"
+
+namespace lockstep::dist {
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+}  // namespace
+
+void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization& norm, Tensor& out) {
+  if (!out.defined() || out.shape() != x.shape() || out.device() != ctx.device())
+    out = Tensor::empty(x.shape(), DType::F32, ctx.device());
+  if (ctx.device().is_cpu()) {
+    ops::normalize_input(ctx, x, norm.mean, norm.stddev, out);
+  } else {
+    Tensor staged = x.to(ctx.device());
+    ops::normalize_input(ctx, staged, norm.mean, norm.stddev, out);
+  }
+}
+
+DdpEngine::DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& comm,
+                     DdpOptions options)
+    : ctx_(ctx), model_(model), comm_(comm), options_(std::move(options)) {
+  broadcast_state(comm_, model_.parameters(), model_.buffers());
+  reducer_ = std::make_unique<Reducer>(ctx_, comm_, model_.parameters(), options_.reducer);
+  model_.set_grad_ready_hook([this](nn::Parameter& p) { reducer_->on_grad_ready(p); });
+}
+
+void DdpEngine::begin_step() {
+  times_ = {};
+  reducer_->zero_grad();
+  if (options_.sync && comm_.size() > 1 && !model_.buffers().empty()) {
+    auto start = std::chrono::steady_clock::now();
+    broadcast_state(comm_, {}, model_.buffers());
+    times_.comm_exposed += seconds_since(start);
+  }
+}
+
+float DdpEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
+                                  bool last_micro) {
+  auto start = std::chrono::steady_clock::now();
+  prepare_input(ctx_, x, options_.input, input_);
+  Tensor labels = y.device() == ctx_.device() ? y : y.to(ctx_.device());
+  reducer_->prepare_for_backward(last_micro && options_.sync && comm_.size() > 1);
+  Tensor logits = model_.forward(ctx_, input_);
+  Tensor loss = loss_.forward(ctx_, logits, labels);
+  Tensor dlogits = loss_.backward(ctx_, loss_scale);
+  model_.backward(ctx_, dlogits);
+  float value = loss.item();
+  times_.compute += seconds_since(start);
+  return value;
+}
+
+void DdpEngine::finish_gradients() { times_.comm_exposed += reducer_->finish(); }
+
+}  // namespace lockstep::dist

@@ -1,0 +1,112 @@
+#include "lockstep/nn/batchnorm.hpp"
+
+#include "buffers.hpp"
+#include "lockstep/nn/init.hpp"
+#include "lockstep/ops/ops.hpp"
+
+namespace lockstep::nn {
+
+BatchNorm::BatchNorm(int spatial_dims, std::int64_t channels, float eps, float momentum,
+                     Device device)
+    : spatial_dims_(spatial_dims), channels_(channels), eps_(eps), momentum_(momentum) {
+  LOCKSTEP_CHECK(spatial_dims == 0 || spatial_dims == 2, "batchnorm: spatial_dims must be 0 or 2");
+  LOCKSTEP_CHECK(channels > 0 && eps > 0.0f && momentum >= 0.0f && momentum <= 1.0f,
+                 "batchnorm: bad arguments channels=", channels, " eps=", eps,
+                 " momentum=", momentum);
+  gamma_ = make_parameter({channels}, device);
+  beta_ = make_parameter({channels}, device);
+  running_mean_ = Buffer{"", Tensor::empty({channels}, DType::F32, device)};
+  running_var_ = Buffer{"", Tensor::empty({channels}, DType::F32, device)};
+  save_mean_ = Tensor::empty({channels}, DType::F32, device);
+  save_invstd_ = Tensor::empty({channels}, DType::F32, device);
+  reset_parameters(0, "");
+}
+
+std::string BatchNorm::describe() const {
+  return str(type(), "(", channels_, ")");
+}
+
+Shape BatchNorm::output_shape(const Shape& input) const {
+  std::size_t rank = static_cast<std::size_t>(2 + spatial_dims_);
+  LOCKSTEP_CHECK(input.size() == rank && input[1] == channels_, type(), " expects input [N, ",
+                 channels_, spatial_dims_ ? ", H, W" : "", "], got ", shape_str(input));
+  return input;
+}
+
+void BatchNorm::reset_parameters(std::uint64_t seed, const std::string& prefix) {
+  (void)seed;
+  (void)prefix;
+  init_constant(gamma_.value, 1.0f);
+  init_constant(beta_.value, 0.0f);
+  init_constant(running_mean_.value, 0.0f);
+  init_constant(running_var_.value, 1.0f);
+}
+
+Tensor BatchNorm::forward(ops::Context& ctx, const Tensor& x) {
+  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device());
+  if (training_) {
+    ops::batchnorm_forward_train(ctx, x, gamma_.value, beta_.value, y, save_mean_, save_invstd_,
+                                 running_mean_.value, running_var_.value, momentum_, eps_);
+  } else {
+    ops::batchnorm_forward_eval(ctx, x, gamma_.value, beta_.value, running_mean_.value,
+                                running_var_.value, eps_, y);
+  }
+  forward_was_training_ = training_;
+  x_ = x;
+  return y;
+}
+
+Tensor BatchNorm::backward(ops::Context& ctx, const Tensor& dy) {
+  Tensor x = detail::take_cached(x_, type().c_str());
+  if (!forward_was_training_) return backward_eval(ctx, x, dy);
+  Tensor& dx = detail::reuse_buffer(dx_, x.shape(), x.device());
+  ops::batchnorm_backward(ctx, x, dy, gamma_.value, save_mean_, save_invstd_, dx, gamma_.grad,
+                          beta_.grad);
+  if (!input_grad_) return Tensor();
+  return dx;
+}
+
+// In evaluation mode y = gamma * (x - running_mean) * invstd + beta is a fixed per-channel affine
+// map, so dx = dy * gamma * invstd, dgamma = sum dy * xhat and dbeta = sum dy. The ops interface
+// has no per-channel scale, so this is written with the batchnorm ops themselves (it runs only
+// for frozen-statistics fine-tuning and tests, not in the training step):
+//   invstd = bn_eval(ones[1, C]; gamma 1, beta 0, mean 0, var running_var)
+//   dgamma, dbeta via batchnorm_backward with (running_mean, invstd) as the saved statistics
+//   dx = bn_eval(dy; gamma, beta 0, mean 0, var running_var)
+Tensor BatchNorm::backward_eval(ops::Context& ctx, const Tensor& x, const Tensor& dy) {
+  Device device = x.device();
+  Shape row{1, channels_};
+  if (!zeros_.defined()) {
+    zeros_ = Tensor::empty({channels_}, DType::F32, device);
+    ones_ = Tensor::empty(row, DType::F32, device);
+    ops::fill(ctx, zeros_, 0.0f);
+    ops::fill(ctx, ones_, 1.0f);
+  }
+  Tensor invstd_row = Tensor::empty(row, DType::F32, device);
+  ops::batchnorm_forward_eval(ctx, ones_, ones_.view({channels_}), zeros_, zeros_,
+                              running_var_.value, eps_, invstd_row);
+  Tensor invstd = invstd_row.view({channels_});
+  Tensor& scratch = detail::reuse_buffer(scratch_, x.shape(), device);
+  ops::batchnorm_backward(ctx, x, dy, gamma_.value, running_mean_.value, invstd, scratch,
+                          gamma_.grad, beta_.grad);
+  if (!input_grad_) return Tensor();
+  Tensor& dx = detail::reuse_buffer(dx_, x.shape(), device);
+  ops::batchnorm_forward_eval(ctx, dy, gamma_.value, zeros_, zeros_, running_var_.value, eps_, dx);
+  return dx;
+}
+
+void BatchNorm::collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) {
+  gamma_.name = prefix + "weight";
+  beta_.name = prefix + "bias";
+  out.push_back(&gamma_);
+  out.push_back(&beta_);
+}
+
+void BatchNorm::collect_buffers(const std::string& prefix, std::vector<Buffer*>& out) {
+  running_mean_.name = prefix + "running_mean";
+  running_var_.name = prefix + "running_var";
+  out.push_back(&running_mean_);
+  out.push_back(&running_var_);
+}
+
+}  // namespace lockstep::nn

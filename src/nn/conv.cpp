@@ -1,0 +1,73 @@
+#include "lockstep/nn/conv.hpp"
+
+#include "buffers.hpp"
+#include "lockstep/nn/init.hpp"
+
+namespace lockstep::nn {
+
+Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, int kernel, int stride,
+               int padding, bool bias, Device device)
+    : in_(in_channels), out_(out_channels), kernel_(kernel), has_bias_(bias) {
+  LOCKSTEP_CHECK(in_ > 0 && out_ > 0 && kernel > 0 && stride > 0 && padding >= 0,
+                 "conv: bad arguments in=", in_, " out=", out_, " kernel=", kernel,
+                 " stride=", stride, " pad=", padding);
+  params_.stride_h = params_.stride_w = stride;
+  params_.pad_h = params_.pad_w = padding;
+  weight_ = make_parameter({out_, in_, kernel, kernel}, device);
+  if (has_bias_) bias_ = make_parameter({out_}, device);
+}
+
+std::string Conv2d::describe() const {
+  return str("conv(", in_, "->", out_, ", k=", kernel_, ", stride=", params_.stride_h,
+             ", pad=", params_.pad_h, has_bias_ ? "" : ", bias=0", ")");
+}
+
+Shape Conv2d::output_shape(const Shape& input) const {
+  LOCKSTEP_CHECK(input.size() == 4 && input[1] == in_, "conv expects input [N, ", in_,
+                 ", H, W], got ", shape_str(input));
+  std::int64_t h = ops::window_output_size(input[2], kernel_, params_.stride_h, params_.pad_h);
+  std::int64_t w = ops::window_output_size(input[3], kernel_, params_.stride_w, params_.pad_w);
+  LOCKSTEP_CHECK(h > 0 && w > 0, "conv kernel ", kernel_, " (pad ", params_.pad_h,
+                 ") does not fit input ", shape_str(input));
+  return {input[0], out_, h, w};
+}
+
+Tensor Conv2d::forward(ops::Context& ctx, const Tensor& x) {
+  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device());
+  ops::conv2d_forward(ctx, x, weight_.value, has_bias_ ? bias_.value : Tensor(), y, params_);
+  x_ = x;
+  return y;
+}
+
+Tensor Conv2d::backward(ops::Context& ctx, const Tensor& dy) {
+  Tensor x = detail::take_cached(x_, "conv");
+  Tensor no_bias;
+  ops::conv2d_backward_weights(ctx, x, dy, weight_.grad, has_bias_ ? bias_.grad : no_bias, params_);
+  if (!input_grad_) return Tensor();
+  Tensor& dx = detail::reuse_buffer(dx_, x.shape(), x.device());
+  ops::conv2d_backward_data(ctx, dy, weight_.value, dx, params_);
+  return dx;
+}
+
+void Conv2d::reset_parameters(std::uint64_t seed, const std::string& prefix) {
+  float bound = default_init_bound(in_ * kernel_ * kernel_);
+  init_uniform(weight_.value, bound, seed, prefix + "weight");
+  if (has_bias_) init_uniform(bias_.value, bound, seed, prefix + "bias");
+}
+
+void Conv2d::collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) {
+  weight_.name = prefix + "weight";
+  out.push_back(&weight_);
+  if (has_bias_) {
+    bias_.name = prefix + "bias";
+    out.push_back(&bias_);
+  }
+}
+
+double Conv2d::forward_flops(const Shape& input) const {
+  Shape y = output_shape(input);
+  return 2.0 * static_cast<double>(in_ * kernel_ * kernel_) * static_cast<double>(out_) *
+         static_cast<double>(y[2] * y[3]);
+}
+
+}  // namespace lockstep::nn

@@ -1,0 +1,68 @@
+#include "lockstep/nn/linear.hpp"
+
+#include "buffers.hpp"
+#include "lockstep/nn/init.hpp"
+#include "lockstep/ops/ops.hpp"
+
+namespace lockstep::nn {
+
+Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool bias, Device device)
+    : in_(in_features), out_(out_features), has_bias_(bias) {
+  LOCKSTEP_CHECK(in_ > 0 && out_ > 0, "linear: features must be positive, got in=", in_,
+                 " out=", out_);
+  weight_ = make_parameter({out_, in_}, device);
+  if (has_bias_) bias_ = make_parameter({out_}, device);
+}
+
+std::string Linear::describe() const {
+  return str("linear(", in_, "->", out_, has_bias_ ? "" : ", bias=0", ")");
+}
+
+Shape Linear::output_shape(const Shape& input) const {
+  LOCKSTEP_CHECK_HINT(input.size() == 2, "put `flatten` before a linear layer",
+                      "linear expects input [N, ", in_, "], got ", shape_str(input));
+  LOCKSTEP_CHECK(input[1] == in_, "linear expects input [N, ", in_, "], got ", shape_str(input));
+  return {input[0], out_};
+}
+
+Tensor Linear::forward(ops::Context& ctx, const Tensor& x) {
+  Shape out = output_shape(x.shape());
+  Tensor& y = detail::reuse_buffer(y_, out, x.device());
+  ops::gemm(ctx, false, true, 1.0f, x, weight_.value, 0.0f, y);
+  if (has_bias_) ops::add_row_bias(ctx, y, bias_.value);
+  x_ = x;
+  return y;
+}
+
+Tensor Linear::backward(ops::Context& ctx, const Tensor& dy) {
+  Tensor x = detail::take_cached(x_, "linear");
+  // dW += dy^T x and db += column sums of dy: both accumulate, as parameter gradients must.
+  ops::gemm(ctx, true, false, 1.0f, dy, x, 1.0f, weight_.grad);
+  if (has_bias_) ops::sum_rows(ctx, dy, bias_.grad);
+  if (!input_grad_) return Tensor();
+  Tensor& dx = detail::reuse_buffer(dx_, x.shape(), x.device());
+  ops::gemm(ctx, false, false, 1.0f, dy, weight_.value, 0.0f, dx);
+  return dx;
+}
+
+void Linear::reset_parameters(std::uint64_t seed, const std::string& prefix) {
+  float bound = default_init_bound(in_);
+  init_uniform(weight_.value, bound, seed, prefix + "weight");
+  if (has_bias_) init_uniform(bias_.value, bound, seed, prefix + "bias");
+}
+
+void Linear::collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) {
+  weight_.name = prefix + "weight";
+  out.push_back(&weight_);
+  if (has_bias_) {
+    bias_.name = prefix + "bias";
+    out.push_back(&bias_);
+  }
+}
+
+double Linear::forward_flops(const Shape& input) const {
+  (void)input;
+  return 2.0 * static_cast<double>(in_) * static_cast<double>(out_);
+}
+
+}  // namespace lockstep::nn

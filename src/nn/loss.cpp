@@ -1,0 +1,29 @@
+#include "lockstep/nn/loss.hpp"
+
+#include "buffers.hpp"
+#include "lockstep/ops/ops.hpp"
+
+namespace lockstep::nn {
+
+Tensor SoftmaxCrossEntropy::forward(ops::Context& ctx, const Tensor& logits, const Tensor& labels) {
+  LOCKSTEP_CHECK(logits.ndim() == 2, "softmax cross-entropy expects logits [N, C], got ",
+                 logits.describe());
+  Tensor& probs = detail::reuse_buffer(probs_, logits.shape(), logits.device());
+  Tensor& loss = detail::reuse_buffer(loss_, {1}, logits.device());
+  ops::softmax_xent_forward(ctx, logits, labels, probs, loss);
+  labels_ = labels;
+  have_forward_ = true;
+  return loss;
+}
+
+Tensor SoftmaxCrossEntropy::backward(ops::Context& ctx, float scale) {
+  LOCKSTEP_CHECK_HINT(have_forward_, "call forward before each backward",
+                      "softmax cross-entropy: backward without forward");
+  have_forward_ = false;
+  Tensor& dlogits = detail::reuse_buffer(dlogits_, probs_.shape(), probs_.device());
+  ops::softmax_xent_backward(ctx, probs_, labels_, scale, dlogits);
+  labels_ = Tensor();
+  return dlogits;
+}
+
+}  // namespace lockstep::nn

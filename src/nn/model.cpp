@@ -1,0 +1,538 @@
+#include "lockstep/nn/model.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+
+#include "lockstep/nn/layers.hpp"
+#include "lockstep/ops/ops.hpp"
+
+namespace lockstep::nn {
+namespace {
+
+constexpr const char* kLayerHint =
+    "layers are conv(out,k[,stride=][,pad=][,bias=]), linear(out[,bias=]), bn, relu, gelu, "
+    "maxpool(k[,stride][,pad]), avgpool(k[,stride][,pad]), gap, flatten, dropout(p), "
+    "res(out[,stride]) joined by '-'; presets are mlp[:h1,h2,...], lenet, resnet[:n]";
+
+struct Arg {
+  std::string key;  // empty for a positional argument
+  std::string value;
+  std::size_t pos = 0, len = 0;
+};
+
+struct LayerToken {
+  std::string name;
+  std::vector<Arg> args;
+  std::size_t pos = 0, len = 0;
+};
+
+// The spec being built, for error messages that quote it with a caret under the culprit.
+struct SpecText {
+  std::string text;
+  std::string origin;  // "" or the preset it was expanded from
+
+  [[noreturn]] void fail(std::size_t pos, std::size_t len, const std::string& message,
+                         const std::string& hint) const {
+    std::string where = origin.empty() ? "model spec" : "model spec (preset '" + origin + "')";
+    LOCKSTEP_FAIL_HINT(hint, where, ", column ", pos + 1, ": ", message, "\n    ", text, "\n    ",
+                       std::string(pos, ' '), "^", std::string(len > 1 ? len - 1 : 0, '~'));
+  }
+};
+
+bool is_name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
+std::string trim(const std::string& s, std::size_t& offset) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b])))
+    ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1])))
+    --e;
+  offset += b;
+  return s.substr(b, e - b);
+}
+
+std::vector<LayerToken> tokenize(const SpecText& spec) {
+  const std::string& text = spec.text;
+  std::size_t i = 0, n = text.size();
+  auto skip_space = [&] {
+    while (i < n && std::isspace(static_cast<unsigned char>(text[i])))
+      ++i;
+  };
+  std::vector<LayerToken> tokens;
+  skip_space();
+  if (i == n) spec.fail(0, 1, "the spec is empty", kLayerHint);
+  while (true) {
+    skip_space();
+    LayerToken t;
+    t.pos = i;
+    while (i < n && is_name_char(text[i]))
+      ++i;
+    if (i == t.pos) {
+      spec.fail(i, 1,
+                i < n ? str("expected a layer name, found '", text[i], "'")
+                      : std::string("expected a layer name after '-'"),
+                kLayerHint);
+    }
+    t.name = text.substr(t.pos, i - t.pos);
+    for (char& c : t.name)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    skip_space();
+    if (i < n && text[i] == '(') {
+      std::size_t open = i++;
+      skip_space();
+      if (i < n && text[i] == ')') {
+        ++i;
+      } else {
+        while (true) {
+          std::size_t begin = i;
+          while (i < n && text[i] != ',' && text[i] != ')' && text[i] != '(')
+            ++i;
+          if (i == n || text[i] == '(') {
+            spec.fail(open, i - open, str("missing ')' after the arguments of '", t.name, "'"),
+                      kLayerHint);
+          }
+          Arg a;
+          a.pos = begin;
+          std::string raw = trim(text.substr(begin, i - begin), a.pos);
+          a.len = std::max<std::size_t>(raw.size(), 1);
+          if (raw.empty()) spec.fail(a.pos, 1, "empty argument", kLayerHint);
+          auto eq = raw.find('=');
+          if (eq == std::string::npos) {
+            a.value = raw;
+          } else {
+            std::size_t unused = 0;
+            a.key = trim(raw.substr(0, eq), unused);
+            a.value = trim(raw.substr(eq + 1), unused);
+            if (a.key.empty() || a.value.empty()) {
+              spec.fail(a.pos, a.len, str("malformed argument '", raw, "'"), "write key=value");
+            }
+          }
+          t.args.push_back(a);
+          if (text[i++] == ')') break;
+        }
+      }
+    }
+    t.len = i - t.pos;
+    tokens.push_back(t);
+    skip_space();
+    if (i == n) break;
+    if (text[i] != '-') {
+      spec.fail(i, 1, str("expected '-' between layers, found '", text[i], "'"), kLayerHint);
+    }
+    ++i;
+  }
+  return tokens;
+}
+
+// One formal argument of a layer: name, default (NaN = required), integer-valued, range.
+struct Formal {
+  const char* name;
+  double fallback;
+  bool integer;
+  double min, max;
+};
+constexpr double kRequired = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<double> bind_args(const SpecText& spec, const LayerToken& t,
+                              const std::vector<Formal>& formals) {
+  std::vector<double> values(formals.size(), kRequired);
+  std::vector<bool> set(formals.size(), false);
+  std::string signature = t.name + "(";
+  for (std::size_t k = 0; k < formals.size(); ++k) {
+    signature += str(k ? ", " : "", formals[k].name);
+  }
+  signature += ")";
+  if (formals.empty()) signature = t.name;
+  std::size_t next_positional = 0;
+  for (const Arg& a : t.args) {
+    std::size_t k = formals.size();
+    if (a.key.empty()) {
+      k = next_positional++;
+      if (k >= formals.size()) {
+        spec.fail(a.pos, a.len, str("too many arguments for '", t.name, "'"),
+                  str("usage: ", signature));
+      }
+    } else {
+      for (std::size_t j = 0; j < formals.size(); ++j) {
+        if (a.key == formals[j].name) k = j;
+      }
+      if (k == formals.size()) {
+        spec.fail(a.pos, a.len, str("'", t.name, "' has no argument '", a.key, "'"),
+                  str("usage: ", signature));
+      }
+    }
+    if (set[k]) {
+      spec.fail(a.pos, a.len, str("argument '", formals[k].name, "' given twice"),
+                str("usage: ", signature));
+    }
+    const Formal& f = formals[k];
+    char* end = nullptr;
+    double v = std::strtod(a.value.c_str(), &end);
+    bool ok = end && *end == '\0' && std::isfinite(v) && (!f.integer || v == std::floor(v));
+    if (!ok) {
+      spec.fail(a.pos, a.len,
+                str("argument '", f.name, "' of '", t.name, "' must be ",
+                    f.integer ? "an integer" : "a number", ", got '", a.value, "'"),
+                str("usage: ", signature));
+    }
+    if (v < f.min || v > f.max) {
+      spec.fail(a.pos, a.len,
+                str("argument '", f.name, "' of '", t.name, "' is ", a.value, ", outside [", f.min,
+                    ", ", f.max == kInf ? std::string("inf") : str(f.max), "]"),
+                str("usage: ", signature));
+    }
+    values[k] = v;
+    set[k] = true;
+  }
+  for (std::size_t k = 0; k < formals.size(); ++k) {
+    if (!set[k]) {
+      if (std::isnan(formals[k].fallback)) {
+        spec.fail(t.pos, t.len, str("'", t.name, "' needs argument '", formals[k].name, "'"),
+                  str("usage: ", signature));
+      }
+      values[k] = formals[k].fallback;
+    }
+  }
+  return values;
+}
+
+int as_int(double v) {
+  return static_cast<int>(v);
+}
+
+// Builds the layer of token t for input shape `in` (batch dimension included). Shape problems
+// throw plain Errors, which the caller re-throws pointing at the token.
+std::unique_ptr<Module> make_layer(const SpecText& spec, const LayerToken& t, const Shape& in,
+                                   Device device) {
+  auto need_rank = [&](std::size_t rank, const char* what) {
+    LOCKSTEP_CHECK_HINT(
+        in.size() == rank,
+        rank == 2 ? "put `flatten` (or `gap`) before it" : "give an image sample shape {C, H, W}",
+        t.name, " expects input ", what, ", got ", shape_str(in));
+  };
+  const std::string& n = t.name;
+  if (n == "conv") {
+    auto v = bind_args(spec, t,
+                       {{"out", kRequired, true, 1, kInf},
+                        {"k", kRequired, true, 1, kInf},
+                        {"stride", 1, true, 1, kInf},
+                        {"pad", 0, true, 0, kInf},
+                        {"bias", 1, true, 0, 1}});
+    need_rank(4, "[N, C, H, W]");
+    return std::make_unique<Conv2d>(in[1], static_cast<std::int64_t>(v[0]), as_int(v[1]),
+                                    as_int(v[2]), as_int(v[3]), v[4] != 0, device);
+  }
+  if (n == "linear") {
+    auto v = bind_args(spec, t, {{"out", kRequired, true, 1, kInf}, {"bias", 1, true, 0, 1}});
+    need_rank(2, "[N, features]");
+    return std::make_unique<Linear>(in[1], static_cast<std::int64_t>(v[0]), v[1] != 0, device);
+  }
+  if (n == "bn") {
+    bind_args(spec, t, {});
+    LOCKSTEP_CHECK(in.size() == 2 || in.size() == 4,
+                   "bn expects input [N, C] or [N, C, H, W], got ", shape_str(in));
+    if (in.size() == 2)
+      return std::make_unique<BatchNorm1d>(in[1], kBatchNormEps, kBatchNormMomentum, device);
+    return std::make_unique<BatchNorm2d>(in[1], kBatchNormEps, kBatchNormMomentum, device);
+  }
+  if (n == "relu" || n == "gelu" || n == "flatten" || n == "gap") {
+    bind_args(spec, t, {});
+    if (n == "relu") return std::make_unique<ReLU>();
+    if (n == "gelu") return std::make_unique<GELU>();
+    if (n == "flatten") return std::make_unique<Flatten>();
+    return std::make_unique<GlobalAvgPool>();
+  }
+  if (n == "maxpool" || n == "avgpool") {
+    auto v = bind_args(
+        spec, t,
+        {{"k", kRequired, true, 1, kInf}, {"stride", 0, true, 0, kInf}, {"pad", 0, true, 0, kInf}});
+    if (n == "maxpool")
+      return std::make_unique<MaxPool2d>(as_int(v[0]), as_int(v[1]), as_int(v[2]));
+    return std::make_unique<AvgPool2d>(as_int(v[0]), as_int(v[1]), as_int(v[2]));
+  }
+  if (n == "dropout") {
+    auto v = bind_args(spec, t, {{"p", kRequired, false, 0, 0.999999}});
+    return std::make_unique<Dropout>(static_cast<float>(v[0]));
+  }
+  if (n == "res") {
+    auto v = bind_args(spec, t, {{"out", kRequired, true, 1, kInf}, {"stride", 1, true, 1, kInf}});
+    need_rank(4, "[N, C, H, W]");
+    return std::make_unique<BasicBlock>(in[1], static_cast<std::int64_t>(v[0]), as_int(v[1]),
+                                        device);
+  }
+  if (n == "mlp" || n == "lenet" || n == "resnet") {
+    spec.fail(t.pos, t.len, str("preset '", n, "' cannot be combined with other layers"),
+              "a preset is the whole spec, e.g. `mlp:512,256`");
+  }
+  spec.fail(t.pos, n.size(), str("unknown layer '", n, "'"), kLayerHint);
+}
+
+// Expands a preset ("mlp:512,256", "lenet", "resnet:3") into a layer spec; returns "" when spec
+// is not a preset.
+std::string expand_preset(const std::string& spec, std::int64_t classes, std::string& preset) {
+  std::size_t offset = 0;
+  std::string s = trim(spec, offset);
+  std::size_t colon = s.find(':');
+  std::string name = s.substr(0, colon);
+  if (name != "mlp" && name != "lenet" && name != "resnet") return "";
+  preset = name;
+  SpecText text{spec, ""};
+  std::vector<std::int64_t> values;
+  if (colon != std::string::npos) {
+    std::size_t pos = colon + 1;
+    while (true) {
+      std::size_t end = s.find(',', pos);
+      std::string item = s.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+      std::size_t item_pos = offset + pos;
+      std::string value = trim(item, item_pos);
+      char* stop = nullptr;
+      long long v = std::strtoll(value.c_str(), &stop, 10);
+      if (value.empty() || *stop != '\0' || v <= 0) {
+        text.fail(item_pos, std::max<std::size_t>(value.size(), 1),
+                  str("preset '", name, "' needs positive integers after ':', got '", value, "'"),
+                  "e.g. mlp:1024,1024 or resnet:3");
+      }
+      values.push_back(v);
+      if (end == std::string::npos) break;
+      pos = end + 1;
+    }
+  }
+  if (name == "mlp") {
+    if (values.empty()) values = {1024, 1024};
+    std::string out = "flatten";
+    for (std::int64_t h : values)
+      out += str("-linear(", h, ")-relu");
+    return out + str("-linear(", classes, ")");
+  }
+  if (name == "lenet") {
+    if (!values.empty())
+      text.fail(offset + colon, s.size() - colon, "lenet takes no arguments", "");
+    return str(
+        "conv(6,5,pad=2)-relu-maxpool(2)-conv(16,5)-relu-maxpool(2)-flatten-linear(120)-"
+        "relu-linear(84)-relu-linear(",
+        classes, ")");
+  }
+  if (values.size() > 1) {
+    text.fail(offset + colon, s.size() - colon, "resnet takes one argument, blocks per stage", "");
+  }
+  std::int64_t blocks = values.empty() ? 2 : values[0];
+  std::string out = "conv(16,3,pad=1,bias=0)-bn-relu";
+  const std::int64_t widths[] = {16, 32, 64};
+  for (int stage = 0; stage < 3; ++stage) {
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      out += (stage > 0 && b == 0) ? str("-res(", widths[stage], ",2)")
+                                   : str("-res(", widths[stage], ")");
+    }
+  }
+  return out + str("-gap-linear(", classes, ")");
+}
+
+std::string batch_shape_str(const Shape& shape) {
+  std::string s = "[N";
+  for (std::size_t i = 1; i < shape.size(); ++i)
+    s += str(", ", shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+Model Model::build(const std::string& spec, const Shape& sample_shape, std::int64_t num_classes,
+                   std::uint64_t seed, Device device) {
+  LOCKSTEP_CHECK(num_classes >= 1, "model: num_classes must be positive, got ", num_classes);
+  LOCKSTEP_CHECK(!sample_shape.empty() && shape_numel(sample_shape) > 0,
+                 "model: sample shape must be non-empty, got ", shape_str(sample_shape));
+  Model m;
+  m.spec_ = spec;
+  m.sample_shape_ = sample_shape;
+  m.num_classes_ = num_classes;
+  m.seed_ = seed;
+  m.device_ = device;
+
+  SpecText text{spec, ""};
+  std::string preset;
+  std::string expanded = expand_preset(spec, num_classes, preset);
+  if (!expanded.empty()) text = SpecText{expanded, preset};
+  std::vector<LayerToken> tokens = tokenize(text);
+
+  // The classifier head (see model.hpp): validate an explicit final linear, else append one.
+  const LayerToken& last = tokens.back();
+  bool explicit_head = last.name == "linear";
+  Shape shape{1};
+  shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
+  std::vector<Shape> out_shapes;
+  for (std::size_t k = 0;; ++k) {
+    if (k == tokens.size()) {
+      if (explicit_head) break;
+      // Append the head to the spec text so layer_spec() and later errors show it.
+      std::string head = shape.size() > 2 ? "flatten-" : "";
+      head += str("linear(", num_classes, ")");
+      std::size_t pos = text.text.size() + 1;
+      text.text += "-" + head;
+      for (LayerToken t : tokenize(SpecText{head, ""})) {
+        t.pos += pos;
+        tokens.push_back(t);
+      }
+      explicit_head = true;
+    }
+    const LayerToken& t = tokens[k];
+    std::unique_ptr<Module> layer;
+    Shape out;
+    try {
+      layer = make_layer(text, t, shape, device);
+      out = layer->output_shape(shape);
+    } catch (const Error& e) {
+      if (e.message().rfind("model spec", 0) == 0) throw;  // already points at the spec
+      text.fail(t.pos, t.len,
+                str("layer ", k, " '", text.text.substr(t.pos, t.len), "' does not fit its input ",
+                    batch_shape_str(shape), " (sample shape ", shape_str(sample_shape),
+                    "): ", e.message()),
+                e.hint());
+    }
+    m.layers_.push_back(std::move(layer));
+    out_shapes.push_back(out);
+    shape = out;
+  }
+  if (shape != Shape{1, num_classes}) {
+    const LayerToken& t = tokens.back();
+    text.fail(t.pos, t.len,
+              str("the last layer outputs ", batch_shape_str(shape), " but the data has ",
+                  num_classes, " classes"),
+              str("end the spec with linear(", num_classes, ") or leave the head out"));
+  }
+  m.layer_spec_ = text.text;
+
+  for (std::size_t k = 0; k < m.layers_.size(); ++k) {
+    std::string prefix = str(k, ".");
+    Module& layer = *m.layers_[k];
+    layer.reset_parameters(seed, prefix);
+    m.layer_params_.emplace_back();
+    layer.collect_parameters(prefix, m.layer_params_.back());
+    layer.collect_buffers(prefix, m.buffers_);
+    m.parameters_.insert(m.parameters_.end(), m.layer_params_.back().begin(),
+                         m.layer_params_.back().end());
+  }
+  // Nothing upstream of the first layer with parameters needs a gradient.
+  for (std::size_t k = 0; k < m.layers_.size(); ++k) {
+    m.layers_[k]->set_input_grad(false);
+    if (!m.layer_params_[k].empty()) break;
+  }
+  m.out_shapes_ = std::move(out_shapes);
+  return m;
+}
+
+Tensor Model::forward(ops::Context& ctx, const Tensor& x) {
+  bool fits = x.ndim() == static_cast<int>(sample_shape_.size()) + 1;
+  for (std::size_t i = 0; fits && i < sample_shape_.size(); ++i) {
+    fits = x.dim(static_cast<int>(i) + 1) == sample_shape_[i];
+  }
+  LOCKSTEP_CHECK(fits, "model input must be [N, ", shape_str(sample_shape_).substr(1),
+                 " (the sample shape it was built for), got ", x.describe());
+  Tensor h = x;
+  for (auto& layer : layers_)
+    h = layer->forward(ctx, h);
+  return h;
+}
+
+void Model::backward(ops::Context& ctx, const Tensor& dlogits) {
+  LOCKSTEP_CHECK(dlogits.ndim() == 2 && dlogits.dim(1) == num_classes_,
+                 "model backward expects dlogits [N, ", num_classes_, "], got ",
+                 dlogits.describe());
+  Tensor d = dlogits;
+  for (std::size_t k = layers_.size(); k-- > 0;) {
+    d = layers_[k]->backward(ctx, d);
+    if (grad_ready_) {
+      auto& params = layer_params_[k];
+      for (auto it = params.rbegin(); it != params.rend(); ++it)
+        grad_ready_(**it);
+    }
+  }
+}
+
+void Model::set_grad_ready_hook(GradReadyFn fn) {
+  grad_ready_ = std::move(fn);
+}
+
+void Model::set_training(bool training) {
+  training_ = training;
+  for (auto& layer : layers_)
+    layer->set_training(training);
+}
+
+void Model::zero_grad(ops::Context& ctx) {
+  for (Parameter* p : parameters_)
+    ops::fill(ctx, p->grad, 0.0f);
+}
+
+std::string Model::structure() const {
+  std::ostringstream out;
+  out << "spec " << layer_spec_ << "\n";
+  out << "input " << batch_shape_str([&] {
+    Shape s{1};
+    s.insert(s.end(), sample_shape_.begin(), sample_shape_.end());
+    return s;
+  }()) << "\n";
+  std::vector<Parameter*> params;
+  std::vector<Buffer*> buffers;
+  for (std::size_t k = 0; k < layers_.size(); ++k) {
+    out << k << " " << layers_[k]->describe() << " -> " << batch_shape_str(out_shapes_[k]) << "\n";
+    for (Parameter* p : layer_params_[k]) {
+      out << "  param " << p->name << " " << shape_str(p->value.shape()) << "\n";
+    }
+    buffers.clear();
+    layers_[k]->collect_buffers(str(k, "."), buffers);
+    for (Buffer* b : buffers) {
+      out << "  buffer " << b->name << " " << shape_str(b->value.shape()) << "\n";
+    }
+  }
+  return out.str();
+}
+
+double Model::forward_flops(const Shape& sample_shape) const {
+  Shape shape{1};
+  shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
+  double flops = 0.0;
+  for (const auto& layer : layers_) {
+    flops += layer->forward_flops(shape);
+    shape = layer->output_shape(shape);
+  }
+  return flops;
+}
+
+std::int64_t Model::num_parameters() const {
+  std::int64_t n = 0;
+  for (const Parameter* p : parameters_)
+    n += p->value.numel();
+  return n;
+}
+
+void Model::set_dropout_seed(std::uint64_t seed) {
+  for (auto& layer : layers_) {
+    if (auto* d = dynamic_cast<Dropout*>(layer.get())) d->set_seed(seed);
+  }
+}
+
+std::uint64_t Model::dropout_calls() const {
+  for (const auto& layer : layers_) {
+    if (auto* d = dynamic_cast<const Dropout*>(layer.get())) return d->calls();
+  }
+  return 0;
+}
+
+void Model::set_dropout_calls(std::uint64_t calls) {
+  for (auto& layer : layers_) {
+    if (auto* d = dynamic_cast<Dropout*>(layer.get())) d->set_calls(calls);
+  }
+}
+
+}  // namespace lockstep::nn

@@ -1,0 +1,36 @@
+// Checks for every CUDA runtime, cuBLAS and cuDNN call: a failure throws lockstep::Error naming
+// the call, file:line and the library's own error string, so a message in a Slurm log of a
+// 512-rank job says which call failed where. LOCKSTEP_CHECK_LAUNCH() follows every kernel launch
+// (launch errors are otherwise reported by some later, unrelated call).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "lockstep/core/error.hpp"
+
+#define LOCKSTEP_CHECK_CUDA(call)                                                   \
+  do {                                                                              \
+    cudaError_t lockstep_status_ = (call);                                          \
+    if (lockstep_status_ != cudaSuccess) [[unlikely]]                               \
+      LOCKSTEP_FAIL(#call, " failed: ", cudaGetErrorString(lockstep_status_), " (", \
+                    cudaGetErrorName(lockstep_status_), ")");                       \
+  } while (0)
+
+#define LOCKSTEP_CHECK_CUBLAS(call)                                                    \
+  do {                                                                                 \
+    cublasStatus_t lockstep_status_ = (call);                                          \
+    if (lockstep_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                        \
+      LOCKSTEP_FAIL(#call, " failed: ", cublasGetStatusString(lockstep_status_), " (", \
+                    cublasGetStatusName(lockstep_status_), ")");                       \
+  } while (0)
+
+#define LOCKSTEP_CHECK_CUDNN(call)                                              \
+  do {                                                                          \
+    cudnnStatus_t lockstep_status_ = (call);                                    \
+    if (lockstep_status_ != CUDNN_STATUS_SUCCESS) [[unlikely]]                  \
+      LOCKSTEP_FAIL(#call, " failed: ", cudnnGetErrorString(lockstep_status_)); \
+  } while (0)
+
+#define LOCKSTEP_CHECK_LAUNCH() LOCKSTEP_CHECK_CUDA(cudaGetLastError())

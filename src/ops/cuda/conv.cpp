@@ -1,0 +1,170 @@
+#include "ops/cuda/conv.hpp"
+
+#include <climits>
+
+#include "ops/cuda/check.hpp"
+
+namespace lockstep::ops::cuda {
+namespace {
+
+int as_int(std::int64_t v, const char* what) {
+  LOCKSTEP_CHECK(v >= 0 && v <= INT_MAX, "convolution ", what, " = ", v,
+                 " exceeds cuDNN's 32-bit dimension limit");
+  return static_cast<int>(v);
+}
+
+void set_tensor(cudnnTensorDescriptor_t desc, const Shape& s) {
+  LOCKSTEP_CHECK_CUDNN(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                  as_int(s[0], "N"), as_int(s[1], "C"),
+                                                  as_int(s[2], "H"), as_int(s[3], "W")));
+}
+
+// cudnnFind returns its results fastest first: take the first that ran, is deterministic (the
+// design promises bitwise-repeatable runs; this excludes the atomics-based backward-filter
+// algorithms) and fits the workspace limit.
+template <class Perf>
+const Perf* pick(const Perf* perfs, int count) {
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = perfs[i];
+    if (p.status == CUDNN_STATUS_SUCCESS && p.determinism == CUDNN_DETERMINISTIC &&
+        p.memory <= kConvWorkspaceLimit)
+      return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+struct ConvPlans::Plan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  bool have_fwd = false, have_bwd_data = false, have_bwd_filter = false;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  cudnnMathType_t fwd_math{}, bwd_data_math{}, bwd_filter_math{};
+  std::size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
+
+  ~Plan() {
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (x) cudnnDestroyTensorDescriptor(x);
+  }
+};
+
+ConvPlans::ConvPlans(cudnnHandle_t handle, Device device, bool tf32)
+    : handle_(handle), device_(device), tf32_(tf32) {}
+
+ConvPlans::~ConvPlans() = default;
+
+ConvPlans::Plan& ConvPlans::plan_for(const Shape& x, const Shape& w, const Shape& y,
+                                     const Conv2dParams& p) {
+  Key key{x[0], x[1], x[2], x[3], w[0], w[1], w[2], w[3], p.stride_h, p.stride_w, p.pad_h, p.pad_w};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  auto plan = std::make_unique<Plan>();
+  LOCKSTEP_CHECK_CUDNN(cudnnCreateTensorDescriptor(&plan->x));
+  LOCKSTEP_CHECK_CUDNN(cudnnCreateTensorDescriptor(&plan->y));
+  LOCKSTEP_CHECK_CUDNN(cudnnCreateFilterDescriptor(&plan->w));
+  LOCKSTEP_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&plan->conv));
+  set_tensor(plan->x, x);
+  set_tensor(plan->y, y);
+  LOCKSTEP_CHECK_CUDNN(cudnnSetFilter4dDescriptor(plan->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                  as_int(w[0], "O"), as_int(w[1], "I"),
+                                                  as_int(w[2], "KH"), as_int(w[3], "KW")));
+  LOCKSTEP_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(plan->conv, p.pad_h, p.pad_w, p.stride_h,
+                                                       p.stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                       CUDNN_DATA_FLOAT));
+  // FMA math excludes TF32 tensor cores, so cudnnFind only offers true f32 algorithms.
+  LOCKSTEP_CHECK_CUDNN(
+      cudnnSetConvolutionMathType(plan->conv, tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  Plan& ref = *plan;
+  plans_.emplace(key, std::move(plan));
+  return ref;
+}
+
+Tensor ConvPlans::workspace(std::size_t bytes) {
+  if (bytes == 0) return {};
+  return Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::U8, device_);
+}
+
+void ConvPlans::forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2dParams& p) {
+  Plan& plan = plan_for(x.shape(), w.shape(), y.shape(), p);
+  if (!plan.have_fwd) {
+    cudnnConvolutionFwdAlgoPerf_t perfs[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int count = 0;
+    LOCKSTEP_CHECK_CUDNN(
+        cudnnFindConvolutionForwardAlgorithm(handle_, plan.x, plan.w, plan.conv, plan.y,
+                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perfs));
+    const auto* best = pick(perfs, count);
+    LOCKSTEP_CHECK(best, "no deterministic cuDNN forward algorithm for convolution of ",
+                   x.describe(), " with ", w.describe(), " within ", kConvWorkspaceLimit >> 20,
+                   " MiB of workspace");
+    plan.fwd = best->algo;
+    plan.fwd_math = best->mathType;
+    plan.fwd_bytes = best->memory;
+    plan.have_fwd = true;
+  }
+  LOCKSTEP_CHECK_CUDNN(cudnnSetConvolutionMathType(plan.conv, plan.fwd_math));
+  Tensor ws = workspace(plan.fwd_bytes);
+  const float one = 1.0f, zero = 0.0f;
+  LOCKSTEP_CHECK_CUDNN(cudnnConvolutionForward(
+      handle_, &one, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv, plan.fwd,
+      ws.defined() ? ws.raw_data() : nullptr, plan.fwd_bytes, &zero, plan.y, y.raw_data()));
+}
+
+void ConvPlans::backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
+                              const Conv2dParams& p) {
+  Plan& plan = plan_for(dx.shape(), w.shape(), dy.shape(), p);
+  if (!plan.have_bwd_data) {
+    cudnnConvolutionBwdDataAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int count = 0;
+    LOCKSTEP_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(
+        handle_, plan.w, plan.y, plan.conv, plan.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
+        perfs));
+    const auto* best = pick(perfs, count);
+    LOCKSTEP_CHECK(best, "no deterministic cuDNN backward-data algorithm for convolution of ",
+                   dx.describe(), " with ", w.describe(), " within ", kConvWorkspaceLimit >> 20,
+                   " MiB of workspace");
+    plan.bwd_data = best->algo;
+    plan.bwd_data_math = best->mathType;
+    plan.bwd_data_bytes = best->memory;
+    plan.have_bwd_data = true;
+  }
+  LOCKSTEP_CHECK_CUDNN(cudnnSetConvolutionMathType(plan.conv, plan.bwd_data_math));
+  Tensor ws = workspace(plan.bwd_data_bytes);
+  const float one = 1.0f, zero = 0.0f;
+  LOCKSTEP_CHECK_CUDNN(cudnnConvolutionBackwardData(
+      handle_, &one, plan.w, w.raw_data(), plan.y, dy.raw_data(), plan.conv, plan.bwd_data,
+      ws.defined() ? ws.raw_data() : nullptr, plan.bwd_data_bytes, &zero, plan.x, dx.raw_data()));
+}
+
+void ConvPlans::backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw,
+                                const Conv2dParams& p) {
+  Plan& plan = plan_for(x.shape(), dw.shape(), dy.shape(), p);
+  if (!plan.have_bwd_filter) {
+    cudnnConvolutionBwdFilterAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int count = 0;
+    LOCKSTEP_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(
+        handle_, plan.x, plan.y, plan.conv, plan.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+        perfs));
+    const auto* best = pick(perfs, count);
+    LOCKSTEP_CHECK(best, "no deterministic cuDNN backward-filter algorithm for convolution of ",
+                   x.describe(), " with ", dw.describe(), " within ", kConvWorkspaceLimit >> 20,
+                   " MiB of workspace");
+    plan.bwd_filter = best->algo;
+    plan.bwd_filter_math = best->mathType;
+    plan.bwd_filter_bytes = best->memory;
+    plan.have_bwd_filter = true;
+  }
+  LOCKSTEP_CHECK_CUDNN(cudnnSetConvolutionMathType(plan.conv, plan.bwd_filter_math));
+  Tensor ws = workspace(plan.bwd_filter_bytes);
+  const float one = 1.0f;  // beta = 1: parameter gradients accumulate
+  LOCKSTEP_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
+      handle_, &one, plan.x, x.raw_data(), plan.y, dy.raw_data(), plan.conv, plan.bwd_filter,
+      ws.defined() ? ws.raw_data() : nullptr, plan.bwd_filter_bytes, &one, plan.w, dw.raw_data()));
+}
+
+}  // namespace lockstep::ops::cuda

@@ -1,0 +1,444 @@
+// The CUDA backend: cuBLAS for GEMM, cuDNN for convolutions, own kernels (kernels.cu) for the
+// rest, all queued on one non-blocking compute stream per Context. Nothing here synchronises the
+// device; ops that return a host value (count_correct, sum_squares, all_finite) and copies to
+// the host wait for this stream only. Arguments were validated by ops.cpp.
+//
+// Pooling uses own kernels, not cuDNN: cuDNN's pooling backward needs x and y besides dy, but the
+// ops interface hands the backward only dy and a backend-owned workspace, so cuDNN would force a
+// copy of every pooled activation. An i32 argmax (the size of y) is smaller and gives the same
+// tie-breaking (first maximum) as the CPU.
+//
+// Batch norm uses own kernels (kernels.cu) with PyTorch's semantics: batch statistics with the
+// biased variance for normalisation, running_var updated with the unbiased variance,
+// running = (1 - momentum) * running + momentum * batch_stat.
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "lockstep/ops/backend.hpp"
+#include "ops/cuda/check.hpp"
+#include "ops/cuda/conv.hpp"
+#include "ops/cuda/cuda_backend.hpp"
+#include "ops/cuda/kernels.hpp"
+
+namespace lockstep::ops {
+namespace cuda {
+namespace {
+
+// TF32 tensor cores make f32 GEMMs and convolutions several times faster on Ampere and later, at
+// ~1e-3 relative error: off by default so CUDA matches the CPU to float rounding; benchmarks may
+// turn it on with LOCKSTEP_CUDA_TF32=1.
+bool tf32_from_environment() {
+  const char* v = std::getenv("LOCKSTEP_CUDA_TF32");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+int as_int(std::int64_t v, const char* what) {
+  LOCKSTEP_CHECK(v >= 0 && v <= INT_MAX, "gemm ", what, " = ", v,
+                 " exceeds cuBLAS's 32-bit dimension limit");
+  return static_cast<int>(v);
+}
+
+// Device words the reductions write and the host reads back in one 32-byte copy.
+struct DeviceResults {
+  unsigned long long bad_label;  // (row << 32 | label) of the first bad label, ~0 when none
+  unsigned long long correct;
+  int nonfinite;
+  int pad;
+  double sum;
+};
+static_assert(sizeof(DeviceResults) == 32);
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(Context& ctx) : device_(ctx.device()), tf32_(tf32_from_environment()) {
+    activate_device(device_.index);
+    LOCKSTEP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    LOCKSTEP_CHECK_CUBLAS(cublasCreate(&cublas_));
+    LOCKSTEP_CHECK_CUBLAS(cublasSetStream(cublas_, stream_));
+    LOCKSTEP_CHECK_CUBLAS(
+        cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    LOCKSTEP_CHECK_CUDNN(cudnnCreate(&cudnn_));
+    LOCKSTEP_CHECK_CUDNN(cudnnSetStream(cudnn_, stream_));
+    conv_ = std::make_unique<ConvPlans>(cudnn_, device_, tf32_);
+    results_ =
+        Tensor::empty({static_cast<std::int64_t>(sizeof(DeviceResults))}, DType::U8, device_);
+    partials_ = Tensor::empty({kReducePartials}, DType::F64, device_);
+    LOCKSTEP_CHECK_CUDA(cudaHostAlloc(&host_results_, sizeof(DeviceResults), cudaHostAllocDefault));
+    reset_bad_label();
+  }
+
+  ~CudaBackend() override {
+    // Destructors must not throw; a failure here has nobody left to report to.
+    (void)cudaSetDevice(device_.index);
+    (void)cudaStreamSynchronize(stream_);
+    conv_.reset();
+    cudnnDestroy(cudnn_);
+    cublasDestroy(cublas_);
+    (void)cudaFreeHost(host_results_);
+    results_ = Tensor();
+    partials_ = Tensor();
+    (void)cudaStreamDestroy(stream_);
+  }
+
+  cudaStream_t stream() const { return stream_; }
+
+  void synchronize() override {
+    activate();
+    read_results();  // syncs the stream and reports a bad label seen since the last check
+  }
+
+  // ---- memory
+  void fill(Tensor& t, float value) override {
+    activate();
+    std::uint32_t bits = t.dtype() == DType::F32
+                             ? std::bit_cast<std::uint32_t>(value)
+                             : static_cast<std::uint32_t>(static_cast<std::int32_t>(value));
+    fill_u32(static_cast<std::uint32_t*>(t.raw_data()), t.numel(), bits, stream_);
+  }
+
+  void copy(const Tensor& src, Tensor& dst) override {
+    activate();
+    if (src.device().is_cpu() && dst.device().is_cpu()) {
+      std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+      return;
+    }
+    // From pageable host memory the call returns once the bytes are staged, so the source may
+    // be reused at once; to the host we wait, since the caller reads the data next.
+    LOCKSTEP_CHECK_CUDA(
+        cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDefault, stream_));
+    if (dst.device().is_cpu()) LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  // ---- dense linear algebra. Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T,
+  // and a row-major matrix read as column-major is its transpose: so call cuBLAS with the
+  // operands swapped and the same transpose flags.
+  void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
+            Tensor& c) override {
+    activate();
+    int m = as_int(c.dim(0), "M"), n = as_int(c.dim(1), "N");
+    int k = as_int(trans_a ? a.dim(0) : a.dim(1), "K");
+    if (m == 0 || n == 0) return;
+    if (k == 0) {  // op(A) op(B) is zero: c = beta * c, without 0 * NaN surprises when beta = 0
+      if (beta == 0.0f)
+        fill(c, 0.0f);
+      else
+        cuda::scale(c.data<float>(), beta, c.numel(), stream_);
+      return;
+    }
+    LOCKSTEP_CHECK_CUBLAS(cublasSgemm(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                      trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha,
+                                      b.data<float>(), as_int(b.dim(1), "ldb"), a.data<float>(),
+                                      as_int(a.dim(1), "lda"), &beta, c.data<float>(), n));
+  }
+
+  void add_row_bias(Tensor& y, const Tensor& bias) override {
+    activate();
+    // y may have any rank: its last dimension is the feature dimension.
+    cuda::add_row_bias(y.data<float>(), bias.data<float>(),
+                       y.numel() / std::max<std::int64_t>(bias.numel(), 1), bias.numel(), stream_);
+  }
+
+  void sum_rows(const Tensor& dy, Tensor& db) override {
+    activate();
+    sum_rows_acc(dy.data<float>(), db.data<float>(),
+                 dy.numel() / std::max<std::int64_t>(db.numel(), 1), db.numel(), stream_);
+  }
+
+  // ---- elementwise
+  void relu_forward(const Tensor& x, Tensor& y) override {
+    activate();
+    cuda::relu_forward(x.data<float>(), y.data<float>(), x.numel(), stream_);
+  }
+  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    activate();
+    cuda::relu_backward(y.data<float>(), dy.data<float>(), dx.data<float>(), y.numel(), stream_);
+  }
+  void gelu_forward(const Tensor& x, Tensor& y) override {
+    activate();
+    cuda::gelu_forward(x.data<float>(), y.data<float>(), x.numel(), stream_);
+  }
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+    activate();
+    cuda::gelu_backward(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), stream_);
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override {
+    activate();
+    cuda::add(a.data<float>(), b.data<float>(), out.data<float>(), a.numel(), stream_);
+  }
+  void axpy(float alpha, const Tensor& x, Tensor& y) override {
+    activate();
+    cuda::axpy(alpha, x.data<float>(), y.data<float>(), x.numel(), stream_);
+  }
+  void scale(Tensor& x, float alpha) override {
+    activate();
+    cuda::scale(x.data<float>(), alpha, x.numel(), stream_);
+  }
+  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed,
+                       std::uint64_t stream) override {
+    activate();
+    cuda::dropout_forward(x.data<float>(), y.data<float>(), mask.data<std::uint8_t>(), x.numel(), p,
+                          seed, stream, stream_);
+  }
+  void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx) override {
+    activate();
+    cuda::dropout_backward(dy.data<float>(), mask.data<std::uint8_t>(), dx.data<float>(),
+                           dy.numel(), p, stream_);
+  }
+
+  void normalize_input(const Tensor& x, const std::vector<float>& mean,
+                       const std::vector<float>& stddev, Tensor& y) override {
+    activate();
+    const std::int64_t n = x.dim(0), channels = x.ndim() >= 2 ? x.dim(1) : 1;
+    const std::int64_t inner = n * channels != 0 ? x.numel() / (n * channels) : 1;
+    // One scale and shift per channel, folded exactly as the CPU backend does. The pageable
+    // source is staged before cudaMemcpyAsync returns, so `host` may go out of scope at once.
+    const float in_scale = x.dtype() == DType::U8 ? 1.0f / 255.0f : 1.0f;
+    std::vector<float> host(static_cast<std::size_t>(2 * channels));
+    for (std::int64_t c = 0; c < channels; ++c) {
+      float m = mean.empty() ? 0.0f : mean[c], s = stddev.empty() ? 1.0f : stddev[c];
+      host[c] = in_scale / s;
+      host[channels + c] = -m / s;
+    }
+    Tensor scale_shift = Tensor::empty({2 * channels}, DType::F32, device_);
+    LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(scale_shift.raw_data(), host.data(),
+                                        host.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                        stream_));
+    if (x.dtype() == DType::U8)
+      normalize_u8(x.data<std::uint8_t>(), y.data<float>(), x.numel(), channels, inner,
+                   scale_shift.data<float>(), stream_);
+    else
+      normalize_f32(x.data<float>(), y.data<float>(), x.numel(), channels, inner,
+                    scale_shift.data<float>(), stream_);
+  }
+
+  // ---- convolution and pooling
+  void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+                      const Conv2dParams& p) override {
+    activate();
+    conv_->forward(x, w, y, p);
+    if (b.defined())
+      add_channel_bias(y.data<float>(), b.data<float>(), y.dim(0), y.dim(1), y.dim(2) * y.dim(3),
+                       stream_);
+  }
+  void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
+                            const Conv2dParams& p) override {
+    activate();
+    conv_->backward_data(dy, w, dx, p);
+  }
+  void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
+                               const Conv2dParams& p) override {
+    activate();
+    conv_->backward_filter(x, dy, dw, p);
+    if (db.defined())
+      sum_channels_acc(dy.data<float>(), db.data<float>(), dy.dim(0), dy.dim(1),
+                       dy.dim(2) * dy.dim(3), stream_);
+  }
+
+  void pool2d_forward(PoolKind kind, const Tensor& x, Tensor& y, Tensor& workspace,
+                      const Pool2dParams& p) override {
+    activate();
+    PoolShape s = pool_shape(x.shape(), y.shape(), p);
+    if (kind == PoolKind::Avg) {
+      avg_pool_forward(x.data<float>(), y.data<float>(), s, stream_);
+      return;
+    }
+    if (!workspace.defined() || workspace.shape() != y.shape() || workspace.dtype() != DType::I32 ||
+        workspace.device() != device_)
+      workspace = Tensor::empty(y.shape(), DType::I32, device_);
+    max_pool_forward(x.data<float>(), y.data<float>(), workspace.data<std::int32_t>(), s, stream_);
+  }
+
+  void pool2d_backward(PoolKind kind, const Tensor& dy, const Tensor& workspace, Tensor& dx,
+                       const Pool2dParams& p) override {
+    activate();
+    PoolShape s = pool_shape(dx.shape(), dy.shape(), p);
+    if (kind == PoolKind::Avg) {
+      avg_pool_backward(dy.data<float>(), dx.data<float>(), s, stream_);
+      return;
+    }
+    LOCKSTEP_CHECK(
+        workspace.defined() && workspace.shape() == dy.shape() && workspace.dtype() == DType::I32,
+        "max pool backward on ", device_.str(), ": the workspace ", workspace.describe(),
+        " is not the one pool2d_forward returned for ", dy.describe());
+    max_pool_backward(dy.data<float>(), workspace.data<std::int32_t>(), dx.data<float>(), s,
+                      stream_);
+  }
+
+  // ---- batch normalisation
+  void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                               Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
+                               Tensor& running_var, float momentum, float eps) override {
+    activate();
+    auto [n, c, inner] = bn_dims(x);
+    cuda::batchnorm_forward_train(x.data<float>(), gamma.data<float>(), beta.data<float>(),
+                                  y.data<float>(), save_mean.data<float>(),
+                                  save_invstd.data<float>(), running_mean.data<float>(),
+                                  running_var.data<float>(), momentum, eps, n, c, inner, stream_);
+  }
+  void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                              const Tensor& running_mean, const Tensor& running_var, float eps,
+                              Tensor& y) override {
+    activate();
+    auto [n, c, inner] = bn_dims(x);
+    cuda::batchnorm_forward_eval(x.data<float>(), gamma.data<float>(), beta.data<float>(),
+                                 running_mean.data<float>(), running_var.data<float>(), eps,
+                                 y.data<float>(), n, c, inner, stream_);
+  }
+  void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                          const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                          Tensor& dgamma, Tensor& dbeta) override {
+    activate();
+    auto [n, c, inner] = bn_dims(x);
+    cuda::batchnorm_backward(x.data<float>(), dy.data<float>(), gamma.data<float>(),
+                             save_mean.data<float>(), save_invstd.data<float>(), dx.data<float>(),
+                             dgamma.data<float>(), dbeta.data<float>(), n, c, inner, stream_);
+  }
+
+  // ---- loss and metrics. A label outside [0, C) is recorded on the device and reported by the
+  // next call that waits for the stream anyway (synchronize, count_correct, sum_squares, ...):
+  // checking here would cost a stream synchronisation per step.
+  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
+                            Tensor& loss) override {
+    activate();
+    std::int64_t rows = logits.dim(0), classes = logits.dim(1);
+    Tensor row_loss = Tensor::empty({rows}, DType::F32, device_);
+    label_classes_ = classes;
+    cuda::softmax_xent_forward(logits.data<float>(), labels.data<std::int32_t>(),
+                               probs.data<float>(), row_loss.data<float>(), loss.data<float>(),
+                               rows, classes, &results()->bad_label, stream_);
+  }
+  void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
+                             Tensor& dlogits) override {
+    activate();
+    label_classes_ = probs.dim(1);
+    cuda::softmax_xent_backward(probs.data<float>(), labels.data<std::int32_t>(), scale,
+                                dlogits.data<float>(), probs.dim(0), probs.dim(1),
+                                &results()->bad_label, stream_);
+  }
+  std::int64_t count_correct(const Tensor& logits, const Tensor& labels) override {
+    activate();
+    cuda::count_correct(logits.data<float>(), labels.data<std::int32_t>(), logits.dim(0),
+                        logits.dim(1), &results()->correct, stream_);
+    return static_cast<std::int64_t>(read_results().correct);
+  }
+
+  double sum_squares(const Tensor& x) override {
+    activate();
+    cuda::sum_squares(x.data<float>(), x.numel(), partials_.data<double>(), &results()->sum,
+                      stream_);
+    return read_results().sum;
+  }
+  bool all_finite(const Tensor& x) override {
+    activate();
+    find_nonfinite(x.data<float>(), x.numel(), &results()->nonfinite, stream_);
+    return read_results().nonfinite == 0;
+  }
+
+  // ---- optimizers
+  void sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_buf,
+                  const SgdParams& p) override {
+    activate();
+    SgdArgs a{p.lr, p.momentum, p.dampening, p.weight_decay, p.nesterov, p.first_step};
+    float* buf = momentum_buf.defined() ? momentum_buf.data<float>() : nullptr;
+    cuda::sgd_update(param.data<float>(), grad.data<float>(), buf, param.numel(), a, stream_);
+  }
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                    const AdamWParams& p) override {
+    activate();
+    const double t = static_cast<double>(p.step);
+    AdamWArgs a{
+        p.beta1,
+        p.beta2,
+        p.eps,
+        1.0f - p.lr * p.weight_decay,
+        static_cast<float>(p.lr / (1.0 - std::pow(static_cast<double>(p.beta1), t))),
+        static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(p.beta2), t)))};
+    cuda::adamw_update(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
+                       param.numel(), a, stream_);
+  }
+
+ private:
+  void activate() { activate_device(device_.index); }
+
+  DeviceResults* results() { return static_cast<DeviceResults*>(results_.raw_data()); }
+
+  void reset_bad_label() {
+    LOCKSTEP_CHECK_CUDA(
+        cudaMemsetAsync(&results()->bad_label, 0xFF, sizeof(unsigned long long), stream_));
+  }
+
+  // Copies the result words to pinned host memory, waits for this stream only, and raises a
+  // recorded bad label.
+  DeviceResults read_results() {
+    LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(host_results_, results(), sizeof(DeviceResults),
+                                        cudaMemcpyDeviceToHost, stream_));
+    LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    DeviceResults r = *host_results_;
+    if (r.bad_label != ~0ull) {
+      reset_bad_label();
+      auto row = static_cast<std::int64_t>(r.bad_label >> 32);
+      auto label = static_cast<std::int32_t>(static_cast<std::uint32_t>(r.bad_label));
+      LOCKSTEP_FAIL_HINT("check the dataset's num_classes against the model's output size",
+                         "softmax cross-entropy on ", device_.str(), ": label ", label, " at row ",
+                         row, " is outside [0, ", label_classes_, ")");
+    }
+    return r;
+  }
+
+  static PoolShape pool_shape(const Shape& in, const Shape& out, const Pool2dParams& p) {
+    return PoolShape{in[0] * in[1], in[2],      in[3],      out[2],  out[3], p.kernel_h,
+                     p.kernel_w,    p.stride_h, p.stride_w, p.pad_h, p.pad_w};
+  }
+
+  struct BnDims {
+    std::int64_t n, c, inner;
+  };
+  static BnDims bn_dims(const Tensor& x) {
+    std::int64_t n = x.dim(0), c = x.dim(1);
+    return {n, c, n * c > 0 ? x.numel() / (n * c) : 1};
+  }
+
+  Device device_;
+  bool tf32_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  std::unique_ptr<ConvPlans> conv_;
+  Tensor results_;                         // DeviceResults on the device
+  Tensor partials_;                        // f64[kReducePartials] for sum_squares
+  DeviceResults* host_results_ = nullptr;  // pinned
+  std::int64_t label_classes_ = 0;
+};
+
+}  // namespace
+
+cudaStream_t compute_stream(Context& ctx) {
+  auto* backend = dynamic_cast<CudaBackend*>(&ctx.backend());
+  LOCKSTEP_CHECK(backend != nullptr, "a CUDA stream was asked of a context on ", ctx.device().str(),
+                 ", which has no CUDA backend");
+  return backend->stream();
+}
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(Context& ctx) {
+  Device device = ctx.device();
+  int count = cuda::visible_device_count();
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  LOCKSTEP_CHECK_HINT(count > 0, "run on a node with a GPU, or set device = cpu", "device ",
+                      device.str(),
+                      " requested but no GPU is visible to this process (CUDA_VISIBLE_DEVICES=",
+                      visible ? visible : "unset", ")");
+  LOCKSTEP_CHECK_HINT(device.index < count, "use cuda:0 .. cuda:" + std::to_string(count - 1),
+                      "device ", device.str(), " requested but only ", count,
+                      " GPU(s) are visible (CUDA_VISIBLE_DEVICES=", visible ? visible : "unset",
+                      ")");
+  cuda::register_memory_hooks();
+  return std::make_unique<cuda::CudaBackend>(ctx);
+}
+
+}  // namespace lockstep::ops

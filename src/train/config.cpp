@@ -1,0 +1,433 @@
+#include "lockstep/train/config.hpp"
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+#include <variant>
+
+#include "lockstep/core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace lockstep::train {
+namespace {
+
+using Field =
+    std::variant<std::string Config::*, std::int64_t Config::*, double Config::*, bool Config::*>;
+
+struct Key {
+  const char* name;  // "section.key"
+  Field field;
+  const char* help;
+  std::vector<std::string> choices = {};  // allowed values of a string key (empty: any)
+  double min = -std::numeric_limits<double>::infinity();  // inclusive lower bound of a number
+  bool local = false;                                     // may differ between ranks
+};
+
+const double kInf = std::numeric_limits<double>::infinity();
+
+// The one table of every key. Defaults come from the Config struct's initialisers.
+const std::vector<Key>& keys() {
+  static const std::vector<Key> table = {
+      {"data.train", &Config::data_train,
+       "training shards: a folder/prefix (DIR/train -> DIR/train-*-of-*.h5), a glob, or a file"},
+      {"data.test", &Config::data_test, "test shards (same forms); empty = no evaluation"},
+      {"data.memory_budget_mb",
+       &Config::data_memory_budget_mb,
+       "load a shard set into memory when it fits this many MiB, else read chunks on demand",
+       {},
+       0},
+      {"data.prefetch", &Config::data_prefetch, "batches the loader thread prepares ahead", {}, 1},
+      {"model.spec", &Config::model_spec,
+       "a preset (mlp:H1,H2,... | lenet | resnet) or a layer spec such as "
+       "conv(32,3)-relu-maxpool(2)-flatten-linear(10)"},
+      {"train.epochs", &Config::train_epochs, "passes over the training set", {}, 1},
+      {"train.global_batch",
+       &Config::train_global_batch,
+       "samples per optimizer step over all ranks/replicas and micro-steps; divided evenly "
+       "between them",
+       {},
+       1},
+      {"train.accumulation",
+       &Config::train_accumulation,
+       "micro-steps per optimizer step (gradient accumulation; only the last communicates)",
+       {},
+       1},
+      {"train.max_steps",
+       &Config::train_max_steps,
+       "stop after this many optimizer steps (0 = no limit)",
+       {},
+       0},
+      {"train.seed", &Config::train_seed, "seed of initialisation, shuffling and dropout", {}, 0},
+      {"train.parallel",
+       &Config::train_parallel,
+       "ddp (one MPI rank per replica), dp (threads in one process), none, or auto (ddp when "
+       "launched with several ranks, else none)",
+       {"auto", "ddp", "dp", "none"}},
+      {"train.replicas", &Config::train_replicas, "replicas (threads) of parallel = dp", {}, 1},
+      {"train.threads",
+       &Config::train_threads,
+       "CPU threads per rank or replica (0 = the cores on this node divided by the local ranks "
+       "or dp replicas)",
+       {},
+       0},
+      {"train.device",
+       &Config::train_device,
+       "cpu, cuda (one GPU per local rank) or auto",
+       {"auto", "cpu", "cuda"}},
+      {"train.resume", &Config::train_resume,
+       "empty (start fresh), auto (newest complete checkpoint in checkpoint.dir), or a file"},
+      {"train.nan_policy",
+       &Config::train_nan_policy,
+       "on a NaN/Inf loss or gradient: stop (error naming the step) or skip the step",
+       {"stop", "skip"}},
+      {"train.eval", &Config::train_eval, "evaluate on data.test after every epoch"},
+      {"optim.name", &Config::optim_name, "sgd or adamw", {"sgd", "adamw"}},
+      {"optim.lr", &Config::optim_lr, "peak learning rate", {}, 0},
+      {"optim.momentum", &Config::optim_momentum, "SGD momentum", {}, 0},
+      {"optim.nesterov", &Config::optim_nesterov, "SGD Nesterov momentum"},
+      {"optim.weight_decay",
+       &Config::optim_weight_decay,
+       "L2 penalty (sgd) or decoupled weight decay (adamw)",
+       {},
+       0},
+      {"optim.beta1", &Config::optim_beta1, "AdamW beta1", {}, 0},
+      {"optim.beta2", &Config::optim_beta2, "AdamW beta2", {}, 0},
+      {"optim.eps", &Config::optim_eps, "AdamW epsilon", {}, 0},
+      {"optim.schedule",
+       &Config::optim_schedule,
+       "constant, step or cosine (over all steps)",
+       {"constant", "step", "cosine"}},
+      {"optim.warmup_steps",
+       &Config::optim_warmup_steps,
+       "linear warm-up from 0 over this many steps",
+       {},
+       0},
+      {"optim.step_size",
+       &Config::optim_step_size,
+       "step schedule: multiply by gamma every N steps",
+       {},
+       1},
+      {"optim.gamma", &Config::optim_gamma, "step schedule factor", {}, 0},
+      {"optim.min_lr", &Config::optim_min_lr, "cosine schedule floor", {}, 0},
+      {"optim.clip_norm",
+       &Config::optim_clip_norm,
+       "clip gradients to this global L2 norm (0 = off)",
+       {},
+       0},
+      {"dist.bucket_mb",
+       &Config::dist_bucket_mb,
+       "gradient bucket size in MiB (PyTorch DDP's default 25: large enough to amortise "
+       "latency, small enough to overlap)",
+       {},
+       0},
+      {"dist.first_bucket_mb",
+       &Config::dist_first_bucket_mb,
+       "size of the first bucket (the last layers' gradients), small so communication starts "
+       "early",
+       {},
+       0},
+      {"dist.sync", &Config::dist_sync,
+       "average gradients across ranks (false only to measure the cost of communication)"},
+      {"log.every",
+       &Config::log_every,
+       "log a progress line and a metrics record every N steps",
+       {},
+       1},
+      {"log.metrics",
+       &Config::log_metrics,
+       "JSON-lines metrics file written by rank 0 (empty = none)",
+       {},
+       -kInf,
+       true},
+      {"log.rank_prefix",
+       &Config::log_rank_prefix,
+       "every rank logs, lines prefixed with [rank R]",
+       {},
+       -kInf,
+       true},
+      {"log.progress",
+       &Config::log_progress,
+       "bar (live line with ETA), lines (plain, for Slurm logs), none, or auto (bar on a terminal)",
+       {"auto", "bar", "lines", "none"},
+       -kInf,
+       true},
+      {"checkpoint.dir", &Config::checkpoint_dir, "checkpoint folder (empty = no checkpoints)"},
+      {"checkpoint.every_steps",
+       &Config::checkpoint_every_steps,
+       "checkpoint every N steps (0 = off)",
+       {},
+       0},
+      {"checkpoint.every_minutes",
+       &Config::checkpoint_every_minutes,
+       "checkpoint every M minutes of training (0 = off)",
+       {},
+       0},
+      {"checkpoint.keep", &Config::checkpoint_keep, "keep the newest K checkpoints", {}, 1},
+  };
+  return table;
+}
+
+std::string format_value(const Config& c, const Field& field) {
+  return std::visit(
+      [&](auto member) -> std::string {
+        const auto& v = c.*member;
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return v ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, double>) {
+          std::ostringstream out;
+          out << std::setprecision(17) << v;
+          // Shortest form that round-trips, for readability.
+          for (int p = 1; p <= 17; ++p) {
+            std::ostringstream s;
+            s << std::setprecision(p) << v;
+            if (std::stod(s.str()) == v) return s.str();
+          }
+          return out.str();
+        } else if constexpr (std::is_same_v<T, std::int64_t>) {
+          return std::to_string(v);
+        } else {
+          return v;
+        }
+      },
+      field);
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return s;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j)
+    prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] =
+          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string suggestion(const std::string& unknown) {
+  std::string best;
+  std::size_t best_d = 4;
+  for (const Key& k : keys()) {
+    std::size_t d = edit_distance(unknown, k.name);
+    if (d < best_d) best_d = d, best = k.name;
+  }
+  return best.empty() ? "see lockstep-train --help for every key" : "did you mean " + best + "?";
+}
+
+void set_value(Config& c, const Key& key, const std::string& raw, const std::string& origin) {
+  auto bad = [&](const char* what) {
+    LOCKSTEP_FAIL_HINT("see lockstep-train --help", "key ", key.name, " in ", origin, ": '", raw,
+                       "' is not ", what);
+  };
+  std::visit(
+      [&](auto member) {
+        auto& v = c.*member;
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          std::string s = lower(raw);
+          if (s == "true" || s == "1" || s == "yes" || s == "on")
+            v = true;
+          else if (s == "false" || s == "0" || s == "no" || s == "off")
+            v = false;
+          else
+            bad("a boolean (true/false)");
+        } else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) {
+          T parsed{};
+          std::size_t used = 0;
+          try {
+            if constexpr (std::is_same_v<T, double>)
+              parsed = std::stod(raw, &used);
+            else
+              parsed = std::stoll(raw, &used);
+          } catch (const std::exception&) {
+            used = 0;
+          }
+          if (used == 0 || used != raw.size())
+            bad(std::is_same_v<T, double> ? "a number" : "an integer");
+          if constexpr (std::is_same_v<T, double>) {
+            if (!std::isfinite(parsed)) bad("a finite number");
+          }
+          if (static_cast<double>(parsed) < key.min)
+            LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw, " is below the minimum ",
+                          key.min);
+          v = parsed;
+        } else {
+          if (!key.choices.empty() &&
+              std::find(key.choices.begin(), key.choices.end(), raw) == key.choices.end()) {
+            std::string allowed;
+            for (const auto& ch : key.choices)
+              allowed += (allowed.empty() ? "" : ", ") + ch;
+            LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": '", raw, "' is not one of ",
+                          allowed);
+          }
+          v = raw;
+        }
+      },
+      key.field);
+}
+
+const Key* find_key(const std::string& name) {
+  for (const Key& k : keys())
+    if (name == k.name) return &k;
+  return nullptr;
+}
+
+po::options_description file_options() {
+  po::options_description desc;
+  for (const Key& k : keys())
+    desc.add_options()(k.name, po::value<std::string>());
+  return desc;
+}
+
+// Applies the parsed "section.key" -> text pairs of one source (file or command line).
+void apply(Config& c, const po::parsed_options& parsed, const std::string& origin) {
+  for (const auto& opt : parsed.options) {
+    if (opt.unregistered) continue;
+    const Key* key = find_key(opt.string_key);
+    if (!key) continue;  // non-config options (--config, --help, ...)
+    LOCKSTEP_CHECK(opt.value.size() == 1, "key ", opt.string_key, " in ", origin,
+                   " needs exactly one value");
+    set_value(c, *key, opt.value[0], origin);
+  }
+}
+
+void validate(const Config& c) {
+  LOCKSTEP_CHECK(!c.data_train.empty(), "key data.train is empty: name the training shards");
+  if (c.optim_name == "adamw") {
+    LOCKSTEP_CHECK(c.optim_beta1 < 1 && c.optim_beta2 < 1,
+                   "keys optim.beta1/optim.beta2 must be < 1");
+  }
+  LOCKSTEP_CHECK(c.optim_momentum < 1, "key optim.momentum must be < 1, got ", c.optim_momentum);
+  LOCKSTEP_CHECK(!c.optim_nesterov || c.optim_momentum > 0,
+                 "key optim.nesterov = true needs optim.momentum > 0");
+}
+
+po::parsed_options parse_ini_stream(std::istream& in, const std::string& origin) {
+  try {
+    return po::parse_config_file(in, file_options(), /*allow_unregistered=*/false);
+  } catch (const po::unknown_option& e) {
+    std::string name = e.get_option_name();
+    LOCKSTEP_FAIL_HINT(suggestion(name), "unknown key '", name, "' in ", origin);
+  } catch (const po::error& e) {
+    LOCKSTEP_FAIL("cannot parse ", origin, ": ", e.what());
+  }
+}
+
+}  // namespace
+
+Config parse_config_text(const std::string& ini, const std::vector<std::string>& overrides,
+                         const std::string& origin) {
+  Config c;
+  std::istringstream in(ini);
+  apply(c, parse_ini_stream(in, origin), origin);
+  for (const std::string& o : overrides) {
+    auto eq = o.find('=');
+    LOCKSTEP_CHECK(eq != std::string::npos, "override '", o, "' is not section.key=value");
+    std::string name = o.substr(0, eq);
+    const Key* key = find_key(name);
+    LOCKSTEP_CHECK_HINT(key != nullptr, suggestion(name), "unknown key '", name,
+                        "' on the command line");
+    set_value(c, *key, o.substr(eq + 1), "the command line");
+  }
+  validate(c);
+  return c;
+}
+
+ParsedArgs parse_args(int argc, const char* const* argv) {
+  po::options_description cli("lockstep-train");
+  cli.add_options()("config", po::value<std::string>(), "INI config file")(
+      "print-config", "print the resolved config (reusable as a config file) and exit")(
+      "help", "list every key with its default and meaning")(
+      "eval-only", "evaluate the model of train.resume on data.test and exit");
+  cli.add(file_options());
+
+  po::parsed_options parsed(&cli);
+  try {
+    parsed = po::command_line_parser(argc, argv)
+                 .options(cli)
+                 .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
+                 .run();
+  } catch (const po::unknown_option& e) {
+    std::string name = e.get_option_name();
+    if (name.rfind("--", 0) == 0) name = name.substr(2);
+    LOCKSTEP_FAIL_HINT(suggestion(name), "unknown option '--", name, "' on the command line");
+  } catch (const po::error& e) {
+    LOCKSTEP_FAIL_HINT("see lockstep-train --help", "command line: ", e.what());
+  }
+
+  ParsedArgs out;
+  std::string config_path;
+  for (const auto& opt : parsed.options) {
+    if (opt.string_key == "config") config_path = opt.value.at(0);
+    if (opt.string_key == "help") out.help = true;
+    if (opt.string_key == "print-config") out.print_config = true;
+    if (opt.string_key == "eval-only") out.eval_only = true;
+  }
+  if (out.help) return out;
+  if (!config_path.empty()) {
+    LOCKSTEP_CHECK_HINT(std::filesystem::is_regular_file(config_path),
+                        "pass an existing INI file, e.g. --config configs/fashion_mlp.ini",
+                        "config file '", config_path, "' does not exist");
+    std::ifstream in(config_path);
+    LOCKSTEP_CHECK(in.good(), "cannot read config file '", config_path, "'");
+    apply(out.config, parse_ini_stream(in, config_path), config_path);
+    out.config.config_file = config_path;
+  }
+  apply(out.config, parsed, "the command line");  // overrides win over the file
+  validate(out.config);
+  return out;
+}
+
+std::string to_ini(const Config& c) {
+  std::ostringstream out;
+  out << "# resolved lockstep config"
+      << (c.config_file.empty() ? "" : " (from " + c.config_file + ")") << "\n";
+  std::string section;
+  for (const Key& k : keys()) {
+    std::string name = k.name;
+    std::string sec = name.substr(0, name.find('.'));
+    if (sec != section) {
+      out << "\n[" << sec << "]\n";
+      section = sec;
+    }
+    out << name.substr(name.find('.') + 1) << " = " << format_value(c, k.field) << "\n";
+  }
+  return out.str();
+}
+
+std::string help_text() {
+  std::ostringstream out;
+  Config defaults;
+  out << "usage: lockstep-train --config FILE.ini [--section.key=value ...] [--print-config] "
+         "[--eval-only]\n\n"
+         "Keys (INI [section] key = value, or --section.key=value; the command line wins):\n";
+  for (const Key& k : keys()) {
+    std::string def = format_value(defaults, k.field);
+    out << "  " << std::left << std::setw(26) << k.name
+        << " default: " << (def.empty() ? "\"\"" : def) << "\n      " << k.help << "\n";
+  }
+  return out.str();
+}
+
+std::map<std::string, std::string> rank_invariant_settings(const Config& c) {
+  std::map<std::string, std::string> out;
+  for (const Key& k : keys())
+    if (!k.local) out[k.name] = format_value(c, k.field);
+  return out;
+}
+
+}  // namespace lockstep::train
