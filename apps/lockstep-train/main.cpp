@@ -8,6 +8,7 @@
 #include "lockstep/comm/mpi_communicator.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/train/config.hpp"
+#include "lockstep/train/signals.hpp"
 #include "lockstep/train/trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -34,8 +35,7 @@ int main(int argc, char** argv) {
     auto comm = comm::make_mpi_communicator(session);
     if (session.rank() == 0 && args.config.log_progress != "none")
       std::fprintf(stderr, "lockstep-train: %s\n", session.describe().c_str());
-    train::run_training(args.config, *comm, args.eval_only);
-    comm->barrier();
-    return 0;
+    train::TrainResult result = train::run_training(args.config, *comm, args.eval_only);
+    return result.stopped_by_signal ? train::kExitRequeue : 0;
   });
 }

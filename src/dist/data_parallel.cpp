@@ -16,13 +16,15 @@ double seconds_since(Clock::time_point t) {
 DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& master,
                                        const std::string& spec, const Shape& sample_shape,
                                        std::int64_t num_classes, DataParallelOptions options)
-    : master_ctx_(master_ctx), master_(master), options_(std::move(options)),
+    : master_ctx_(master_ctx),
+      master_(master),
+      options_(std::move(options)),
       threads_(options_.replicas) {
-  LOCKSTEP_CHECK(options_.replicas >= 1, "train.replicas must be at least 1, got ", options_.replicas);
-  LOCKSTEP_CHECK(options_.devices.empty() ||
-                     static_cast<int>(options_.devices.size()) == options_.replicas,
-                 "DataParallel: ", options_.devices.size(), " devices for ", options_.replicas,
-                 " replicas");
+  LOCKSTEP_CHECK(options_.replicas >= 1, "train.replicas must be at least 1, got ",
+                 options_.replicas);
+  LOCKSTEP_CHECK(
+      options_.devices.empty() || static_cast<int>(options_.devices.size()) == options_.replicas,
+      "DataParallel: ", options_.devices.size(), " devices for ", options_.replicas, " replicas");
   replicas_.resize(static_cast<std::size_t>(options_.replicas));
   replicas_[0].ctx = &master_ctx_;
   replicas_[0].model = &master_;
@@ -46,8 +48,10 @@ void DataParallelEngine::copy_master_to_replicas() {
   for (std::size_t r = 1; r < replicas_.size(); ++r) {
     const auto& rp = replicas_[r].model->parameters();
     const auto& rb = replicas_[r].model->buffers();
-    for (std::size_t i = 0; i < mp.size(); ++i) ops::copy(master_ctx_, mp[i]->value, rp[i]->value);
-    for (std::size_t i = 0; i < mb.size(); ++i) ops::copy(master_ctx_, mb[i]->value, rb[i]->value);
+    for (std::size_t i = 0; i < mp.size(); ++i)
+      ops::copy(master_ctx_, mp[i]->value, rp[i]->value);
+    for (std::size_t i = 0; i < mb.size(); ++i)
+      ops::copy(master_ctx_, mb[i]->value, rb[i]->value);
   }
 }
 
@@ -56,7 +60,8 @@ void DataParallelEngine::begin_step() {
   auto start = Clock::now();
   copy_master_to_replicas();  // replicate, as DataParallel does before every forward
   times_.param_copy += seconds_since(start);
-  for (Replica& r : replicas_) r.model->zero_grad(*r.ctx);
+  for (Replica& r : replicas_)
+    r.model->zero_grad(*r.ctx);
 }
 
 float DataParallelEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
@@ -79,7 +84,8 @@ float DataParallelEngine::forward_backward(const Tensor& x, const Tensor& y, flo
     r.last_loss = loss.item() * static_cast<float>(end - begin);
   });
   float total = 0;
-  for (const Replica& r : replicas_) total += r.last_loss;
+  for (const Replica& r : replicas_)
+    total += r.last_loss;
   times_.compute += seconds_since(start);
   return total / static_cast<float>(n);
 }
@@ -107,7 +113,8 @@ std::vector<std::int64_t> DataParallelEngine::replica_tensor_bytes() const {
     std::int64_t bytes = 0;
     for (const nn::Parameter* p : r.model->parameters())
       bytes += static_cast<std::int64_t>(p->value.nbytes() + p->grad.nbytes());
-    for (const nn::Buffer* b : r.model->buffers()) bytes += static_cast<std::int64_t>(b->value.nbytes());
+    for (const nn::Buffer* b : r.model->buffers())
+      bytes += static_cast<std::int64_t>(b->value.nbytes());
     out.push_back(bytes);
   }
   return out;

@@ -11,7 +11,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 }  // namespace
 
-void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization& norm, Tensor& out) {
+void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization& norm,
+                   Tensor& out) {
   if (!out.defined() || out.shape() != x.shape() || out.device() != ctx.device())
     out = Tensor::empty(x.shape(), DType::F32, ctx.device());
   if (ctx.device().is_cpu()) {
@@ -55,6 +56,8 @@ float DdpEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_s
   return value;
 }
 
-void DdpEngine::finish_gradients() { times_.comm_exposed += reducer_->finish(); }
+void DdpEngine::finish_gradients() {
+  times_.comm_exposed += reducer_->finish();
+}
 
 }  // namespace lockstep::dist

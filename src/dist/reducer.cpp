@@ -58,7 +58,8 @@ void Reducer::prepare_for_backward(bool communicate) {
   communicate_ = communicate;
   in_backward_ = true;
   next_to_launch_ = 0;
-  for (std::size_t b = 0; b < layout_.size(); ++b) pending_[b] = static_cast<int>(layout_[b].params.size());
+  for (std::size_t b = 0; b < layout_.size(); ++b)
+    pending_[b] = static_cast<int>(layout_[b].params.size());
   std::fill(ready_.begin(), ready_.end(), false);
 }
 
@@ -66,7 +67,8 @@ void Reducer::on_grad_ready(nn::Parameter& param) {
   if (!in_backward_) return;  // e.g. a backward outside training (gradient checks)
   std::size_t k = 0;
   // Parameters are few (tens to hundreds): a linear search keeps the hook allocation-free.
-  while (k < params_.size() && params_[k] != &param) ++k;
+  while (k < params_.size() && params_[k] != &param)
+    ++k;
   LOCKSTEP_CHECK(k < params_.size(), "reducer: gradient of unknown parameter ", param.name);
   LOCKSTEP_CHECK(!ready_[k], "reducer: gradient of ", param.name,
                  " marked ready twice in one backward (a layer used twice?)");
@@ -107,16 +109,20 @@ double Reducer::finish() {
 }
 
 void Reducer::zero_grad() {
-  for (Tensor& bucket : bucket_tensors_) ops::fill(ctx_, bucket, 0.0f);
+  for (Tensor& bucket : bucket_tensors_)
+    ops::fill(ctx_, bucket, 0.0f);
 }
 
 void broadcast_state(comm::Communicator& comm, const std::vector<nn::Parameter*>& params,
                      const std::vector<nn::Buffer*>& buffers) {
   if (comm.size() == 1) return;
   std::vector<comm::WorkPtr> work;
-  for (nn::Parameter* p : params) work.push_back(comm.broadcast_async(p->value, 0));
-  for (nn::Buffer* b : buffers) work.push_back(comm.broadcast_async(b->value, 0));
-  for (auto& w : work) w->wait();
+  for (nn::Parameter* p : params)
+    work.push_back(comm.broadcast_async(p->value, 0));
+  for (nn::Buffer* b : buffers)
+    work.push_back(comm.broadcast_async(b->value, 0));
+  for (auto& w : work)
+    w->wait();
 }
 
 }  // namespace lockstep::dist

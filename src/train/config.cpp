@@ -169,6 +169,13 @@ const std::vector<Key>& keys() {
        {},
        0},
       {"checkpoint.keep", &Config::checkpoint_keep, "keep the newest K checkpoints", {}, 1},
+      {"checkpoint.export",
+       &Config::checkpoint_export,
+       "at the end (and with --eval-only) write the parameters to this plain HDF5 file (empty = "
+       "none)",
+       {},
+       -kInf,
+       true},
   };
   return table;
 }

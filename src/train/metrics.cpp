@@ -1,10 +1,10 @@
 #include "lockstep/train/metrics.hpp"
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
-#include <unistd.h>
 
 #include "lockstep/core/error.hpp"
 
@@ -15,11 +15,21 @@ std::string json_escape(const std::string& text) {
   out.reserve(text.size() + 2);
   for (char ch : text) {
     switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(ch) < 0x20) {
           char buf[8];
@@ -96,24 +106,34 @@ std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   auto s = static_cast<long long>(std::llround(seconds));
   char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, (s / 60) % 60);
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%llds", s);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, (s / 60) % 60);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%llds", s);
   return buf;
 }
 
 Progress::Progress(ProgressMode mode, std::int64_t total_steps, std::string prefix)
-    : mode_(mode), total_(total_steps), prefix_(std::move(prefix)), start_(std::chrono::steady_clock::now()) {}
+    : mode_(mode),
+      total_(total_steps),
+      prefix_(std::move(prefix)),
+      start_(std::chrono::steady_clock::now()) {}
 
-void Progress::step(std::int64_t step, std::int64_t epoch, double loss, double lr, double samples_per_s) {
+void Progress::step(std::int64_t step, std::int64_t epoch, double loss, double lr,
+                    double samples_per_s) {
   if (mode_ == ProgressMode::None) return;
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  double eta = step > 0 && total_ > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_ - step) : NAN;
+  double eta = step > 0 && total_ > 0
+                   ? elapsed / static_cast<double>(step) * static_cast<double>(total_ - step)
+                   : NAN;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%sstep %lld/%lld epoch %lld loss %.4f lr %.4g %.0f samples/s elapsed %s eta %s",
+  std::snprintf(buf, sizeof buf,
+                "%sstep %lld/%lld epoch %lld loss %.4f lr %.4g %.0f samples/s elapsed %s eta %s",
                 prefix_.c_str(), static_cast<long long>(step), static_cast<long long>(total_),
-                static_cast<long long>(epoch), loss, lr, samples_per_s, format_duration(elapsed).c_str(),
-                format_duration(eta).c_str());
+                static_cast<long long>(epoch), loss, lr, samples_per_s,
+                format_duration(elapsed).c_str(), format_duration(eta).c_str());
   if (mode_ == ProgressMode::Bar) {
     int width = 24;
     int filled = total_ > 0 ? static_cast<int>(width * step / total_) : 0;

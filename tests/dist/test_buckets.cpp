@@ -12,7 +12,8 @@ std::vector<nn::Parameter> make_params(const std::vector<std::int64_t>& sizes) {
 }
 std::vector<nn::Parameter*> pointers(std::vector<nn::Parameter>& v) {
   std::vector<nn::Parameter*> out;
-  for (auto& p : v) out.push_back(&p);
+  for (auto& p : v)
+    out.push_back(&p);
   return out;
 }
 }  // namespace

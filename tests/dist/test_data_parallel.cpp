@@ -25,7 +25,8 @@ std::vector<std::vector<float>> train_dp(const ProblemSpec& p, int replicas, int
     SyntheticBatch b = synthetic_batch(p.global_batch, p.sample, p.classes, step);
     engine.begin_step();
     for (int m = 0; m < accumulation; ++m)
-      engine.forward_backward(b.x.slice(m * micro, (m + 1) * micro), b.y.slice(m * micro, (m + 1) * micro),
+      engine.forward_backward(b.x.slice(m * micro, (m + 1) * micro),
+                              b.y.slice(m * micro, (m + 1) * micro),
                               1.0f / static_cast<float>(p.global_batch), m + 1 == accumulation);
     engine.finish_gradients();
     sgd.step(ctx);

@@ -35,7 +35,8 @@ std::vector<std::vector<float>> train_ddp(const ProblemSpec& p, const DdpRun& ru
   const int rank = comm.rank(), n = comm.size();
   ops::Context ctx(Device::cpu(), 1);
   // A different seed per rank: the broadcast from rank 0 must make the replicas identical.
-  nn::Model model = nn::Model::build(p.model, p.sample, p.classes, p.seed + static_cast<std::uint64_t>(rank));
+  nn::Model model =
+      nn::Model::build(p.model, p.sample, p.classes, p.seed + static_cast<std::uint64_t>(rank));
   dist::DdpOptions options;
   options.reducer = run.buckets;
   options.sync = run.sync;
@@ -60,7 +61,9 @@ std::vector<std::vector<float>> train_ddp(const ProblemSpec& p, const DdpRun& ru
   return parameter_values(model);
 }
 
-ProblemSpec with_seed_of_rank0(ProblemSpec p) { return p; }
+ProblemSpec with_seed_of_rank0(ProblemSpec p) {
+  return p;
+}
 
 }  // namespace
 
@@ -94,9 +97,9 @@ TEST(Ddp, BucketSizesDoNotChangeTheResult) {
   ProblemSpec p;
   p.model = "mlp:32,24,16";
   auto reference = train_single_process(p);
-  dist::ReducerOptions per_param{0, 0};           // every parameter its own bucket
+  dist::ReducerOptions per_param{0, 0};                 // every parameter its own bucket
   dist::ReducerOptions one_bucket{1u << 30, 1u << 30};  // everything in one bucket
-  dist::ReducerOptions small{1024, 256};          // a few mixed buckets
+  dist::ReducerOptions small{1024, 256};                // a few mixed buckets
   auto a = train_ddp(p, DdpRun{per_param});
   auto b = train_ddp(p, DdpRun{one_bucket});
   auto c = train_ddp(p, DdpRun{small});
@@ -118,7 +121,8 @@ TEST(Ddp, ConvNetWithBatchNormMatchesSingleProcess) {
   }
   // Every rank ends with the same parameters: gather rank 0's and compare.
   std::string mine;
-  for (const auto& v : ddp) mine.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  for (const auto& v : ddp)
+    mine.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   std::string root = world().broadcast(mine, 0);
   EXPECT_EQ(mine, root) << "replicas diverged on rank " << world().rank();
 }

@@ -48,7 +48,8 @@ inline SyntheticBatch synthetic_batch(std::int64_t n, const Shape& sample, int c
 
 inline std::vector<std::vector<float>> parameter_values(const nn::Model& model) {
   std::vector<std::vector<float>> out;
-  for (const nn::Parameter* p : model.parameters()) out.push_back(p->value.to_vector<float>());
+  for (const nn::Parameter* p : model.parameters())
+    out.push_back(p->value.to_vector<float>());
   return out;
 }
 

@@ -26,7 +26,8 @@ class DataParallelEngine final : public Engine {
  public:
   // Builds the replicas from the master model's spec and copies the master's state into them.
   DataParallelEngine(ops::Context& master_ctx, nn::Model& master, const std::string& spec,
-                     const Shape& sample_shape, std::int64_t num_classes, DataParallelOptions options);
+                     const Shape& sample_shape, std::int64_t num_classes,
+                     DataParallelOptions options);
   ~DataParallelEngine() override;
 
   nn::Model& model() override { return master_; }

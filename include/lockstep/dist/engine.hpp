@@ -3,7 +3,8 @@
 // here:
 //   DdpEngine          one replica per MPI rank; gradients averaged by the Reducer during backward
 //                      (parallel = ddp, and parallel = none as the 1-rank case).
-//   DataParallelEngine one process, one thread per replica; replica 0 is the master (parallel = dp).
+//   DataParallelEngine one process, one thread per replica; replica 0 is the master (parallel =
+//   dp).
 #pragma once
 
 #include <cstdint>

@@ -74,9 +74,9 @@ class Reducer {
   std::vector<BucketLayout> layout_;
   std::vector<Tensor> bucket_tensors_;
   std::vector<std::size_t> bucket_of_param_;
-  std::vector<int> pending_;          // per bucket: gradients not yet ready this backward
-  std::vector<bool> ready_;           // per parameter
-  std::vector<comm::WorkPtr> work_;   // per bucket: in-flight allreduce
+  std::vector<int> pending_;         // per bucket: gradients not yet ready this backward
+  std::vector<bool> ready_;          // per parameter
+  std::vector<comm::WorkPtr> work_;  // per bucket: in-flight allreduce
   std::size_t next_to_launch_ = 0;
   bool communicate_ = false;
   bool in_backward_ = false;

@@ -18,9 +18,13 @@ class JsonRecord {
  public:
   JsonRecord& add(const std::string& key, double value);
   JsonRecord& add(const std::string& key, std::int64_t value);
-  JsonRecord& add(const std::string& key, int value) { return add(key, static_cast<std::int64_t>(value)); }
+  JsonRecord& add(const std::string& key, int value) {
+    return add(key, static_cast<std::int64_t>(value));
+  }
   JsonRecord& add(const std::string& key, const std::string& value);
-  JsonRecord& add(const std::string& key, const char* value) { return add(key, std::string(value)); }
+  JsonRecord& add(const std::string& key, const char* value) {
+    return add(key, std::string(value));
+  }
   JsonRecord& add(const std::string& key, bool value);
   JsonRecord& add_raw(const std::string& key, const std::string& json);  // an already-JSON value
   std::string str() const;

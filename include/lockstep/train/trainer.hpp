@@ -20,6 +20,10 @@ struct TrainResult {
   double wall_seconds = 0;
   double samples_per_second = 0;
   double final_train_loss = 0;
+  // Set when the run stopped early on SIGTERM/SIGUSR1 after writing a checkpoint: the app exits
+  // with kExitRequeue (signals.hpp).
+  bool stopped_by_signal = false;
+  std::string checkpoint;  // the last checkpoint written ("" if none)
 };
 
 // Threads per rank/replica for a config on this node: train.threads, or the node's cores divided
