@@ -90,7 +90,11 @@ void abort_job(const std::string& message, int code) {
     std::fprintf(stderr, "rank ?: %s\n", message.c_str());
   }
   std::fflush(stderr);
-  if (mpi_up) MPI_Abort(MPI_COMM_WORLD, code == 0 ? 1 : code);
+  int size = 0;
+  if (mpi_up) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // A job of one rank has nobody to take down: exit without MPI_Abort's launcher noise (a
+  // singleton's MPI_Abort makes ORTE print an unrelated unpack error).
+  if (mpi_up && size > 1) MPI_Abort(MPI_COMM_WORLD, code == 0 ? 1 : code);
   std::_Exit(code == 0 ? 1 : code);
 }
 

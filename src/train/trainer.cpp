@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <numeric>
 #include <sstream>
 #include <thread>
@@ -110,6 +111,21 @@ EvalResult evaluate(ops::Context& ctx, nn::Model& model, const data::ShardedData
     r.accuracy = sums[1] / sums[2];
   }
   return r;
+}
+
+// Peak resident set size of this process (VmHWM), in bytes; 0 where /proc is unavailable.
+std::int64_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+std::int64_t optimizer_state_bytes(optim::Optimizer& optimizer) {
+  std::int64_t bytes = 0;
+  for (const optim::StateTensor& t : optimizer.state())
+    bytes += static_cast<std::int64_t>(t.value.nbytes());
+  return bytes;
 }
 
 }  // namespace
@@ -406,7 +422,8 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
 
   const float loss_scale = 1.0f / static_cast<float>(local_batch * config.train_accumulation);
   // Interval accumulators for logging.
-  double interval_loss = 0, interval_compute = 0, interval_comm = 0;
+  double interval_loss = 0, interval_compute = 0, interval_comm = 0, interval_copy = 0,
+         interval_gather = 0;
   std::int64_t interval_steps = 0;
   auto interval_start = Clock::now();
   loader.reset_data_wait();
@@ -458,7 +475,9 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
         dist::StepTimes t = engine->times();
         interval_loss += step_loss;
         interval_compute += t.compute;
-        interval_comm += t.comm_exposed + t.grad_gather + t.param_copy;
+        interval_comm += t.comm_exposed;
+        interval_copy += t.param_copy;
+        interval_gather += t.grad_gather;
         ++interval_steps;
       }
 
@@ -482,8 +501,10 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
                 .add("step_time_s", elapsed / static_cast<double>(interval_steps))
                 .add("compute_s", interval_compute / static_cast<double>(interval_steps))
                 .add("comm_exposed_s", interval_comm / static_cast<double>(interval_steps))
+                .add("param_copy_s", interval_copy / static_cast<double>(interval_steps))
+                .add("grad_gather_s", interval_gather / static_cast<double>(interval_steps))
                 .add("data_wait_s", wait / static_cast<double>(interval_steps)));
-        interval_loss = interval_compute = interval_comm = 0;
+        interval_loss = interval_compute = interval_comm = interval_copy = interval_gather = 0;
         interval_steps = 0;
         loader.reset_data_wait();
         interval_start = Clock::now();
@@ -548,6 +569,23 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
       .add("skipped_steps", skipped_steps);
   if (result.test_accuracy >= 0)
     final_record.add("test_accuracy", result.test_accuracy).add("test_loss", result.test_loss);
+  // Memory balance: every rank's peak resident set, and for DataParallel the tensor bytes each
+  // replica holds (replicas share one process, so RSS cannot tell them apart).
+  {
+    std::vector<std::string> rss = comm.allgather(std::to_string(peak_rss_bytes()));
+    std::string list = "[";
+    for (std::size_t r = 0; r < rss.size(); ++r)
+      list += (r ? ", " : "") + rss[r];
+    final_record.add_raw("rank_peak_rss_bytes", list + "]");
+    final_record.add("optimizer_state_bytes", optimizer_state_bytes(*optimizer));
+    if (auto* dp = dynamic_cast<dist::DataParallelEngine*>(engine.get())) {
+      std::string bytes = "[";
+      auto v = dp->replica_tensor_bytes();
+      for (std::size_t r = 0; r < v.size(); ++r)
+        bytes += (r ? ", " : "") + std::to_string(v[r]);
+      final_record.add_raw("replica_tensor_bytes", bytes + "]");
+    }
+  }
   metrics.write(final_record);
   if (!stopping) export_if_asked();
   if (logs) {
