@@ -16,6 +16,8 @@
 #
 # Usage (repository root):  bench/gpu-check.sh [build-dir]       (default build-gpu-check)
 # Logs and JSON go to $OUT when set (the device tool's return folder), else to <build-dir>/check.
+# On a lent GPU machine: run `bash bench/gpu-check.sh /tmp/gpu-check` with timeout_s 560, so the
+# build directory is not carried; add GTEST_SRC=... only if the first run says GoogleTest is missing.
 set -uo pipefail
 
 BUILD=${1:-build-gpu-check}
@@ -87,10 +89,11 @@ say "test_cuda"
 timeout 150 "$TEST_BIN" --gtest_output="json:$RESULTS/test_cuda.json" >"$RESULTS/test_cuda.log" 2>&1
 rc=$?
 tests_line=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$RESULTS/test_cuda.log" | grep -v "\]  *[A-Z][A-Za-z]*\." | tr -s ' ' | paste -sd' ')
-if [ $rc -eq 0 ] && ! grep -q "^\[  SKIPPED \]" "$RESULTS/test_cuda.log"; then
+# Skips that need two GPUs are expected on a one-GPU machine; "no GPU answers" is not.
+if [ $rc -eq 0 ] && ! grep -q "no GPU answers" "$RESULTS/test_cuda.log"; then
   status_tests=ok
 elif [ $rc -eq 0 ]; then
-  status_tests="ok but some SKIPPED (no GPU seen?)"
+  status_tests="NOT RUN: test_cuda saw no GPU"
 else
   status_tests="FAILED (rc $rc)"
   grep -E "^\[  FAILED  \]|Failure|error" "$RESULTS/test_cuda.log" | head -40

@@ -250,9 +250,13 @@ int run(const Args& args) {
   const bool tf32 = args.get_int("tf32", 0) != 0;
   LOCKSTEP_CHECK_HINT(cuda_available(), "run on a machine with a GPU",
                       "gpu-step needs a GPU, and none answers here");
-#ifdef LOCKSTEP_HAVE_CUDA
   // Read by the CUDA backend when a context is created (see src/ops/cuda/cuda_backend.cpp).
   if (tf32) setenv("LOCKSTEP_CUDA_TF32", "1", 1);
+#ifdef LOCKSTEP_HAVE_CUDA
+  const std::string gpu_name = ops::cuda::device_description(0);
+#else
+  const std::string gpu_name = "none";  // unreachable: cuda_available() is false
+#endif
 
   std::vector<Timing> rows;
   auto measure = [&](ops::Context& ctx, const std::string& dev, int reps_here) {
@@ -276,9 +280,8 @@ int run(const Args& args) {
   }
 
   std::string json =
-      str("{\"bench\": \"gpu-step\", \"machine\": ", machine_json(), ", \"gpu\": \"",
-          ops::cuda::device_description(0), "\", \"tf32\": ", tf32 ? "true" : "false",
-          ", \"warmup\": ", warmup, ", \"results\": [");
+      str("{\"bench\": \"gpu-step\", \"machine\": ", machine_json(), ", \"gpu\": \"", gpu_name,
+          "\", \"tf32\": ", tf32 ? "true" : "false", ", \"warmup\": ", warmup, ", \"results\": [");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Timing& t = rows[i];
     json += str(i ? ", " : "", "{\"model\": \"", t.model, "\", \"device\": \"", t.device,
@@ -301,11 +304,6 @@ int run(const Args& args) {
                  cpu_ms > 0 ? cpu_ms / t.median_ms : 0.0);
   }
   return 0;
-#else
-  (void)mlp_batch, (void)cnn_batch, (void)warmup, (void)reps, (void)cpu_threads, (void)with_cpu,
-      (void)tf32;
-  LOCKSTEP_FAIL("gpu-step: this build has no CUDA backend");
-#endif
 }
 
 LOCKSTEP_BENCH("gpu-step",

@@ -4,10 +4,11 @@
 // The bound is the sum, over the GEMMs the step really runs, of each GEMM's median time when run
 // alone with the same shape, transposes and beta (forward x W^T, weight gradient dy^T x, and input
 // gradient dy W for every layer but the first, whose input needs no gradient). fraction_of_bound
-// = bound / step time: 1.0 would mean everything that is not a GEMM (bias, ReLU, loss, optimizer,
-// memory traffic) costs nothing. The brief-style figure fraction_of_3x_bound charges 3 x forward
-// FLOPs at the measured GEMM rate instead, i.e. also counts the first layer's skipped input
-// gradient. A per-phase split from a separately timed, instrumented run shows where the rest goes.
+// = bound / step time (the median over repetitions of that ratio): 1.0 would mean everything that
+// is not a GEMM (bias, ReLU, loss, optimizer, memory traffic) costs nothing. The figure
+// fraction_of_3x_bound charges 3 x forward FLOPs at the measured GEMM rate instead, i.e. also
+// counts the first layer's skipped input gradient. A per-phase split from a separately timed,
+// instrumented run shows where the rest goes.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,25 +38,17 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Median over `reps` of the mean time of `iters` calls of fn (after one untimed warm-up call).
-double time_median(int reps, int iters, const std::function<void()>& fn, ops::Context& ctx) {
-  fn();
-  ctx.synchronize();
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    for (int i = 0; i < iters; ++i)
-      fn();
-    ctx.synchronize();
-    times.push_back(seconds_since(t0) / iters);
-  }
-  return median(times);
-}
-
 Tensor random_f32(const Shape& shape, std::uint64_t stream) {
   std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
   Philox(1, stream).fill_uniform(v.data(), static_cast<std::int64_t>(v.size()), -1.0f, 1.0f);
   return Tensor::from_vector(v, shape);
+}
+
+std::string join_ms(const std::vector<double>& seconds) {
+  std::string out;
+  for (std::size_t i = 0; i < seconds.size(); ++i)
+    out += str(i ? ", " : "", seconds[i] * 1e3);
+  return out;
 }
 
 struct Gemm {
@@ -97,9 +90,8 @@ int run(const Args& args) {
     model.backward(ctx, loss.backward(ctx, scale));
     sgd.step(ctx);
   };
-  double step_s = time_median(reps, steps, step, ctx);
 
-  // The GEMMs of one step, each timed alone on the same context.
+  // The GEMMs of one step, each to be timed alone on the same context.
   std::vector<Gemm> gemms;
   bool first_linear = true;
   for (std::size_t i = 0; i < model.num_layers(); ++i) {
@@ -111,15 +103,52 @@ int run(const Args& args) {
     if (!first_linear) gemms.push_back({str(i, ".input_grad"), false, false, batch, in, out, 0.0f});
     first_linear = false;
   }
-  double bound_s = 0.0, gemm_flops = 0.0;
-  for (Gemm& g : gemms) {
-    Tensor a = random_f32(g.trans_a ? Shape{g.k, g.m} : Shape{g.m, g.k}, 2);
-    Tensor b = random_f32(g.trans_b ? Shape{g.n, g.k} : Shape{g.k, g.n}, 3);
-    Tensor c = random_f32({g.m, g.n}, 4);
-    g.seconds = time_median(
-        reps, steps, [&] { ops::gemm(ctx, g.trans_a, g.trans_b, 1.0f, a, b, g.beta, c); }, ctx);
-    bound_s += g.seconds;
-    gemm_flops += g.flops();
+  struct Operands {
+    Tensor a, b, c;
+  };
+  std::vector<Operands> operands;
+  for (const Gemm& g : gemms) {
+    operands.push_back({random_f32(g.trans_a ? Shape{g.k, g.m} : Shape{g.m, g.k}, 2),
+                        random_f32(g.trans_b ? Shape{g.n, g.k} : Shape{g.k, g.n}, 3),
+                        random_f32({g.m, g.n}, 4)});
+  }
+  auto run_gemm = [&](std::size_t i) {
+    const Gemm& g = gemms[i];
+    ops::gemm(ctx, g.trans_a, g.trans_b, 1.0f, operands[i].a, operands[i].b, g.beta, operands[i].c);
+  };
+
+  // Repetitions interleave the step and its GEMMs, so that a change in the load from other
+  // processes on a shared machine hits both sides of each repetition's ratio alike.
+  auto mean_time = [&](const std::function<void()>& fn) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i)
+      fn();
+    ctx.synchronize();
+    return seconds_since(t0) / steps;
+  };
+  step();
+  for (std::size_t i = 0; i < gemms.size(); ++i)
+    run_gemm(i);
+  std::vector<double> step_times, bound_times, ratios;
+  std::vector<std::vector<double>> gemm_times(gemms.size());
+  for (int r = 0; r < reps; ++r) {
+    double step_r = mean_time(step);
+    double bound_r = 0.0;
+    for (std::size_t i = 0; i < gemms.size(); ++i) {
+      double t = mean_time([&] { run_gemm(i); });
+      gemm_times[i].push_back(t);
+      bound_r += t;
+    }
+    step_times.push_back(step_r);
+    bound_times.push_back(bound_r);
+    ratios.push_back(bound_r / step_r);
+  }
+  double step_s = median(step_times), bound_s = median(bound_times);
+  double fraction = median(ratios);
+  double gemm_flops = 0.0;
+  for (std::size_t i = 0; i < gemms.size(); ++i) {
+    gemms[i].seconds = median(gemm_times[i]);
+    gemm_flops += gemms[i].flops();
   }
   double gemm_rate = gemm_flops / bound_s;
   double fwd_flops = model.forward_flops() * static_cast<double>(batch);
@@ -170,9 +199,11 @@ int run(const Args& args) {
        << " \"config\": {\"model\": \"" << spec << "\", \"layers\": \"" << model.layer_spec()
        << "\", \"batch\": " << batch << ", \"threads\": " << threads << ", \"reps\": " << reps
        << ", \"steps_per_rep\": " << steps << "},\n"
+       << " \"step_ms_per_rep\": [" << join_ms(step_times) << "],\n"
+       << " \"gemm_bound_ms_per_rep\": [" << join_ms(bound_times) << "],\n"
        << " \"step_ms\": " << step_s * 1e3 << ", \"samples_per_s\": " << batch / step_s << ",\n"
        << " \"gemm_bound_ms\": " << bound_s * 1e3 << ", \"gemm_gflops\": " << gemm_rate * 1e-9
-       << ", \"fraction_of_bound\": " << bound_s / step_s << ",\n"
+       << ", \"fraction_of_bound\": " << fraction << ",\n"
        << " \"forward_gflop_per_step\": " << fwd_flops * 1e-9
        << ", \"bound_3x_ms\": " << bound_3x_s * 1e3
        << ", \"fraction_of_3x_bound\": " << bound_3x_s / step_s << ",\n"
@@ -198,7 +229,7 @@ int run(const Args& args) {
                "mlp %s batch %lld threads %d: %.2f ms/step, %.0f samples/s; GEMMs alone %.2f ms "
                "(%.1f GFLOP/s) -> %.3f of bound (%.3f of the 3x-forward bound)\n",
                spec.c_str(), static_cast<long long>(batch), threads, step_s * 1e3, batch / step_s,
-               bound_s * 1e3, gemm_rate * 1e-9, bound_s / step_s, bound_3x_s / step_s);
+               bound_s * 1e3, gemm_rate * 1e-9, fraction, bound_3x_s / step_s);
   for (auto& [name, t] : phases) {
     std::fprintf(stderr, "  %-28s %8.3f ms\n", name.c_str(), median(t) * 1e3);
   }

@@ -21,6 +21,7 @@
 
 // From OpenBLAS (linked through the lockstep library); declared here to avoid its header.
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" char* openblas_get_corename(void);
 
 namespace lockstep::bench {
 namespace {
@@ -206,7 +207,8 @@ int run_ops_bench(const Args& args) {
   std::string json =
       "{\"benchmark\": \"ops\", \"machine\": " + machine_json() +
       ", \"threads\": " + std::to_string(threads) + ", \"reps\": " + std::to_string(reps) +
-      ", \"omp_wait_policy\": " + json_escape_free(wait_policy ? wait_policy : "unset") +
+      ", \"openblas_core\": \"" + openblas_get_corename() +
+      "\", \"omp_wait_policy\": " + json_escape_free(wait_policy ? wait_policy : "unset") +
       ", \"results\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];

@@ -23,12 +23,13 @@ namespace {
 
 constexpr const char* kUsage =
     "usage:\n"
-    "  lockstep-shard idx --images=F --labels=F --out=DIR [--name=train] [--shards=1] "
+    "  lockstep-shard idx --images=F --labels=F --out=DIR [--name=train] [--shards=1] [--limit=N] "
     "[--deflate=0]\n"
     "  lockstep-shard csv --file=F --label-column=K --shape=C,H,W --out=DIR [--name=train]\n"
     "                     [--dtype=f32|u8] [--classes=K] [--shards=1] [--deflate=0]\n"
     "  lockstep-shard fashion-mnist --out=DIR [--shards=1] "
     "[--source=/usr/share/datasets/fashion-mnist]\n"
+    "                     [--limit=N] [--test-limit=N]   (first N samples; 0 = all)\n"
     "                     [--deflate=0]\n"
     "  lockstep-shard inspect PATH   (a shard file, a folder, a glob, or DIR/NAME)\n";
 
@@ -108,8 +109,17 @@ void report_written(const std::vector<std::string>& paths, const LabeledArray& d
     std::fprintf(stderr, "  channel %zu: mean %.6f std %.6f\n", c, mean[c], stddev[c]);
 }
 
+// --limit=N keeps the first N samples (0 = all): small real subsets for tests and smoke runs.
+void apply_limit(LabeledArray& d, std::int64_t limit) {
+  LOCKSTEP_CHECK(limit >= 0, "--limit must be >= 0, got ", limit);
+  if (limit == 0 || limit >= d.x.dim(0)) return;
+  d.x = d.x.slice(0, limit).clone();
+  d.y.resize(static_cast<std::size_t>(limit));
+}
+
 int cmd_idx(Args& a) {
   LabeledArray d = read_idx_pair(a.need("images"), a.need("labels"));
+  apply_limit(d, a.get_int("limit", 0));
   std::string out = a.need("out"), name = a.get("name", "train");
   std::int64_t shards = a.get_int("shards", 1);
   auto opts = writer_options(a);
@@ -142,12 +152,15 @@ int cmd_fashion_mnist(Args& a) {
   std::string src = a.get("source", "/usr/share/datasets/fashion-mnist");
   std::string out = a.need("out");
   std::int64_t shards = a.get_int("shards", 1);
+  std::int64_t limit = a.get_int("limit", 0), test_limit = a.get_int("test-limit", 0);
   auto opts = writer_options(a);
   a.check_all_used();
   LabeledArray train =
       read_idx_pair(src + "/train-images-idx3-ubyte.gz", src + "/train-labels-idx1-ubyte.gz");
   LabeledArray test =
       read_idx_pair(src + "/t10k-images-idx3-ubyte.gz", src + "/t10k-labels-idx1-ubyte.gz");
+  apply_limit(train, limit);
+  apply_limit(test, test_limit);
   // Both sets are normalised with the training statistics: the test set must not inform them.
   std::vector<float> mean, stddev;
   channel_stats(train.x, mean, stddev);

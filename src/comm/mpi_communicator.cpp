@@ -58,6 +58,8 @@ class MpiCommunicator final : public Communicator {
     --detail::live_mpi_communicators();
   }
 
+  using Communicator::allreduce;  // the sync tensor overload, hidden by the host overrides
+
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int local_rank() const override { return local_rank_; }

@@ -680,7 +680,14 @@ void write_checkpoint(const std::string& path, const CheckpointState& state) {
   LOCKSTEP_CHECK(dup == seen.end(), path, ": two tensors are named '",
                  dup == seen.end() ? "" : *dup, "'");
 
-  const std::uint32_t tensors_hash = tensors_checksum(state.tensors);
+  // One host copy of device tensors, shared by the checksum and the write.
+  std::vector<std::pair<std::string, Tensor>> host;
+  host.reserve(state.tensors.size());
+  for (const auto& [name, tensor] : state.tensors) {
+    LOCKSTEP_CHECK(tensor.defined(), path, ": tensor ", name, " is undefined");
+    host.push_back({name, tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu())});
+  }
+  const std::uint32_t tensors_hash = tensors_checksum(host);
   const std::uint32_t content_hash = content_checksum(state, tensors_hash);
   const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : ".";
   remove_stale_tmp_files(dir);
@@ -705,7 +712,7 @@ void write_checkpoint(const std::string& path, const CheckpointState& state) {
     }
     {
       Handle tensors = create_group(file, "tensors", path);
-      for (const auto& [name, tensor] : state.tensors)
+      for (const auto& [name, tensor] : host)
         write_tensor(tensors.get(), name, tensor, path);
     }
     write_string_attr(file, "checksum_crc32", hex32(content_hash), path);

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <thread>
 
+#include <sched.h>
+
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
@@ -160,10 +162,18 @@ void check_config_agrees(comm::Communicator& comm, const Config& config) {
   }
 }
 
-int resolve_threads(const Config& config, int sharers) {
+int resolve_threads(const Config& config, int local_ranks, int replicas) {
   if (config.train_threads > 0) return static_cast<int>(config.train_threads);
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / std::max(1, sharers));
+  int node_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int cores = node_cores / std::max(1, local_ranks);
+  // A launcher that bound this rank to some cores (srun --cpus-per-task, mpirun --bind-to,
+  // taskset) already did the division between ranks: use exactly the cores it gave us.
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
+    int allowed = CPU_COUNT(&mask);
+    if (allowed > 0 && allowed < node_cores) cores = allowed;
+  }
+  return std::max(1, cores / std::max(1, replicas));
 }
 
 std::string resolve_parallel(const Config& config, int world_size) {
@@ -186,7 +196,7 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
   const bool logs = rank == 0 || config.log_rank_prefix;
   const std::string prefix = config.log_rank_prefix ? "[rank " + std::to_string(rank) + "] " : "";
   const int replicas = parallel == "dp" ? static_cast<int>(config.train_replicas) : 1;
-  const int threads = resolve_threads(config, parallel == "dp" ? replicas : comm.local_size());
+  const int threads = resolve_threads(config, comm.local_size(), replicas);
   Device device = Device::cpu();
   if (config.train_device == "cuda" || (config.train_device == "auto" && cuda_available())) {
     LOCKSTEP_CHECK_HINT(cuda_available(), "set train.device = cpu, or run where a GPU is visible",
@@ -536,6 +546,7 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
     if (stopping) break;
     result.epochs = epoch + 1;
     if (test_set && config.train_eval) {
+      auto eval_start = Clock::now();
       EvalResult ev =
           evaluate(ctx, *model, *test_set, comm, norm, std::max<std::int64_t>(local_batch, 256));
       result.test_accuracy = ev.accuracy;
@@ -549,7 +560,8 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
                         .add("step", step)
                         .add("test_loss", ev.loss)
                         .add("test_accuracy", ev.accuracy));
-      interval_start = Clock::now();  // evaluation time is not training throughput
+      // Evaluation time is not training time: shift the interval's start past it.
+      interval_start += Clock::now() - eval_start;
     }
   }
   progress.finish();

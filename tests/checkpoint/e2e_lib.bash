@@ -18,7 +18,7 @@ e2e_require_trainer() {
   [ -x "$TRAIN" ] || skip "$TRAIN not built (the trainer is not on this branch yet)"
   [ -x "$SHARD" ] || skip "$SHARD not built"
   command -v mpirun >/dev/null || skip "mpirun not installed"
-  # Not `--help | grep -q`: under pipefail, grep's early exit can fail the pipe with SIGPIPE.
+  # Captured first: grep -q would close the pipe early, and pipefail would turn SIGPIPE into "no".
   local help
   help=$("$TRAIN" --help 2>/dev/null)
   grep -q "checkpoint.dir" <<<"$help" || skip "this lockstep-train has no checkpoint.* options yet"
@@ -34,7 +34,8 @@ e2e_workdir() {
   fi
 }
 
-# Synthetic, learnable data: 4 classes, 16 features = the class's centroid + noise, 512 training
+# Synthetic data, learnable but not trivially (losses stay well above 0 over the tests' steps, so
+# comparisons of losses mean something): 4 classes, 16 features = centroid + wide noise; 512 training
 # and 128 test samples from a fixed awk seed, sharded in 2 files each.
 e2e_make_data() {
   mkdir -p "$WORK/data"
@@ -46,8 +47,8 @@ e2e_make_data() {
       for (i = 0; i < n; i++) {
         c = i % 4; line = c;
         for (f = 0; f < 16; f++) {
-          centre = (f % 4 == c) ? 2.0 : 0.0;
-          line = line "," sprintf("%.4f", centre + (rand() - 0.5) * 2.0);
+          centre = (f % 4 == c) ? 1.0 : 0.0;
+          line = line "," sprintf("%.4f", centre + (rand() - 0.5) * 5.0);
         }
         print line;
       }

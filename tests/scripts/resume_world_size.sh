@@ -59,7 +59,7 @@ for np in 1 4; do
   compare_losses "$WORK/resume$np.jsonl" || fail "resumed with $np rank(s), the losses leave the reference curve"
   first=$(metric 1 loss "$WORK/ref.jsonl")
   last=$(metric 40 loss "$WORK/resume$np.jsonl")
-  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.5 * a) }' ||
+  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' ||
     fail "resumed with $np rank(s), loss went from $first to $last: not learning"
   echo "resumed 2 -> $np ranks: loss $first (step 1) -> $last (step 40), on the reference curve"
 done

@@ -4,6 +4,7 @@
 // calls it, and every rank must call the same collectives in the same order with matching
 // shapes, as in MPI. Tensor collectives work in place on the caller's storage (views included);
 // the caller must not touch a tensor passed to an *_async call until its Work has completed.
+// Any thread may call; when several do, the order between them must be the same on every rank.
 #pragma once
 
 #include <cstdint>

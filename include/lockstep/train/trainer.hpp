@@ -26,9 +26,10 @@ struct TrainResult {
   std::string checkpoint;  // the last checkpoint written ("" if none)
 };
 
-// Threads per rank/replica for a config on this node: train.threads, or the node's cores divided
-// by `sharers` (local ranks, or DataParallel replicas), at least 1.
-int resolve_threads(const Config& config, int sharers);
+// Threads per rank or DataParallel replica: train.threads, else the cores this rank may use (the
+// launcher's binding if it set one, else the node's cores divided by its local ranks) divided by
+// the replicas in this process; at least 1.
+int resolve_threads(const Config& config, int local_ranks, int replicas);
 
 // Resolves train.parallel = auto: ddp when the job has several ranks, else none.
 std::string resolve_parallel(const Config& config, int world_size);

@@ -135,6 +135,11 @@ class NcclCommunicator final : public Communicator {
     (void)cudaStreamDestroy(comm_stream_);
   }
 
+  // The sync tensor overloads, hidden by the host-value overrides below.
+  using Communicator::allgather;
+  using Communicator::allreduce;
+  using Communicator::broadcast;
+
   int rank() const override { return bootstrap_.rank(); }
   int size() const override { return bootstrap_.size(); }
   int local_rank() const override { return bootstrap_.local_rank(); }

@@ -4,10 +4,10 @@
 // lock. Layouts (measured, docs/PERFORMANCE.md): oneDNN picks them (format "any": blocked
 // nChw8c/OIhw8i8o on AVX2) for backward-weights always and for forward/backward-data when the
 // input has at least kBlockedMinChannels channels; with plain NCHW it falls back to im2col+gemm
-// kernels that were 1.5x slower there and 25x slower for 1-channel backward-weights. For inputs
-// with few channels (the first layer) plain NCHW forward/backward-data was 2-4x faster, the
-// reorders costing more than the blocked kernel saves. lockstep tensors stay NCHW/OIHW, so each
-// call reorders into and out of the chosen layout where they differ.
+// kernels that were 1.5-2x slower there and 25x slower for 1-channel backward-weights. For inputs
+// with few channels (the first layer) plain NCHW forward/backward-data was 1-2x / 2.5-5x faster,
+// the reorders costing more than the blocked kernel saves. lockstep tensors stay NCHW/OIHW, so
+// each call reorders into and out of the chosen layout where they differ.
 // LOCKSTEP_ONEDNN_PLAIN=1 in the environment forces plain layouts, for that comparison.
 // Parameter gradients accumulate (dw += ...): oneDNN writes its weight/bias gradients to
 // buffers owned by the cache entry, which are then added into dw/db.

@@ -1,7 +1,7 @@
 // CPU 2-D max/average pooling: own loops over (n, c) planes split across the Context's pool.
-// oneDNN 2.6 only has its "simple_nchw" reference kernel for plain NCHW pooling, which measured
-// 30-100x slower than these loops on the LeNet shapes (docs/PERFORMANCE.md); using its blocked
-// layouts would need a reorder on each side of every pooling call.
+// oneDNN 2.6 only has its "simple_nchw" kernel for plain NCHW pooling, which measured 5-8x
+// slower than these loops on the LeNet shapes (docs/PERFORMANCE.md); its blocked layouts would
+// need a reorder on each side of every pooling call.
 // Max pooling's workspace is an i32 tensor shaped like y holding, per output, the index of the
 // chosen input within its (n, c) plane (first maximum in row-major window order, -inf padding).
 // Average pooling divides by kernel_h * kernel_w, padding included (PyTorch's default,
