@@ -238,23 +238,27 @@ void normalize_input(Context& ctx, const Tensor& x, const std::vector<float>& me
 // ---- convolution and pooling
 
 namespace {
+// Names are the caller's: x/w/y for forward, dx/w/dy for backward-data, x/dw/dy for weights.
+struct ConvNames {
+  const char *x, *w, *y;
+};
 void check_conv(Context& ctx, const char* op, const Tensor& x, const Tensor& w, const Tensor& y,
-                const Conv2dParams& p) {
-  check_f32(ctx, op, "x", x);
-  check_f32(ctx, op, "w", w);
-  check_f32(ctx, op, "y", y);
-  check_ndim(op, "x", x, 4);
-  check_ndim(op, "w", w, 4);
-  check_ndim(op, "y", y, 4);
-  LOCKSTEP_CHECK(w.dim(1) == x.dim(1), op, ": w is ", w.describe(), " but x is ", x.describe(),
-                 " (w must be [out, ", x.dim(1), ", kh, kw])");
+                const Conv2dParams& p, ConvNames n = {"x", "w", "y"}) {
+  check_f32(ctx, op, n.x, x);
+  check_f32(ctx, op, n.w, w);
+  check_f32(ctx, op, n.y, y);
+  check_ndim(op, n.x, x, 4);
+  check_ndim(op, n.w, w, 4);
+  check_ndim(op, n.y, y, 4);
+  LOCKSTEP_CHECK(w.dim(1) == x.dim(1), op, ": ", n.w, " is ", w.describe(), " but ", n.x, " is ",
+                 x.describe(), " (", n.w, " must be [out, ", x.dim(1), ", kh, kw])");
   const Shape expected = {
       x.dim(0), w.dim(0),
       window_output_size(x.dim(2), static_cast<int>(w.dim(2)), p.stride_h, p.pad_h),
       window_output_size(x.dim(3), static_cast<int>(w.dim(3)), p.stride_w, p.pad_w)};
-  LOCKSTEP_CHECK(y.shape() == expected, op, ": output is ", y.describe(), " but x ", x.describe(),
-                 " with w ", w.describe(), ", stride ", p.stride_h, "x", p.stride_w, ", padding ",
-                 p.pad_h, "x", p.pad_w, " gives ", shape_str(expected));
+  LOCKSTEP_CHECK(y.shape() == expected, op, ": ", n.y, " is ", y.describe(), " but ", n.x, " ",
+                 x.describe(), " with ", n.w, " ", w.describe(), ", stride ", p.stride_h, "x",
+                 p.stride_w, ", padding ", p.pad_h, "x", p.pad_w, " gives ", shape_str(expected));
 }
 
 void check_pool(Context& ctx, const char* op, const Tensor& x, const Tensor& y,
@@ -283,13 +287,13 @@ void conv2d_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor
 
 void conv2d_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, Tensor& dx,
                           const Conv2dParams& p) {
-  check_conv(ctx, "conv2d_backward_data", dx, w, dy, p);
+  check_conv(ctx, "conv2d_backward_data", dx, w, dy, p, {"dx", "w", "dy"});
   ctx.backend().conv2d_backward_data(dy, w, dx, p);
 }
 
 void conv2d_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dw,
                              Tensor& db, const Conv2dParams& p) {
-  check_conv(ctx, "conv2d_backward_weights", x, dw, dy, p);
+  check_conv(ctx, "conv2d_backward_weights", x, dw, dy, p, {"x", "dw", "dy"});
   if (db.defined()) check_channel_vector(ctx, "conv2d_backward_weights", "db", db, dw.dim(0));
   ctx.backend().conv2d_backward_weights(x, dy, dw, db, p);
 }
