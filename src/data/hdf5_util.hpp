@@ -4,6 +4,8 @@
 
 #include <hdf5.h>
 
+#include "lockstep/data/hdf5_lock.hpp"
+
 #include <string>
 #include <utility>
 
@@ -15,7 +17,8 @@ namespace lockstep::data::h5 {
 // in thread-safe builds), so failures surface only as our exceptions.
 class Quiet {
  public:
-  Quiet() {
+  // Holds the process-wide HDF5 lock while alive (see lockstep/data/hdf5_lock.hpp).
+  Quiet() : lock_(::lockstep::data::hdf5_mutex()) {
     H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   }
@@ -24,6 +27,7 @@ class Quiet {
   Quiet& operator=(const Quiet&) = delete;
 
  private:
+  std::unique_lock<std::recursive_mutex> lock_;
   H5E_auto2_t func_ = nullptr;
   void* data_ = nullptr;
 };

@@ -8,6 +8,8 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+
+#include "lockstep/data/hdf5_lock.hpp"
 #include <unistd.h>
 #include <zlib.h>
 
@@ -39,7 +41,8 @@ constexpr std::size_t kHashChunk = std::size_t{4} << 20;
 // Silences HDF5's automatic error printing while alive, so failures surface only as our Errors.
 class Quiet {
  public:
-  Quiet() {
+  // Holds the process-wide HDF5 lock while alive (see lockstep/data/hdf5_lock.hpp).
+  Quiet() : lock_(::lockstep::data::hdf5_mutex()) {
     H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   }
@@ -48,6 +51,7 @@ class Quiet {
   Quiet& operator=(const Quiet&) = delete;
 
  private:
+  std::unique_lock<std::recursive_mutex> lock_;
   H5E_auto2_t func_ = nullptr;
   void* data_ = nullptr;
 };
