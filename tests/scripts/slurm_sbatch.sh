@@ -159,11 +159,13 @@ submit_and_wait "$JOB_KIND" "$WORK/job.sbatch"
 check_$JOB_KIND "$out" || fail "the $JOB_KIND job's output does not show what was expected"
 
 # The single-node template itself, running the trainer as a user would:
-# sbatch slurm/train.sbatch CONFIG OVERRIDES...
+# sbatch slurm/train.sbatch CONFIG OVERRIDES... The template defaults to build/apps/lockstep-train;
+# LOCKSTEP_TRAIN (exported into the job by sbatch) points it at the build under test instead.
 if [ "$JOB_KIND" = train ]; then
-  (cd "$SOURCE" && submit_and_wait template slurm/train.sbatch configs/ci_tiny.ini \
-    --data.train="$WORK/data/train" --data.test="$WORK/data/test" \
-    --log.metrics="$WORK/template/metrics.jsonl") || exit 1
+  (cd "$SOURCE" && export LOCKSTEP_TRAIN=$BUILD/apps/lockstep-train &&
+    submit_and_wait template slurm/train.sbatch configs/ci_tiny.ini \
+      --data.train="$WORK/data/train" --data.test="$WORK/data/test" \
+      --log.metrics="$WORK/template/metrics.jsonl") || exit 1
   out=$(ls -t "$WORK"/template-*.out | head -n1)
   grep -q "2 ranks x 1 threads.*config configs/ci_tiny.ini" "$out" ||
     fail "slurm/train.sbatch did not report its ranks and arguments"
