@@ -6,14 +6,28 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 "$ROOT/scripts/install-deps.sh" --slurm
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if [ "${1:-}" = "--sanitize" ]; then
-  shift
-  export LOCKSTEP_BUILD_DIR=$ROOT/build-asan
-  "$ROOT/scripts/build.sh" -DLOCKSTEP_SANITIZE=ON -DLOCKSTEP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
-  # Open MPI's own allocations are reported as leaks; we check memory errors, not MPI's leaks.
-  export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
-else
+if [ "${1:-}" != "--sanitize" ]; then
   "$ROOT/scripts/build.sh"
+  cd "${LOCKSTEP_BUILD_DIR:-$ROOT/build}"
+  exec ctest --output-on-failure -j 2 "$@"
 fi
-cd "${LOCKSTEP_BUILD_DIR:-$ROOT/build}"
-ctest --output-on-failure -j 2 "$@"
+
+# ---- --sanitize: every finding is fatal (UBSan via -fno-sanitize-recover, ASan by default), so a
+# finding in any process, including a rank under mpirun or srun, fails its test. The options
+# reach the ranks through the environment: mpirun and srun pass it on to processes they start
+# on this node, and sbatch exports it into the job. No third-party suppressions are needed:
+# Open MPI, HDF5, OpenBLAS and oneDNN are not instrumented, and no interceptor reports in them.
+shift
+export LOCKSTEP_BUILD_DIR=$ROOT/build-asan
+"$ROOT/scripts/build.sh" -DLOCKSTEP_SANITIZE=ON -DLOCKSTEP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cd "$LOCKSTEP_BUILD_DIR"
+export UBSAN_OPTIONS=print_stacktrace=1
+ASAN=abort_on_error=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1
+# Single-process tests (no CTest label) run with LeakSanitizer on.
+rc=0
+ASAN_OPTIONS=$ASAN:detect_leaks=1 ctest --output-on-failure -j 2 -LE 'mpi|script' "$@" || rc=1
+# Processes that finalize MPI run with LeakSanitizer off: Open MPI 4.1 leaves ~120 KB per
+# rank unfreed after MPI_Finalize, mostly in MCA components it has dlclose'd by exit, so the
+# reports name no module a suppression could match.
+ASAN_OPTIONS=$ASAN:detect_leaks=0 ctest --output-on-failure -j 2 -L 'mpi|script' "$@" || rc=1
+exit $rc
