@@ -131,7 +131,8 @@ EOF
 echo
 python3 bench/dp_vs_ddp.py summarize "$OUT_DIR" || die "no run succeeded; see $OUT_DIR/raw/*.log"
 if command -v gnuplot >/dev/null; then
-  gnuplot -e "dir='$OUT_DIR'; k=$K; title='$MODEL, global batch $BATCH, $THREADS thread(s) per replica/rank'" \
+  LOAD1=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["load_avg_start"][0])' "$OUT_DIR/machine.json")
+  gnuplot -e "dir='$OUT_DIR'; k=$nmax; title='$MODEL, batch $BATCH, $THREADS thread(s) per replica/rank, $(nproc) cores, load avg $LOAD1 at start'" \
     bench/dp-vs-ddp.gp && echo "plot: $OUT_DIR/dp-vs-ddp.png"
 else
   echo "gnuplot not found: no plot (the data is in $OUT_DIR/throughput.dat and split.dat)"
