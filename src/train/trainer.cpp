@@ -11,6 +11,7 @@
 #include <sched.h>
 
 #include "lockstep/comm/bootstrap.hpp"
+#include "lockstep/comm/nccl_communicator.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
 #include "lockstep/data/dataset.hpp"
@@ -315,6 +316,16 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
   LOCKSTEP_CHECK(!eval_only || !resume_path.empty() || config.train_resume.empty(),
                  "--eval-only found no checkpoint to evaluate");
 
+  // Gradients and parameters on a GPU travel over NCCL (bootstrapped over MPI: rank 0's unique
+  // id is broadcast); the MPI communicator keeps the host-side metrics and control traffic.
+  comm::Communicator* gradient_comm = &comm;
+#ifdef LOCKSTEP_HAVE_CUDA
+  std::unique_ptr<comm::Communicator> nccl;
+  if (device.is_cuda() && parallel != "dp") {
+    nccl = comm::make_nccl_communicator(comm, ctx);
+    gradient_comm = nccl.get();
+  }
+#endif
   std::unique_ptr<dist::Engine> engine;
   dist::DdpOptions ddp_options;
   ddp_options.reducer.bucket_bytes = static_cast<std::size_t>(config.dist_bucket_mb * (1 << 20));
@@ -336,7 +347,7 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
     engine = std::make_unique<dist::DataParallelEngine>(ctx, *model, config.model_spec, input_shape,
                                                         train_set->num_classes(), dp);
   } else {
-    engine = std::make_unique<dist::DdpEngine>(ctx, *model, comm, ddp_options);
+    engine = std::make_unique<dist::DdpEngine>(ctx, *model, *gradient_comm, ddp_options);
   }
 
   data::LoaderOptions loader_options;
