@@ -10,7 +10,7 @@
   dp_vs_ddp.py summarize DIR
       Reads DIR/runs.jsonl (one line per run, written by dp-vs-ddp.sh) and every run's metrics
       and CPU files; writes DIR/summary.json, DIR/table.md and the gnuplot data files
-      DIR/throughput.dat and DIR/split.dat.
+      DIR/throughput.dat, DIR/split.dat and DIR/cpu.dat.
 """
 import glob
 import json
@@ -387,10 +387,17 @@ def _write_plot_data(out_dir, rows):
                 f.write(f"{r['n']} {r['samples_per_s']:.1f} {r['samples_per_s_min']:.1f} "
                         f"{r['samples_per_s_max']:.1f}\n")
             f.write("\n\n")
+    with open(os.path.join(out_dir, "cpu.dat"), "w") as f:
+        f.write("# label cpu_ms_per_step cores_used\n")
+        for r in rows:
+            if "cpu_s_per_step" in r:
+                label = {"dp": "DP", "ddp": "DDP", "ddp-nosync": "no-sync"}[r["mode"]]
+                f.write(f"\"{label} {r['n']}\" {1e3 * r['cpu_s_per_step']:.2f} "
+                        f"{r['cpu_cores_used']:.3f}\n")
     with open(os.path.join(out_dir, "split.dat"), "w") as f:
         f.write("# label " + " ".join(k for k, _ in SPLIT) + "\n")
         for r in rows:
-            label = {"dp": "DP", "ddp": "DDP", "ddp-nosync": "DDP-nosync"}[r["mode"]]
+            label = {"dp": "DP", "ddp": "DDP", "ddp-nosync": "no-sync"}[r["mode"]]
             f.write(f"\"{label} {r['n']}\" " +
                     " ".join(f"{1e3 * max(r['split_s'][k], 0):.2f}" for k, _ in SPLIT) + "\n")
 
