@@ -42,7 +42,6 @@ case "$MODEL" in
 esac
 (( WARMUP % LOG_EVERY == 0 && STEPS % LOG_EVERY == 0 && STEPS > WARMUP )) ||
   die "STEPS ($STEPS) and WARMUP ($WARMUP) must be multiples of LOG_EVERY ($LOG_EVERY), STEPS > WARMUP"
-(( BATCH % K == 0 )) || echo "dp-vs-ddp: note: BATCH $BATCH is not a multiple of K $K" >&2
 command -v mpirun >/dev/null || die "mpirun not found (install Open MPI)"
 command -v python3 >/dev/null || die "python3 not found"
 
@@ -68,7 +67,8 @@ cat >"$OUT_DIR/machine.json" <<EOF
 {"cpu_model": "$CPU_MODEL", "cores": $(nproc), "mem_total_kib": $(awk '/MemTotal/{print $2}' /proc/meminfo),
  "load_avg_start": $(loadavg), "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "host": "$(hostname)",
  "git_commit": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)",
- "mpirun": "$(mpirun --version 2>/dev/null | head -1)"}
+ "mpirun": "$(mpirun --version 2>/dev/null | head -1)",
+ "sched_autogroup_enabled": $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo null)}
 EOF
 SETTINGS="{\"model\": \"$MODEL\", \"model_spec\": \"$SPEC\", \"config\": \"$CONFIG\", \"global_batch\": $BATCH, \"threads\": $THREADS, \"steps\": $STEPS, \"warmup_steps\": $WARMUP, \"log_every\": $LOG_EVERY, \"reps\": $R, \"k\": $K}"
 echo "== dp-vs-ddp: $OUT_DIR  (load average $(loadavg), $(nproc) cores, model $MODEL, K=$K, R=$R)"
@@ -78,9 +78,14 @@ COMMON=(--config "$CONFIG" --model.spec="$SPEC" --data.train="$DATA/train" --dat
         --train.threads="$THREADS" --log.every="$LOG_EVERY" --log.progress=none
         --optim.schedule=constant --optim.warmup_steps=0)  # speed does not depend on the lr
 
-configs=()
-for ((n = 1; n <= K; n++)); do configs+=("dp $n" "ddp $n"); done
-(( K > 1 )) && configs+=("ddp-nosync $K")
+# DDP needs the global batch divisible by the ranks; N that do not divide it are left out for
+# both modes, so that every row compares the same per-replica batch.
+configs=() nmax=1
+for ((n = 1; n <= K; n++)); do
+  if (( BATCH % n )); then echo "dp-vs-ddp: N=$n left out: BATCH $BATCH is not a multiple of it" >&2; continue; fi
+  configs+=("dp $n" "ddp $n") nmax=$n
+done
+if (( nmax > 1 )); then configs+=("ddp-nosync $nmax"); fi
 
 : >"$OUT_DIR/runs.jsonl"
 total=$(( R * ${#configs[@]} )) count=0
@@ -126,7 +131,8 @@ EOF
 echo
 python3 bench/dp_vs_ddp.py summarize "$OUT_DIR" || die "no run succeeded; see $OUT_DIR/raw/*.log"
 if command -v gnuplot >/dev/null; then
-  gnuplot -e "dir='$OUT_DIR'; k=$K; title='$MODEL, global batch $BATCH, $THREADS thread(s) per replica/rank'" \
+  LOAD1=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["load_avg_start"][0])' "$OUT_DIR/machine.json")
+  gnuplot -e "dir='$OUT_DIR'; k=$nmax; title='$MODEL, batch $BATCH, $THREADS thread(s) per replica/rank, $(nproc) cores, load avg $LOAD1 at start'" \
     bench/dp-vs-ddp.gp && echo "plot: $OUT_DIR/dp-vs-ddp.png"
 else
   echo "gnuplot not found: no plot (the data is in $OUT_DIR/throughput.dat and split.dat)"

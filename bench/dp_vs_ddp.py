@@ -10,7 +10,7 @@
   dp_vs_ddp.py summarize DIR
       Reads DIR/runs.jsonl (one line per run, written by dp-vs-ddp.sh) and every run's metrics
       and CPU files; writes DIR/summary.json, DIR/table.md and the gnuplot data files
-      DIR/throughput.dat and DIR/split.dat.
+      DIR/throughput.dat, DIR/split.dat and DIR/cpu.dat.
 """
 import glob
 import json
@@ -201,6 +201,11 @@ def _run_figures(run, out_dir):
             cpu = json.load(f)
         if cpu.get("complete"):
             fig["cpu"] = cpu
+            steps = cpu["window_steps"][1] - cpu["window_steps"][0]
+            total = sum(p["cpu_s"] for p in cpu["processes"])
+            if steps > 0:
+                fig["cpu_s_per_step"] = total / steps  # every thread of every process
+                fig["cpu_cores_used"] = total / cpu["wall_s"]
     return fig
 
 
@@ -257,6 +262,11 @@ def summarize(out_dir):
                "samples_per_s_max": sps[-1], "median_run_rep": run["rep"],
                "step_time_s": med["step_time_s"], "split_s": {k: med[k] for k, _ in SPLIT},
                "load_avg_1m": [r["load_before"][0] for r, _ in items]}
+        cpu_steps = sorted(f["cpu_s_per_step"] for _, f in items if "cpu_s_per_step" in f)
+        cores = sorted(f["cpu_cores_used"] for _, f in items if "cpu_cores_used" in f)
+        if cpu_steps:
+            row["cpu_s_per_step"] = statistics.median(cpu_steps)
+            row["cpu_cores_used"] = statistics.median(cores)
         fin = med["final"]
         opt = fin.get("optimizer_state_bytes", 0)
         mem = {"peak_rss_bytes": fin.get("rank_peak_rss_bytes"), "optimizer_state_bytes": opt}
@@ -272,15 +282,24 @@ def summarize(out_dir):
 
     base = {r["mode"]: r["samples_per_s"] for r in rows if r["n"] == 1}
     base["ddp-nosync"] = base.get("ddp")
+    cpu_base = {r["mode"]: r.get("cpu_s_per_step") for r in rows if r["n"] == 1}
+    cpu_base["ddp-nosync"] = cpu_base.get("ddp")
     for r in rows:
         b = base.get(r["mode"])
         r["speedup"] = r["samples_per_s"] / b if b else None
         r["scaling_efficiency"] = r["samples_per_s"] / (r["n"] * b) if b else None
+        c = cpu_base.get(r["mode"])
+        r["cpu_efficiency"] = c / r["cpu_s_per_step"] if c and r.get("cpu_s_per_step") else None
 
     summary = {"machine": machine, "settings": runs[0]["settings"] if runs else {},
                "scaling_efficiency_definition":
                    "throughput_N / (N * throughput_1), throughput_1 = the same mode with 1 "
                    "replica/rank (ddp-nosync uses ddp's)",
+               "cpu_efficiency_definition":
+                   "cpu_s_per_step_1 / cpu_s_per_step_N: the CPU time (all threads of all "
+                   "processes, over the measured steps) that one step costs with 1 replica/rank "
+                   "against N; unlike throughput it does not depend on the CPU share the "
+                   "scheduler gives the job on a shared machine, but it misses idle waiting",
                "model_tensor_bytes_per_replica": model_tensor_bytes,
                "rows": rows, "failed_runs": failed}
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
@@ -305,18 +324,27 @@ def _pct(x):
 def markdown(s):
     m, st = s["machine"], s["settings"]
     out = [f"Machine: {m.get('cpu_model')}, {m.get('cores')} cores, load average at start "
-           f"{m.get('load_avg_start')}, at end {m.get('load_avg_end', '?')}; {m.get('date')}.",
+           f"{m.get('load_avg_start')}, at end {m.get('load_avg_end', '?')}; {m.get('date')}"
+           + ("; the kernel shares CPU between sessions (sched_autogroup), not threads"
+              if m.get("sched_autogroup_enabled") == 1 else "") + ".",
            f"Model `{st.get('model_spec')}`, global batch {st.get('global_batch')}, "
            f"{st.get('threads')} thread(s) per replica/rank, {st.get('steps')} steps of which the "
            f"first {st.get('warmup_steps')} are warm-up (not measured), {st.get('reps')} "
            f"repetitions, interleaved; medians.", ""]
-    out += ["| mode | N | samples/s (median) | min-max | speedup | scaling eff. | step ms |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    out += ["| mode | N | samples/s (median) | min-max | speedup | scaling eff. | step ms | "
+            "cores used | CPU ms per step | CPU eff. |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in s["rows"]:
+        cores = f"{r['cpu_cores_used']:.2f}" if "cpu_cores_used" in r else "-"
+        cpu = f"{1e3 * r['cpu_s_per_step']:.1f}" if "cpu_s_per_step" in r else "-"
         out.append(f"| {MODES[r['mode']]} | {r['n']} | {r['samples_per_s']:.0f} | "
                    f"{r['samples_per_s_min']:.0f}-{r['samples_per_s_max']:.0f} | "
                    f"{r['speedup']:.2f}x | {_pct(r['scaling_efficiency'])} | "
-                   f"{1e3 * r['step_time_s']:.1f} |")
+                   f"{1e3 * r['step_time_s']:.1f} | {cores} | {cpu} | "
+                   f"{_pct(r['cpu_efficiency'])} |")
+    out += ["", "Scaling efficiency = throughput_N / (N x throughput_1) of the same mode (DDP "
+            "without sync: against DDP with 1 rank). Cores used = CPU seconds of all the job's "
+            "threads / wall seconds; CPU eff. = CPU time per step with 1 replica / with N."]
     out += ["", "Time split per step (ms, the median-throughput run of each row):", "",
             "| mode | N | " + " | ".join(label for _, label in SPLIT) + " |",
             "| --- | --- | " + " | ".join("---" for _ in SPLIT) + " |"]
@@ -359,10 +387,17 @@ def _write_plot_data(out_dir, rows):
                 f.write(f"{r['n']} {r['samples_per_s']:.1f} {r['samples_per_s_min']:.1f} "
                         f"{r['samples_per_s_max']:.1f}\n")
             f.write("\n\n")
+    with open(os.path.join(out_dir, "cpu.dat"), "w") as f:
+        f.write("# label cpu_ms_per_step cores_used\n")
+        for r in rows:
+            if "cpu_s_per_step" in r:
+                label = {"dp": "DP", "ddp": "DDP", "ddp-nosync": "no-sync"}[r["mode"]]
+                f.write(f"\"{label} {r['n']}\" {1e3 * r['cpu_s_per_step']:.2f} "
+                        f"{r['cpu_cores_used']:.3f}\n")
     with open(os.path.join(out_dir, "split.dat"), "w") as f:
         f.write("# label " + " ".join(k for k, _ in SPLIT) + "\n")
         for r in rows:
-            label = {"dp": "DP", "ddp": "DDP", "ddp-nosync": "DDP-nosync"}[r["mode"]]
+            label = {"dp": "DP", "ddp": "DDP", "ddp-nosync": "no-sync"}[r["mode"]]
             f.write(f"\"{label} {r['n']}\" " +
                     " ".join(f"{1e3 * max(r['split_s'][k], 0):.2f}" for k, _ in SPLIT) + "\n")
 

@@ -13,24 +13,8 @@
 
 namespace lockstep::data::h5 {
 
-// Silences HDF5's automatic error printing for this thread while alive (the stack is per thread
-// in thread-safe builds), so failures surface only as our exceptions.
-class Quiet {
- public:
-  // Holds the process-wide HDF5 lock while alive (see lockstep/data/hdf5_lock.hpp).
-  Quiet() : lock_(::lockstep::data::hdf5_mutex()) {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~Quiet() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-  Quiet(const Quiet&) = delete;
-  Quiet& operator=(const Quiet&) = delete;
-
- private:
-  std::unique_lock<std::recursive_mutex> lock_;
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
+// Lock + silence for every HDF5 call sequence (see lockstep/data/hdf5_lock.hpp).
+using Quiet = ::lockstep::data::Hdf5Scope;
 
 // The outermost and innermost descriptions on this thread's HDF5 error stack ("unable to open
 // file: file signature not found"), then clears it.

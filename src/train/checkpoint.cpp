@@ -38,23 +38,8 @@ constexpr std::size_t kHashChunk = std::size_t{4} << 20;
 
 // ---- HDF5 plumbing ---------------------------------------------------------------------------
 
-// Silences HDF5's automatic error printing while alive, so failures surface only as our Errors.
-class Quiet {
- public:
-  // Holds the process-wide HDF5 lock while alive (see lockstep/data/hdf5_lock.hpp).
-  Quiet() : lock_(::lockstep::data::hdf5_mutex()) {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~Quiet() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-  Quiet(const Quiet&) = delete;
-  Quiet& operator=(const Quiet&) = delete;
-
- private:
-  std::unique_lock<std::recursive_mutex> lock_;
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
+// Lock + silence for every HDF5 call sequence (see lockstep/data/hdf5_lock.hpp).
+using Quiet = ::lockstep::data::Hdf5Scope;
 
 // Innermost and outermost descriptions of HDF5's error stack, then clears it.
 std::string h5_last_error() {

@@ -1,3 +1,4 @@
+// clang-format off
 // Model: the sequence of layers a replica trains, built from a layer spec. One Model per replica;
 // building twice with the same (spec, sample shape, classes, seed) gives bitwise-identical
 // parameters on any device or thread count, so replicas can be built independently.
@@ -6,16 +7,18 @@
 // or key=value in any order; [..] optional with the default shown):
 //   conv(out, k[, stride=1][, pad=0][, bias=1])   2-D convolution, k x k kernel
 //   linear(out[, bias=1])                         fully connected; input must be [N, features]
-//   bn                                            BatchNorm1d on [N, C], BatchNorm2d on [N, C, H,
-//   W] relu | gelu                                   activations (GELU: exact erf form) maxpool(k[,
-//   stride=k][, pad=0])               max pooling avgpool(k[, stride=k][, pad=0]) average pooling
+//   bn                                            BatchNorm1d on [N, C], BatchNorm2d on [N, C, H, W]
+//   relu | gelu                                   activations (GELU: exact erf form)
+//   maxpool(k[, stride=k][, pad=0])               max pooling
+//   avgpool(k[, stride=k][, pad=0])               average pooling
 //   gap                                           global average pooling, [N, C, H, W] -> [N, C]
 //   flatten                                       [N, ...] -> [N, features]
 //   dropout(p)                                    inverted dropout, 0 <= p < 1
 //   res(out[, stride=1])                          ResNet basic block (identity or 1x1 shortcut)
 // Presets (the whole spec):
-//   mlp[:h1,h2,...]   flatten-linear(h1)-relu-...-linear(hk)-relu-linear(classes); default
-//   1024,1024 lenet             conv(6,5,pad=2)-relu-maxpool(2)-conv(16,5)-relu-maxpool(2)-flatten-
+//   mlp[:h1,h2,...]   flatten-linear(h1)-relu-...-linear(hk)-relu-linear(classes);
+//                     default 1024,1024
+//   lenet             conv(6,5,pad=2)-relu-maxpool(2)-conv(16,5)-relu-maxpool(2)-flatten-
 //                     linear(120)-relu-linear(84)-relu-linear(classes)
 //   resnet[:n]        CIFAR-style ResNet-(6n+2), n blocks per stage (default 2): conv(16,3,pad=1,
 //                     bias=0)-bn-relu, stages res(16), res(32,2), res(64,2), then
@@ -25,6 +28,7 @@
 // [N, features], then `linear(num_classes)` (so `conv(8,3)-relu-gap` is a valid model).
 // Errors (unknown layer, bad argument, shapes that do not fit the sample shape) throw
 // lockstep::Error quoting the spec with a caret under the offending layer.
+// clang-format on
 #pragma once
 
 #include <cstdint>
