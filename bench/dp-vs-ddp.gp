@@ -44,14 +44,16 @@ plot dir."/split.dat" using 2:xtic(1) title "compute (fwd+bwd)" lc rgb "#4e79a7"
      "" using 6 title "data wait" lc rgb "#76b7b2", \
      "" using 7 title "other (optimizer step, ...)" lc rgb "#bab0ac"
 
-# ---- right: CPU cost of a step
-set title "CPU time per step (ms), all threads, median"
-set ylabel "CPU ms per step"
+# ---- right: CPU cost of a step (absent when no run had a complete CPU window)
 stats dir."/cpu.dat" using 2 nooutput name "CPU"
-set yrange [0:CPU_max * 1.15]
-set style histogram clustered gap 1
-set boxwidth 0.9 relative
-set key off
-plot dir."/cpu.dat" using 2:xtic(1) lc rgb "#59a14f" notitle, \
-     "" using 0:2:(sprintf("%.0f", $2)) with labels offset 0,0.7 notitle
+if (exists("CPU_max")) {
+  set title "CPU time per step (ms), all threads, median"
+  set ylabel "CPU ms per step"
+  set yrange [0:CPU_max * 1.15]
+  set style histogram clustered gap 1
+  set boxwidth 0.9 relative
+  set key off
+  plot dir."/cpu.dat" using 2:xtic(1) lc rgb "#59a14f" notitle, \
+       "" using 0:2:(sprintf("%.0f", $2)) with labels offset 0,0.7 notitle
+}
 unset multiplot

@@ -40,8 +40,10 @@ case "$MODEL" in
        SPEC=$(sed -n 's/^spec *= *//p' "$CONFIG") ;;
   *) die "MODEL must be mlp or cnn, got '$MODEL'" ;;
 esac
-(( WARMUP % LOG_EVERY == 0 && STEPS % LOG_EVERY == 0 && STEPS > WARMUP )) ||
-  die "STEPS ($STEPS) and WARMUP ($WARMUP) must be multiples of LOG_EVERY ($LOG_EVERY), STEPS > WARMUP"
+# The utilisation window runs from the record of step WARMUP to the last record before the
+# final one, so it needs at least two measured intervals.
+(( WARMUP % LOG_EVERY == 0 && STEPS % LOG_EVERY == 0 && STEPS >= WARMUP + 2 * LOG_EVERY )) ||
+  die "STEPS ($STEPS) and WARMUP ($WARMUP) must be multiples of LOG_EVERY ($LOG_EVERY), STEPS >= WARMUP + 2 x LOG_EVERY"
 command -v mpirun >/dev/null || die "mpirun not found (install Open MPI)"
 command -v python3 >/dev/null || die "python3 not found"
 
