@@ -34,5 +34,6 @@ std::string machine_json();
 #define LOCKSTEP_BENCH_CAT2(a, b) a##b
 #define LOCKSTEP_BENCH_CAT(a, b) LOCKSTEP_BENCH_CAT2(a, b)
 // LOCKSTEP_BENCH("name", "one-line help", [](const Args& a) { ...; return 0; });
-#define LOCKSTEP_BENCH(name, help, fn) \
-  static ::lockstep::bench::Registration LOCKSTEP_BENCH_CAT(lockstep_bench_reg_, __LINE__)(name, help, fn)
+#define LOCKSTEP_BENCH(name, help, fn)                                                      \
+  static ::lockstep::bench::Registration LOCKSTEP_BENCH_CAT(lockstep_bench_reg_, __LINE__)( \
+      name, help, fn)

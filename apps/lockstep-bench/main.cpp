@@ -1,10 +1,10 @@
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <iostream>
 #include <thread>
-#include <unistd.h>
 
 #include "bench.hpp"
 #include "lockstep/core/error.hpp"
@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   using namespace lockstep::bench;
   auto usage = [] {
     std::fprintf(stderr, "usage: lockstep-bench <benchmark> [--key=value ...]\n\nbenchmarks:\n");
-    for (auto& [name, e] : registry()) std::fprintf(stderr, "  %-14s %s\n", name.c_str(), e.help.c_str());
+    for (auto& [name, e] : registry())
+      std::fprintf(stderr, "  %-14s %s\n", name.c_str(), e.help.c_str());
   };
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     usage();
@@ -100,8 +101,10 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a.rfind("--", 0) == 0) {
       auto eq = a.find('=');
-      if (eq == std::string::npos) args.options[a.substr(2)] = "1";
-      else args.options[a.substr(2, eq - 2)] = a.substr(eq + 1);
+      if (eq == std::string::npos)
+        args.options[a.substr(2)] = "1";
+      else
+        args.options[a.substr(2, eq - 2)] = a.substr(eq + 1);
     } else {
       args.positional.push_back(a);
     }

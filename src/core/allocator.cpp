@@ -52,8 +52,12 @@ Allocator& allocator_for(Device device) {
   return *g_cuda_allocator;
 }
 
-void set_cuda_allocator(Allocator* allocator) { g_cuda_allocator = allocator; }
-void set_cuda_copy(CopyBytesFn fn) { g_cuda_copy = fn; }
+void set_cuda_allocator(Allocator* allocator) {
+  g_cuda_allocator = allocator;
+}
+void set_cuda_copy(CopyBytesFn fn) {
+  g_cuda_copy = fn;
+}
 
 void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src,
                 std::size_t bytes) {

@@ -6,11 +6,16 @@ namespace lockstep {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::I32: return "i32";
-    case DType::U8: return "u8";
-    case DType::BF16: return "bf16";
-    case DType::F64: return "f64";
+    case DType::F32:
+      return "f32";
+    case DType::I32:
+      return "i32";
+    case DType::U8:
+      return "u8";
+    case DType::BF16:
+      return "bf16";
+    case DType::F64:
+      return "f64";
   }
   return "?";
 }
@@ -21,7 +26,9 @@ DType dtype_from_name(const std::string& name) {
   LOCKSTEP_FAIL("unknown dtype '", name, "' (expected f32, i32, u8, bf16 or f64)");
 }
 
-std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+std::string Device::str() const {
+  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
+}
 
 Device parse_device(const std::string& text) {
   if (text == "cpu") return Device::cpu();
@@ -38,8 +45,12 @@ Device parse_device(const std::string& text) {
 }
 
 #ifndef LOCKSTEP_HAVE_CUDA
-bool cuda_available() { return false; }
-int cuda_device_count() { return 0; }
+bool cuda_available() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
 #endif
 
 }  // namespace lockstep

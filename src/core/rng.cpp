@@ -15,15 +15,21 @@ inline void mulhilo(std::uint32_t a, std::uint32_t b, std::uint32_t& hi, std::ui
 }  // namespace
 
 std::array<std::uint32_t, 4> Philox::block(std::uint64_t counter) const {
-  std::uint32_t c0 = static_cast<std::uint32_t>(counter), c1 = static_cast<std::uint32_t>(counter >> 32);
-  std::uint32_t c2 = static_cast<std::uint32_t>(stream_), c3 = static_cast<std::uint32_t>(stream_ >> 32);
-  std::uint32_t k0 = static_cast<std::uint32_t>(seed_), k1 = static_cast<std::uint32_t>(seed_ >> 32);
+  std::uint32_t c0 = static_cast<std::uint32_t>(counter),
+                c1 = static_cast<std::uint32_t>(counter >> 32);
+  std::uint32_t c2 = static_cast<std::uint32_t>(stream_),
+                c3 = static_cast<std::uint32_t>(stream_ >> 32);
+  std::uint32_t k0 = static_cast<std::uint32_t>(seed_),
+                k1 = static_cast<std::uint32_t>(seed_ >> 32);
   for (int round = 0; round < 10; ++round) {
     std::uint32_t hi0, lo0, hi1, lo1;
     mulhilo(kMul0, c0, hi0, lo0);
     mulhilo(kMul1, c2, hi1, lo1);
     std::uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += kWeyl0;
     k1 += kWeyl1;
   }
@@ -38,8 +44,10 @@ float Philox::normal(std::uint64_t i) const {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
-void Philox::fill_uniform(float* out, std::int64_t n, float lo, float hi, std::uint64_t first) const {
-  for (std::int64_t j = 0; j < n; ++j) out[j] = lo + (hi - lo) * uniform(first + static_cast<std::uint64_t>(j));
+void Philox::fill_uniform(float* out, std::int64_t n, float lo, float hi,
+                          std::uint64_t first) const {
+  for (std::int64_t j = 0; j < n; ++j)
+    out[j] = lo + (hi - lo) * uniform(first + static_cast<std::uint64_t>(j));
 }
 
 std::uint64_t hash_string(const std::string& text) {

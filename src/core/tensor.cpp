@@ -19,7 +19,8 @@ std::int64_t shape_numel(const Shape& shape) {
 std::string shape_str(const Shape& shape) {
   std::ostringstream out;
   out << '[';
-  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    out << (i ? ", " : "") << shape[i];
   out << ']';
   return out.str();
 }
@@ -28,7 +29,9 @@ Storage::Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(devi
   data_ = allocator_for(device).allocate_on(device, bytes);
 }
 
-Storage::~Storage() { allocator_for(device_).deallocate(data_, bytes_); }
+Storage::~Storage() {
+  allocator_for(device_).deallocate(data_, bytes_);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   Tensor t;
@@ -48,8 +51,8 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
 
 template <class T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
-  LOCKSTEP_CHECK(static_cast<std::int64_t>(values.size()) == shape_numel(shape), "from_vector: ",
-                 values.size(), " values for shape ", shape_str(shape));
+  LOCKSTEP_CHECK(static_cast<std::int64_t>(values.size()) == shape_numel(shape),
+                 "from_vector: ", values.size(), " values for shape ", shape_str(shape));
   Tensor t = empty(shape, dtype_of<T>(), device);
   copy_bytes(device, t.raw_data(), Device::cpu(), values.data(), t.nbytes());
   return t;
@@ -99,7 +102,8 @@ Tensor Tensor::to(Device device) const {
 
 void* Tensor::raw_data() const {
   LOCKSTEP_CHECK(defined(), "data access on an undefined tensor");
-  return static_cast<char*>(storage_->data()) + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
+  return static_cast<char*>(storage_->data()) +
+         offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
 }
 
 template <class T>
@@ -133,9 +137,9 @@ void Tensor::check_dtype(DType expected) const {
                  describe());
 }
 
-#define LOCKSTEP_INSTANTIATE(T)                                                              \
-  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, Device);       \
-  template std::vector<T> Tensor::to_vector<T>() const;                                      \
+#define LOCKSTEP_INSTANTIATE(T)                                                        \
+  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, Device); \
+  template std::vector<T> Tensor::to_vector<T>() const;                                \
   template void Tensor::copy_from<T>(const std::vector<T>&);
 LOCKSTEP_INSTANTIATE(float)
 LOCKSTEP_INSTANTIATE(std::int32_t)

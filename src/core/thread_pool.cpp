@@ -8,7 +8,8 @@ namespace lockstep {
 
 ThreadPool::ThreadPool(int threads) {
   LOCKSTEP_CHECK(threads >= 1, "thread pool needs at least one thread, got ", threads);
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < threads; ++i)
+    workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -17,7 +18,8 @@ ThreadPool::~ThreadPool() {
     stop_ = true;
   }
   start_cv_.notify_all();
-  for (auto& t : workers_) t.join();
+  for (auto& t : workers_)
+    t.join();
 }
 
 void ThreadPool::worker_loop(int index) {
@@ -79,7 +81,8 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
 void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain,
                               const std::function<void(std::int64_t, std::int64_t)>& fn) {
   if (n <= 0) return;
-  std::int64_t parts = std::min<std::int64_t>(size(), std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1)));
+  std::int64_t parts = std::min<std::int64_t>(
+      size(), std::max<std::int64_t>(1, n / std::max<std::int64_t>(grain, 1)));
   if (parts <= 1) {
     fn(0, n);
     return;

@@ -15,14 +15,16 @@ Context::Context(Device device, int threads) : device_(device), threads_(threads
     pool_ = std::make_unique<ThreadPool>(1);
     backend_ = make_cuda_backend(*this);
 #else
-    LOCKSTEP_FAIL_HINT("rebuild with the CUDA toolkit installed, or set device = cpu",
-                       "device ", device.str(), " requested but this build has no CUDA backend");
+    LOCKSTEP_FAIL_HINT("rebuild with the CUDA toolkit installed, or set device = cpu", "device ",
+                       device.str(), " requested but this build has no CUDA backend");
 #endif
   }
 }
 
 Context::~Context() = default;
 
-void Context::synchronize() { backend_->synchronize(); }
+void Context::synchronize() {
+  backend_->synchronize();
+}
 
 }  // namespace lockstep::ops

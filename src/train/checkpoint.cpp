@@ -9,9 +9,9 @@
 #include <fcntl.h>
 #include <hdf5.h>
 
-#include "lockstep/data/hdf5_lock.hpp"
 #include <unistd.h>
 #include <zlib.h>
+#include "lockstep/data/hdf5_lock.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -65,11 +65,13 @@ TEST(Philox, ResultsDoNotDependOnThreadsOrOrder) {
   rng.fill_uniform(serial.data(), 10000, -1.0f, 1.0f);
   ThreadPool pool(4);
   pool.parallel_for(10000, 1, [&](std::int64_t begin, std::int64_t end) {
-    rng.fill_uniform(parallel.data() + begin, end - begin, -1.0f, 1.0f, static_cast<std::uint64_t>(begin));
+    rng.fill_uniform(parallel.data() + begin, end - begin, -1.0f, 1.0f,
+                     static_cast<std::uint64_t>(begin));
   });
   EXPECT_EQ(serial, parallel);
   double mean = 0;
-  for (float v : serial) mean += v;
+  for (float v : serial)
+    mean += v;
   EXPECT_NEAR(mean / 10000, 0.0, 0.03);
   EXPECT_NE(Philox(1234, 1).u32(0), Philox(1234, 2).u32(0));
 }

@@ -12,11 +12,16 @@ enum class DType : std::uint8_t { F32, I32, U8, BF16, F64 };
 
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::I32: return 4;
-    case DType::U8: return 1;
-    case DType::BF16: return 2;
-    case DType::F64: return 8;
+    case DType::F32:
+      return 4;
+    case DType::I32:
+      return 4;
+    case DType::U8:
+      return 1;
+    case DType::BF16:
+      return 2;
+    case DType::F64:
+      return 8;
   }
   return 0;
 }
@@ -27,12 +32,20 @@ DType dtype_from_name(const std::string& name);  // throws lockstep::Error on un
 template <class T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::F32; }
+constexpr DType dtype_of<float>() {
+  return DType::F32;
+}
 template <>
-constexpr DType dtype_of<std::int32_t>() { return DType::I32; }
+constexpr DType dtype_of<std::int32_t>() {
+  return DType::I32;
+}
 template <>
-constexpr DType dtype_of<std::uint8_t>() { return DType::U8; }
+constexpr DType dtype_of<std::uint8_t>() {
+  return DType::U8;
+}
 template <>
-constexpr DType dtype_of<double>() { return DType::F64; }
+constexpr DType dtype_of<double>() {
+  return DType::F64;
+}
 
 }  // namespace lockstep

@@ -35,15 +35,16 @@ std::string str(const Args&... args) {
 
 }  // namespace lockstep
 
-#define LOCKSTEP_FAIL(...) throw ::lockstep::Error(::lockstep::str(__VA_ARGS__), "", __FILE__, __LINE__)
+#define LOCKSTEP_FAIL(...) \
+  throw ::lockstep::Error(::lockstep::str(__VA_ARGS__), "", __FILE__, __LINE__)
 #define LOCKSTEP_FAIL_HINT(hint, ...) \
   throw ::lockstep::Error(::lockstep::str(__VA_ARGS__), (hint), __FILE__, __LINE__)
 // LOCKSTEP_CHECK(cond, "message parts", ...): throws lockstep::Error when cond is false.
-#define LOCKSTEP_CHECK(cond, ...)   \
-  do {                              \
-    if (!(cond)) [[unlikely]] {     \
-      LOCKSTEP_FAIL(__VA_ARGS__);   \
-    }                               \
+#define LOCKSTEP_CHECK(cond, ...) \
+  do {                            \
+    if (!(cond)) [[unlikely]] {   \
+      LOCKSTEP_FAIL(__VA_ARGS__); \
+    }                             \
   } while (0)
 #define LOCKSTEP_CHECK_HINT(cond, hint, ...) \
   do {                                       \

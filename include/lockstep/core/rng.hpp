@@ -18,7 +18,9 @@ class Philox {
   std::array<std::uint32_t, 4> block(std::uint64_t counter) const;
   std::uint32_t u32(std::uint64_t i) const { return block(i / 4)[i % 4]; }
   // Uniform in [0, 1) with 24 random bits (exactly representable in float).
-  float uniform(std::uint64_t i) const { return static_cast<float>(u32(i) >> 8) * (1.0f / 16777216.0f); }
+  float uniform(std::uint64_t i) const {
+    return static_cast<float>(u32(i) >> 8) * (1.0f / 16777216.0f);
+  }
   // Standard normal via Box-Muller on draws 2i and 2i+1.
   float normal(std::uint64_t i) const;
   // out[j] = uniform(first + j) scaled to [lo, hi).

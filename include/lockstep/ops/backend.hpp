@@ -44,8 +44,8 @@ class Backend {
                                        const Conv2dParams& p) = 0;
   virtual void pool2d_forward(PoolKind kind, const Tensor& x, Tensor& y, Tensor& workspace,
                               const Pool2dParams& p) = 0;
-  virtual void pool2d_backward(PoolKind kind, const Tensor& dy, const Tensor& workspace,
-                               Tensor& dx, const Pool2dParams& p) = 0;
+  virtual void pool2d_backward(PoolKind kind, const Tensor& dy, const Tensor& workspace, Tensor& dx,
+                               const Pool2dParams& p) = 0;
 
   virtual void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                        Tensor& y, Tensor& save_mean, Tensor& save_invstd,

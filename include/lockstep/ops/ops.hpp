@@ -49,23 +49,23 @@ struct AdamWParams {
 };
 
 // ---- memory
-void fill(Context& ctx, Tensor& t, float value);            // f32 or i32
-void copy(Context& ctx, const Tensor& src, Tensor& dst);     // same dtype and numel; any devices
+void fill(Context& ctx, Tensor& t, float value);          // f32 or i32
+void copy(Context& ctx, const Tensor& src, Tensor& dst);  // same dtype and numel; any devices
 
 // ---- dense linear algebra (2-D f32): c = alpha * op(a) @ op(b) + beta * c
 void gemm(Context& ctx, bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
           float beta, Tensor& c);
-void add_row_bias(Context& ctx, Tensor& y, const Tensor& bias);             // y[n,f] += bias[f]
-void sum_rows(Context& ctx, const Tensor& dy, Tensor& db);                  // db[f] += sum_n dy[n,f]
+void add_row_bias(Context& ctx, Tensor& y, const Tensor& bias);  // y[n,f] += bias[f]
+void sum_rows(Context& ctx, const Tensor& dy, Tensor& db);       // db[f] += sum_n dy[n,f]
 
 // ---- elementwise (f32, same shapes)
 void relu_forward(Context& ctx, const Tensor& x, Tensor& y);
 void relu_backward(Context& ctx, const Tensor& y, const Tensor& dy, Tensor& dx);  // y = relu output
-void gelu_forward(Context& ctx, const Tensor& x, Tensor& y);                      // exact (erf) GELU
+void gelu_forward(Context& ctx, const Tensor& x, Tensor& y);  // exact (erf) GELU
 void gelu_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
-void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out);            // out = a + b
-void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y);                 // y += alpha * x
-void scale(Context& ctx, Tensor& x, float alpha);                                 // x *= alpha
+void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out);  // out = a + b
+void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y);       // y += alpha * x
+void scale(Context& ctx, Tensor& x, float alpha);                       // x *= alpha
 // Inverted dropout: keep with probability 1-p, scale kept values by 1/(1-p). The keep decision for
 // element i is Philox(seed, stream).uniform(i) >= p, so it is the same on every device and thread
 // count. mask is u8, same shape as x.
@@ -96,8 +96,8 @@ void pool2d_backward(Context& ctx, PoolKind kind, const Tensor& dy, const Tensor
 // ---- batch normalisation over x of shape [N, C] or [N, C, H, W], statistics per channel.
 // Training: batch statistics, running stats updated with momentum (running = (1-m) running +
 // m * stat, unbiased variance, as PyTorch). save_mean/save_invstd ([C]) are for the backward.
-void batchnorm_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma,
-                             const Tensor& beta, Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+void batchnorm_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                             Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                              Tensor& running_mean, Tensor& running_var, float momentum, float eps);
 void batchnorm_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& running_mean, const Tensor& running_var, float eps,
