@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   }
   comm::MpiSession session(&argc, &argv);
   return comm::run_or_abort([&] {
-    auto comm = comm::make_mpi_communicator(session);
+    auto comm = comm::make_mpi_communicator(session, {.timeout_s = args.config.dist_timeout_s});
     if (session.rank() == 0 && args.config.log_progress != "none")
       std::fprintf(stderr, "lockstep-train: %s\n", session.describe().c_str());
     train::TrainResult result = train::run_training(args.config, *comm, args.eval_only);

@@ -34,6 +34,13 @@ MpiSession::MpiSession(int* argc, char*** argv, ThreadLevel required) {
   // machine under heavy load it cut the exposed allreduce of the MLP step from ~62 ms to ~20 ms
   // (two runs each); with less load the two settings were within noise. A user's setting wins.
   setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+  // The communicator starts every collective non-blocking (so a wait can be bounded by
+  // dist.timeout_s and sleep instead of spin). For in-place allreduces Open MPI's libnbc then
+  // always picks a binomial tree (reduce to rank 0, broadcast back: twice the data of a ring)
+  // and allocates a full-size scratch buffer per call; its ring algorithm brings large
+  // allreduces back to the speed of the blocking MPI_Allreduce (docs/HANGS.md has the
+  // measurements). Only Open MPI reads this; a user's setting wins.
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
   int provided = MPI_THREAD_SINGLE;
   LOCKSTEP_CHECK_MPI(MPI_Init_thread(argc, argv, detail::to_mpi_thread_level(required), &provided));
   provided_ = detail::from_mpi_thread_level(provided);

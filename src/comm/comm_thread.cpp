@@ -33,7 +33,7 @@ struct CommThread::Job : Work {
   }
 };
 
-CommThread::CommThread() : thread_([this] { loop(); }) {}
+CommThread::CommThread(IdleTask idle) : idle_(std::move(idle)), thread_([this] { loop(); }) {}
 
 CommThread::~CommThread() {
   {
@@ -68,7 +68,20 @@ void CommThread::loop() {
     std::string earlier_error;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      auto ready = [&] { return stop_ || !queue_.empty(); };
+      if (!idle_.run) {
+        wake_.wait(lock, ready);
+      } else if (!wake_.wait_for(lock, idle_.period, ready)) {
+        lock.unlock();
+        try {
+          idle_.run();
+        } catch (const std::exception& e) {
+          // MPI failed outside any job: the collectives behind would fail or hang, so fail them.
+          std::lock_guard<std::mutex> relock(mutex_);
+          if (first_error_.empty()) first_error_ = str("idle task: ", e.what());
+        }
+        continue;
+      }
       if (queue_.empty()) return;  // stop_ and drained
       job = std::move(queue_.front());
       queue_.pop_front();

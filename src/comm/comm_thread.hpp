@@ -2,9 +2,11 @@
 // each with a Work handle. It is how the MPI backend keeps every MPI call on one thread (so
 // MPI_THREAD_SERIALIZED suffices) and in the same order on every rank. After a job fails, the
 // jobs queued behind it fail too without running: a collective that failed on one rank leaves
-// the ranks out of step, so later collectives could only hang or mix up data.
+// the ranks out of step, so later collectives could only hang or mix up data. While idle it runs
+// an optional periodic task (the MPI backend answers peers' "where are you?" queries with it).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -17,9 +19,15 @@
 
 namespace lockstep::comm::detail {
 
+// Work for the thread to do while nothing is queued, every `period` until a job arrives.
+struct IdleTask {
+  std::chrono::milliseconds period{200};
+  std::function<void()> run;  // empty: sleep until a job arrives
+};
+
 class CommThread {
  public:
-  CommThread();
+  explicit CommThread(IdleTask idle = {});
   ~CommThread();  // runs what is queued, then joins
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
@@ -39,6 +47,7 @@ class CommThread {
   bool running_job_ = false;
   bool stop_ = false;
   std::string first_error_;  // set once a job failed; later jobs fail with it
+  IdleTask idle_;
   std::thread thread_;
 };
 

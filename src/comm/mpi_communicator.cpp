@@ -3,9 +3,13 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
 
 #include "comm/comm_thread.hpp"
 #include "comm/mpi_check.hpp"
+#include "comm/mpi_watch.hpp"
 #include "lockstep/core/error.hpp"
 
 namespace lockstep::comm {
@@ -28,7 +32,7 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(const MpiSession& session)
+  MpiCommunicator(const MpiSession& session, const MpiOptions& options)
       : rank_(session.rank()),
         size_(session.size()),
         local_rank_(session.local_rank()),
@@ -48,12 +52,21 @@ class MpiCommunicator final : public Communicator {
     // ERRORS_RETURN turns failures into exceptions instead of an abort without context.
     LOCKSTEP_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     LOCKSTEP_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    watch_ = std::make_unique<detail::CollectiveWatch>(comm_, options.timeout_s,
+                                                       [this] { return step(); });
     ++detail::live_mpi_communicators();
-    thread_ = std::make_unique<detail::CommThread>();
+    // While idle, the thread answers peers whose collective timed out (they ask where we are).
+    detail::IdleTask idle;
+    idle.run = [this] {
+      std::lock_guard<std::mutex> lock(caller_mpi_);
+      watch_->serve();
+    };
+    thread_ = std::make_unique<detail::CommThread>(std::move(idle));
   }
 
   ~MpiCommunicator() override {
     thread_.reset();  // finishes queued work and joins: no MPI call is in flight after this
+    watch_.reset();
     MPI_Comm_free(&comm_);
     --detail::live_mpi_communicators();
   }
@@ -65,6 +78,7 @@ class MpiCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   std::string backend() const override { return "mpi"; }
+  double timeout_s() const override { return watch_->timeout_s(); }
 
   WorkPtr allreduce_async(Tensor t, ReduceOp op) override {
     std::string what = str("allreduce(", describe(t), ", ", reduce_op_name(op), ")");
@@ -72,9 +86,11 @@ class MpiCommunicator final : public Communicator {
     MPI_Datatype type = detail::reduction_type(t.dtype(), what.c_str());
     int count = mpi_count(t.numel(), what);
     MPI_Comm comm = comm_;
-    return thread_->submit(what, [t, type, count, op, comm] {
-      LOCKSTEP_CHECK_MPI(
-          MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), count, type, detail::to_mpi_op(op), comm));
+    return submit(what, [t, type, count, op, comm](detail::CollectiveWatch& watch) {
+      MPI_Request request;
+      LOCKSTEP_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), count, type,
+                                        detail::to_mpi_op(op), comm, &request));
+      watch.wait(request);
     });
   }
 
@@ -84,8 +100,10 @@ class MpiCommunicator final : public Communicator {
     check_root(root, what);
     int bytes = mpi_count(static_cast<std::int64_t>(t.nbytes()), what);
     MPI_Comm comm = comm_;
-    return thread_->submit(what, [t, bytes, root, comm] {
-      LOCKSTEP_CHECK_MPI(MPI_Bcast(t.raw_data(), bytes, MPI_BYTE, root, comm));
+    return submit(what, [t, bytes, root, comm](detail::CollectiveWatch& watch) {
+      MPI_Request request;
+      LOCKSTEP_CHECK_MPI(MPI_Ibcast(t.raw_data(), bytes, MPI_BYTE, root, comm, &request));
+      watch.wait(request);
     });
   }
 
@@ -106,9 +124,11 @@ class MpiCommunicator final : public Communicator {
     LOCKSTEP_CHECK(in_place || !overlaps(in, out), what,
                    ": input overlaps the output outside this rank's block");
     MPI_Comm comm = comm_;
-    return thread_->submit(what, [in, out, bytes, in_place, comm] {
-      LOCKSTEP_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : in.raw_data(), bytes, MPI_BYTE,
-                                       out.raw_data(), bytes, MPI_BYTE, comm));
+    return submit(what, [in, out, bytes, in_place, comm](detail::CollectiveWatch& watch) {
+      MPI_Request request;
+      LOCKSTEP_CHECK_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.raw_data(), bytes, MPI_BYTE,
+                                        out.raw_data(), bytes, MPI_BYTE, comm, &request));
+      watch.wait(request);
     });
   }
 
@@ -126,15 +146,21 @@ class MpiCommunicator final : public Communicator {
     int count = mpi_count(out.numel(), what);
     mpi_count(in.numel(), what);
     MPI_Comm comm = comm_;
-    return thread_->submit(what, [in, out, count, type, op, comm] {
-      LOCKSTEP_CHECK_MPI(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), count, type,
-                                                  detail::to_mpi_op(op), comm));
+    return submit(what, [in, out, count, type, op, comm](detail::CollectiveWatch& watch) {
+      MPI_Request request;
+      LOCKSTEP_CHECK_MPI(MPI_Ireduce_scatter_block(in.raw_data(), out.raw_data(), count, type,
+                                                   detail::to_mpi_op(op), comm, &request));
+      watch.wait(request);
     });
   }
 
   WorkPtr barrier_async() override {
     MPI_Comm comm = comm_;
-    return thread_->submit("barrier()", [comm] { LOCKSTEP_CHECK_MPI(MPI_Barrier(comm)); });
+    return submit("barrier()", [comm](detail::CollectiveWatch& watch) {
+      MPI_Request request;
+      LOCKSTEP_CHECK_MPI(MPI_Ibarrier(comm, &request));
+      watch.wait(request);
+    });
   }
 
   void allreduce(std::vector<double>& values, ReduceOp op) override {
@@ -149,17 +175,17 @@ class MpiCommunicator final : public Communicator {
     check_root(root, what);
     std::string result = rank_ == root ? value : std::string();
     MPI_Comm comm = comm_;
-    thread_
-        ->submit(what,
-                 [&result, root, comm, what] {
-                   std::uint64_t length = result.size();
-                   LOCKSTEP_CHECK_MPI(MPI_Bcast(&length, 1, MPI_UINT64_T, root, comm));
-                   result.resize(length);
-                   LOCKSTEP_CHECK_MPI(MPI_Bcast(result.data(),
-                                                mpi_count(static_cast<std::int64_t>(length), what),
-                                                MPI_CHAR, root, comm));
-                 })
-        ->wait();
+    submit(what, [&result, root, comm, what](detail::CollectiveWatch& watch) {
+      std::uint64_t length = result.size();
+      MPI_Request request;
+      LOCKSTEP_CHECK_MPI(MPI_Ibcast(&length, 1, MPI_UINT64_T, root, comm, &request));
+      watch.wait(request);
+      result.resize(length);
+      LOCKSTEP_CHECK_MPI(MPI_Ibcast(result.data(),
+                                    mpi_count(static_cast<std::int64_t>(length), what), MPI_CHAR,
+                                    root, comm, &request));
+      watch.wait(request);
+    })->wait();
     return result;
   }
 
@@ -167,26 +193,25 @@ class MpiCommunicator final : public Communicator {
     std::vector<std::string> result(size_);
     MPI_Comm comm = comm_;
     const int size = size_;
-    thread_
-        ->submit(
-            "allgather(string)",
-            [&result, &value, comm, size] {
-              int mine = mpi_count(static_cast<std::int64_t>(value.size()), "allgather(string)");
-              std::vector<int> lengths(size), offsets(size);
-              LOCKSTEP_CHECK_MPI(
-                  MPI_Allgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
-              std::int64_t total = 0;
-              for (int r = 0; r < size; ++r) {
-                offsets[r] = static_cast<int>(total);
-                total += lengths[r];
-              }
-              std::string all(mpi_count(total, "allgather(string)"), '\0');
-              LOCKSTEP_CHECK_MPI(MPI_Allgatherv(value.data(), mine, MPI_CHAR, all.data(),
-                                                lengths.data(), offsets.data(), MPI_CHAR, comm));
-              for (int r = 0; r < size; ++r)
-                result[r] = all.substr(offsets[r], lengths[r]);
-            })
-        ->wait();
+    submit("allgather(string)", [&result, &value, comm, size](detail::CollectiveWatch& watch) {
+      int mine = mpi_count(static_cast<std::int64_t>(value.size()), "allgather(string)");
+      std::vector<int> lengths(size), offsets(size);
+      MPI_Request request;
+      LOCKSTEP_CHECK_MPI(
+          MPI_Iallgather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm, &request));
+      watch.wait(request);
+      std::int64_t total = 0;
+      for (int r = 0; r < size; ++r) {
+        offsets[r] = static_cast<int>(total);
+        total += lengths[r];
+      }
+      std::string all(mpi_count(total, "allgather(string)"), '\0');
+      LOCKSTEP_CHECK_MPI(MPI_Iallgatherv(value.data(), mine, MPI_CHAR, all.data(), lengths.data(),
+                                         offsets.data(), MPI_CHAR, comm, &request));
+      watch.wait(request);
+      for (int r = 0; r < size; ++r)
+        result[r] = all.substr(offsets[r], lengths[r]);
+    })->wait();
     return result;
   }
 
@@ -194,11 +219,27 @@ class MpiCommunicator final : public Communicator {
   void allreduce_on_caller(Tensor& t, ReduceOp op) {
     std::string what = str("allreduce on caller(", describe(t), ", ", reduce_op_name(op), ")");
     check_host(t, what);
+    std::lock_guard<std::mutex> lock(caller_mpi_);  // keeps the idle thread's polls out
     LOCKSTEP_CHECK(thread_->idle(), what,
                    ": the communicator has operations in flight; wait for them first");
     LOCKSTEP_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), mpi_count(t.numel(), what),
                                      detail::reduction_type(t.dtype(), what.c_str()),
                                      detail::to_mpi_op(op), comm_));
+  }
+
+  void run_on_thread(const std::function<void()>& fn) {
+    std::exception_ptr error;
+    thread_
+        ->submit("run_on_mpi_thread",
+                 [&fn, &error] {
+                   try {
+                     fn();
+                   } catch (...) {
+                     error = std::current_exception();
+                   }
+                 })
+        ->wait();
+    if (error) std::rethrow_exception(error);
   }
 
  private:
@@ -222,24 +263,41 @@ class MpiCommunicator final : public Communicator {
     std::string what = str("allreduce(", dtype, " x ", n, ", ", reduce_op_name(op), ")");
     int count = mpi_count(static_cast<std::int64_t>(n), what);
     MPI_Comm comm = comm_;
-    thread_
-        ->submit(what,
-                 [data, count, type, op, comm] {
-                   LOCKSTEP_CHECK_MPI(
-                       MPI_Allreduce(MPI_IN_PLACE, data, count, type, detail::to_mpi_op(op), comm));
-                 })
-        ->wait();
+    submit(what, [data, count, type, op, comm](detail::CollectiveWatch& watch) {
+      MPI_Request request;
+      LOCKSTEP_CHECK_MPI(
+          MPI_Iallreduce(MPI_IN_PLACE, data, count, type, detail::to_mpi_op(op), comm, &request));
+      watch.wait(request);
+    })->wait();
+  }
+
+  // Queues one collective; `body` starts it and waits through the watch, which numbers it and
+  // bounds its wait by the timeout. The step is the caller's now, not when the thread gets to it.
+  WorkPtr submit(std::string what, std::function<void(detail::CollectiveWatch&)> body) {
+    const std::int64_t step_now = step();
+    detail::CollectiveWatch* watch = watch_.get();
+    return thread_->submit(what, [watch, step_now, what, body = std::move(body)] {
+      watch->begin(what, step_now);
+      struct End {
+        detail::CollectiveWatch* watch;
+        ~End() { watch->end(); }
+      } end{watch};
+      body(*watch);
+    });
   }
 
   int rank_, size_, local_rank_, local_size_;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<detail::CollectiveWatch> watch_;
+  std::mutex caller_mpi_;  // idle polls vs. allreduce_on_caller: MPI calls must not overlap
   std::unique_ptr<detail::CommThread> thread_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator(const MpiSession& session) {
-  return std::make_unique<MpiCommunicator>(session);
+std::unique_ptr<Communicator> make_mpi_communicator(const MpiSession& session,
+                                                    const MpiOptions& options) {
+  return std::make_unique<MpiCommunicator>(session, options);
 }
 
 void mpi_allreduce_on_caller(Communicator& comm, Tensor& t, ReduceOp op) {
@@ -247,6 +305,13 @@ void mpi_allreduce_on_caller(Communicator& comm, Tensor& t, ReduceOp op) {
   LOCKSTEP_CHECK(mpi != nullptr, "mpi_allreduce_on_caller needs an MPI communicator, got ",
                  comm.backend());
   mpi->allreduce_on_caller(t, op);
+}
+
+void run_on_mpi_thread(Communicator& comm, const std::function<void()>& fn) {
+  auto* mpi = dynamic_cast<MpiCommunicator*>(&comm);
+  LOCKSTEP_CHECK(mpi != nullptr, "run_on_mpi_thread needs an MPI communicator, got ",
+                 comm.backend());
+  mpi->run_on_thread(fn);
 }
 
 }  // namespace lockstep::comm

@@ -80,6 +80,9 @@ const std::vector<Key>& keys() {
        &Config::train_device,
        "cpu, cuda (one GPU per local rank) or auto",
        {"auto", "cpu", "cuda"}},
+      {"train.gpu", &Config::train_gpu,
+       "which GPU a rank drives: auto (local rank among the ranks that see the same GPUs, so both "
+       "mpirun and srun --gpus-per-task work), local_rank, first_visible, or a device index"},
       {"train.resume", &Config::train_resume,
        "empty (start fresh), auto (newest complete checkpoint in checkpoint.dir), or a file"},
       {"train.nan_policy",
@@ -134,6 +137,12 @@ const std::vector<Key>& keys() {
        0},
       {"dist.sync", &Config::dist_sync,
        "average gradients across ranks (false only to measure the cost of communication)"},
+      {"dist.timeout_s",
+       &Config::dist_timeout_s,
+       "seconds one collective (MPI or NCCL) may wait for its peers; then every rank prints which "
+       "ranks did not arrive, at which collective and step, and the job ends (MPI_Abort)",
+       {},
+       0.1},
       {"log.every",
        &Config::log_every,
        "log a progress line and a metrics record every N steps",

@@ -459,6 +459,7 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
     const std::int64_t first_step =
         epoch == start_epoch ? start_batch / config.train_accumulation : 0;
     for (std::int64_t s = first_step; s < steps_per_epoch && step < total_steps; ++s) {
+      comm.set_step(step + 1);  // named in hung-collective reports (dist.timeout_s)
       engine->begin_step();
       double step_loss = 0;
       for (std::int64_t micro = 0; micro < config.train_accumulation; ++micro) {

@@ -8,11 +8,13 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "lockstep/comm/mpi_communicator.hpp"
 #include "lockstep/core/error.hpp"
@@ -92,6 +94,27 @@ int main(int argc, char** argv) {
         auto comm = comm::make_mpi_communicator(session);
         if (session.rank() == 1) LOCKSTEP_FAIL("abort demo: rank 1 failed on purpose");
         comm->barrier();
+        return 0;
+      }
+      // --lockstep-timeout-demo=idle|stopped: after three collectives at step 7, the last rank
+      // stays away from the fourth (idle: it sleeps, its communication thread alive; stopped: it
+      // SIGSTOPs itself) while the others wait in it with a 1.5 s timeout; the job must end with
+      // the report (used by test_comm's HungRank tests).
+      const std::string arg = argv[i];
+      if (arg.rfind("--lockstep-timeout-demo=", 0) == 0) {
+        const std::string mode = arg.substr(arg.find('=') + 1);
+        auto comm = comm::make_mpi_communicator(session, {.timeout_s = 1.5});
+        comm->set_step(7);
+        comm->barrier();
+        std::vector<double> v{1.0};
+        comm->allreduce(v, comm::ReduceOp::Sum);
+        comm->barrier();
+        if (session.rank() == session.size() - 1) {
+          if (mode == "stopped") raise(SIGSTOP);
+          std::this_thread::sleep_for(std::chrono::seconds(60));
+        }
+        Tensor t = Tensor::zeros({1000});
+        comm->allreduce(t);
         return 0;
       }
     }

@@ -61,22 +61,34 @@ TEST(MpiBootstrap, DescribeNamesRankAndLauncher) {
 
 TEST(MpiBootstrap, FailingMpiCallBecomesErrorWithMpiText) {
   // A bad root is caught by MPI's own argument check, on this rank only, with no communication.
-  MPI_Comm comm;
-  ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
-  ASSERT_EQ(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), MPI_SUCCESS);
-  int value = 0;
-  try {
-    LOCKSTEP_CHECK_MPI(MPI_Bcast(&value, 1, MPI_INT, -7, comm));
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("MPI_Bcast(&value, 1, MPI_INT, -7, comm) failed"), std::string::npos)
-        << message;
-    EXPECT_NE(message.find("MPI_ERR_ROOT"), std::string::npos) << message;
-    EXPECT_NE(message.find("rank " + std::to_string(session().rank()) + ":"), std::string::npos)
-        << message;
-  }
-  MPI_Comm_free(&comm);
+  // On the world communicator's thread: it polls MPI even when idle, and MPI_THREAD_SERIALIZED
+  // forbids a second thread in MPI meanwhile.
+  std::string message;
+  run_on_mpi_thread(world(), [&] {
+    MPI_Comm comm;
+    LOCKSTEP_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+    LOCKSTEP_CHECK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    int value = 0;
+    try {
+      LOCKSTEP_CHECK_MPI(MPI_Bcast(&value, 1, MPI_INT, -7, comm));
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    MPI_Comm_free(&comm);
+  });
+  ASSERT_FALSE(message.empty()) << "no error";
+  EXPECT_NE(message.find("MPI_Bcast(&value, 1, MPI_INT, -7, comm) failed"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("MPI_ERR_ROOT"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank " + std::to_string(session().rank()) + ":"), std::string::npos)
+      << message;
+}
+
+TEST(MpiBootstrap, RunOnMpiThreadRethrowsAndLeavesTheCommunicatorUsable) {
+  EXPECT_THROW(run_on_mpi_thread(world(), [] { LOCKSTEP_FAIL("on purpose"); }), Error);
+  std::vector<double> one{1.0};
+  world().allreduce(one, ReduceOp::Sum);
+  EXPECT_EQ(one[0], world().size());
 }
 
 TEST(MpiBootstrap, SecondMpiCommunicatorNeedsThreadMultiple) {

@@ -5,8 +5,11 @@
 // shapes, as in MPI. Tensor collectives work in place on the caller's storage (views included);
 // the caller must not touch a tensor passed to an *_async call until its Work has completed.
 // Any thread may call; when several do, the order between them must be the same on every rank.
+// A collective that waits longer than timeout_s() for its peers ends the whole job with a report
+// of who did not arrive, instead of hanging until the wall-clock limit.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +18,12 @@
 #include "lockstep/core/tensor.hpp"
 
 namespace lockstep::comm {
+
+// How long one collective may wait for its peers before the job is ended with a report of the
+// ranks that did not arrive (config key dist.timeout_s). A healthy collective takes
+// milliseconds, but the first of a job also waits for the slowest rank's start-up (reading
+// shards, cuDNN autotuning), so the default leaves minutes; PyTorch's NCCL default is 10.
+inline constexpr double kDefaultTimeoutSeconds = 300.0;
 
 enum class ReduceOp { Sum, Max, Min };
 const char* reduce_op_name(ReduceOp op);  // "sum", "max", "min"
@@ -39,6 +48,13 @@ class Communicator {
   virtual int local_rank() const = 0;       // rank among the ranks on this node
   virtual int local_size() const = 0;       // ranks on this node
   virtual std::string backend() const = 0;  // "mpi", "nccl", ...
+  // The bound on one collective (see kDefaultTimeoutSeconds); on expiry the job ends.
+  virtual double timeout_s() const { return kDefaultTimeoutSeconds; }
+
+  // The training step the caller is in, named in timeout reports ("collective #812 at step
+  // 96"). One relaxed atomic store: cheap enough to call once per step.
+  virtual void set_step(std::int64_t step) { step_.store(step, std::memory_order_relaxed); }
+  virtual std::int64_t step() const { return step_.load(std::memory_order_relaxed); }
 
   // ---- tensor collectives (dtypes: f32, i32, f64 for reductions; any dtype otherwise) ----
   // t <- op over all ranks of t, elementwise.
@@ -66,6 +82,9 @@ class Communicator {
   virtual std::string broadcast(const std::string& value, int root) = 0;
   // Returns every rank's `value`, indexed by rank (lengths may differ).
   virtual std::vector<std::string> allgather(const std::string& value) = 0;
+
+ private:
+  std::atomic<std::int64_t> step_{0};
 };
 
 // Throws lockstep::Error on every rank when `value` differs between ranks, naming `what`, the

@@ -30,6 +30,7 @@ struct Config {
   std::int64_t train_replicas = 2;
   std::int64_t train_threads = 0;
   std::string train_device = "cpu";
+  std::string train_gpu = "auto";
   std::string train_resume = "";
   std::string train_nan_policy = "stop";
   bool train_eval = true;
@@ -52,6 +53,7 @@ struct Config {
   double dist_bucket_mb = 25.0;
   double dist_first_bucket_mb = 1.0;
   bool dist_sync = true;
+  double dist_timeout_s = 300.0;  // comm::kDefaultTimeoutSeconds (tests/comm checks they agree)
   // [log]
   std::int64_t log_every = 50;
   std::string log_metrics = "";

@@ -1,0 +1,65 @@
+// The MPI-free halves of the collective watch (mpi_watch.hpp), tested without a job: the back-off
+// schedule of a wait, and what a rank knows and prints about a hung collective. When a collective
+// on the MPI path outlives dist.timeout_s, the rank asks every peer where it stands and prints
+// timeout_report() from the answers; a peer asked about a collective it has not reached prints
+// behind_report().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace lockstep::comm::detail {
+
+// The polling schedule of a wait. Spin first: collectives of small tensors finish within
+// microseconds and must not pay for a sleep. Then sleep `fraction` of the time waited so far,
+// within [min_sleep, max_sleep]: a sleep never delays a long collective by more than that
+// fraction, and a rank waiting minutes for a hung peer wakes at most 1/max_sleep times a second.
+struct WaitPolicy {
+  std::chrono::microseconds spin{200};
+  std::chrono::microseconds min_sleep{20};
+  std::chrono::microseconds max_sleep{2000};
+  double fraction = 0.125;
+
+  // The pause after `waited` of polling (zero: yield and poll again).
+  std::chrono::microseconds pause_after(std::chrono::microseconds waited) const;
+};
+
+// How long a rank that timed out waits for its peers' answers before reporting.
+inline constexpr double kReportGraceSeconds = 2.0;
+
+// One rank's position, sent as raw bytes between ranks of the same binary: a fixed size, no
+// pointers. Sequence numbers count the collectives of one communicator from 1, in issue order,
+// which is the same on every rank.
+struct RankStatus {
+  std::int64_t seq = 0;           // the collective in flight, else the last finished (0: none)
+  std::int64_t step = 0;          // the training step that collective was issued in
+  std::int64_t current_step = 0;  // the training step the rank's caller is in now
+  std::int32_t in_flight = 0;     // 1: waiting in collective `seq`; 0: idle since it finished
+  std::int32_t timed_out = 0;     // 1: this rank's own timeout fired in collective `seq`
+  double seconds = 0;             // how long it has been waiting in, or idle since, `seq`
+  char what[112] = {};            // the collective's name ("allreduce(f32[1024] on cpu, sum)")
+
+  void set_what(const std::string& name);  // truncated to fit, always NUL-terminated
+  std::string name() const;
+};
+static_assert(std::is_trivially_copyable_v<RankStatus>, "RankStatus travels as bytes");
+
+// "at training step 12", or "before the first training step" for step 0.
+std::string step_phrase(std::int64_t step);
+
+// The report of rank `my_rank`, whose collective (mine.seq) timed out after timeout_s; peers[r]
+// is rank r's answer (nullopt: none within grace_s; peers[my_rank] is ignored). Every line starts
+// with "rank <my_rank>: "; the first names the collective, the step and the missing ranks.
+std::string timeout_report(int my_rank, const RankStatus& mine,
+                           const std::vector<std::optional<RankStatus>>& peers, double timeout_s,
+                           double grace_s);
+
+// What rank `my_rank` (status `mine`) prints when rank `asker` reports that its collective
+// `asked.seq` timed out, which this rank has not reached or is not waiting in.
+std::string behind_report(int my_rank, const RankStatus& mine, int asker, const RankStatus& asked);
+
+}  // namespace lockstep::comm::detail
