@@ -96,22 +96,98 @@ std::string LaunchInfo::describe() const {
   return out.str();
 }
 
-int gpu_for_local_rank(int local_rank, int local_size, int visible_devices,
-                       bool shared_visibility) {
-  LOCKSTEP_CHECK(local_size >= 1 && local_rank >= 0 && local_rank < local_size, "local rank ",
-                 local_rank, " is outside [0, ", local_size, ")");
-  LOCKSTEP_CHECK_HINT(visible_devices >= 1,
-                      "check CUDA_VISIBLE_DEVICES and the job's --gpus request, or run with "
-                      "--device=cpu",
-                      "local rank ", local_rank, " sees no GPU");
-  if (!shared_visibility) return 0;
-  LOCKSTEP_CHECK_HINT(
-      local_size <= visible_devices,
-      str("start at most ", visible_devices,
-          " ranks per node (mpirun -np / srun --ntasks-per-node), or make more GPUs visible"),
-      local_size, " ranks on this node but only ", visible_devices,
-      " GPUs visible: ranks would share GPUs");
-  return local_rank;
+GpuChoice GpuChoice::parse(const std::string& text) {
+  GpuChoice choice;
+  if (text == "auto") return choice;
+  if (text == "local_rank") {
+    choice.kind = Kind::LocalRank;
+    return choice;
+  }
+  if (text == "first_visible") {
+    choice.kind = Kind::FirstVisible;
+    return choice;
+  }
+  const bool digits = !text.empty() && text.size() <= 4 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  LOCKSTEP_CHECK_HINT(digits, "use auto, local_rank, first_visible or a device index such as 0",
+                      "key train.gpu: '", text, "' is not a GPU choice");
+  choice.kind = Kind::Index;
+  choice.index = std::stoi(text);
+  return choice;
+}
+
+std::string GpuChoice::str() const {
+  switch (kind) {
+    case Kind::Auto:
+      return "auto";
+    case Kind::LocalRank:
+      return "local_rank";
+    case Kind::FirstVisible:
+      return "first_visible";
+    case Kind::Index:
+      return std::to_string(index);
+  }
+  return "?";
+}
+
+std::vector<int> choose_gpus(const GpuChoice& choice, const std::vector<VisibleGpus>& views) {
+  const int n = static_cast<int>(views.size());
+  std::vector<int> device(static_cast<std::size_t>(n), 0);
+  for (int r = 0; r < n; ++r) {
+    const VisibleGpus& mine = views[r];
+    const int seen = static_cast<int>(mine.size());
+    LOCKSTEP_CHECK_HINT(seen >= 1,
+                        "check CUDA_VISIBLE_DEVICES and the job's --gpus request, or set "
+                        "train.device = cpu",
+                        "local rank ", r, " sees no GPU");
+    switch (choice.kind) {
+      case GpuChoice::Kind::Auto: {
+        int position = 0, sharing = 0;
+        for (int q = 0; q < n; ++q) {
+          if (views[q] != mine) continue;
+          ++sharing;
+          if (q < r) ++position;
+        }
+        LOCKSTEP_CHECK_HINT(
+            sharing <= seen,
+            str("start at most ", seen,
+                " ranks per node (mpirun -np / srun --ntasks-per-node), or make more GPUs visible"),
+            sharing, " ranks on this node but only ", seen,
+            " GPUs visible to them: ranks would share GPUs");
+        device[r] = position;
+        break;
+      }
+      case GpuChoice::Kind::LocalRank:
+        LOCKSTEP_CHECK_HINT(r < seen,
+                            "when the launcher gives each rank its own GPU (srun "
+                            "--gpus-per-task), use train.gpu = auto or first_visible",
+                            "train.gpu = local_rank: local rank ", r, " sees only ", seen,
+                            " GPU(s)");
+        device[r] = r;
+        break;
+      case GpuChoice::Kind::FirstVisible:
+        device[r] = 0;
+        break;
+      case GpuChoice::Kind::Index:
+        LOCKSTEP_CHECK_HINT(choice.index < seen, "use train.gpu = auto, or a smaller index",
+                            "train.gpu = ", choice.index, ": local rank ", r, " sees only ", seen,
+                            " GPU(s)");
+        device[r] = choice.index;
+        break;
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    for (int q = 0; q < r; ++q) {
+      const std::string& gpu = views[r][static_cast<std::size_t>(device[r])];
+      LOCKSTEP_CHECK_HINT(gpu != views[q][static_cast<std::size_t>(device[q])],
+                          "give every rank its own GPU: train.gpu = auto, fewer ranks per node, "
+                          "or more GPUs per rank",
+                          "train.gpu = ", choice.str(), ": local ranks ", q, " and ", r,
+                          " would both drive ", gpu, " (device ", device[q], " of rank ", q,
+                          ", device ", device[r], " of rank ", r, ")");
+    }
+  }
+  return device;
 }
 
 }  // namespace lockstep::comm

@@ -46,12 +46,18 @@ void DataParallelEngine::copy_master_to_replicas() {
   const auto& mp = master_.parameters();
   const auto& mb = master_.buffers();
   for (std::size_t r = 1; r < replicas_.size(); ++r) {
+    ops::Context& replica = *replicas_[r].ctx;
     const auto& rp = replicas_[r].model->parameters();
     const auto& rb = replicas_[r].model->buffers();
+    // The copies run on the master's stream; on GPUs each context has its own, so without these
+    // two waits the replica could overwrite-while-reading its old weights or run its forward on
+    // them before the fresh ones land.
+    master_ctx_.wait_for(replica);
     for (std::size_t i = 0; i < mp.size(); ++i)
       ops::copy(master_ctx_, mp[i]->value, rp[i]->value);
     for (std::size_t i = 0; i < mb.size(); ++i)
       ops::copy(master_ctx_, mb[i]->value, rb[i]->value);
+    replica.wait_for(master_ctx_);
   }
 }
 
@@ -94,12 +100,17 @@ void DataParallelEngine::finish_gradients() {
   auto start = Clock::now();
   const auto& mp = master_.parameters();
   for (std::size_t r = 1; r < replicas_.size(); ++r) {
+    // The sums run on the master's stream and read what the replica's backward wrote on its own.
+    master_ctx_.wait_for(*replicas_[r].ctx);
     const auto& rp = replicas_[r].model->parameters();
     for (std::size_t i = 0; i < mp.size(); ++i) {
       if (rp[i]->grad.device() == mp[i]->grad.device()) {
         ops::axpy(master_ctx_, 1.0f, rp[i]->grad, mp[i]->grad);
       } else {
-        Tensor staged = rp[i]->grad.to(mp[i]->grad.device());
+        // On the master's stream, after the wait (Tensor::to would copy outside both streams).
+        Tensor staged =
+            Tensor::empty(rp[i]->grad.shape(), rp[i]->grad.dtype(), mp[i]->grad.device());
+        ops::copy(master_ctx_, rp[i]->grad, staged);
         ops::axpy(master_ctx_, 1.0f, staged, mp[i]->grad);
       }
     }

@@ -2,6 +2,9 @@
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/ops/backend.hpp"
+#ifdef LOCKSTEP_HAVE_CUDA
+#include "ops/cuda/stream_order.hpp"
+#endif
 
 namespace lockstep::ops {
 
@@ -25,6 +28,17 @@ Context::~Context() = default;
 
 void Context::synchronize() {
   backend_->synchronize();
+}
+
+void Context::wait_for(Context& producer) {
+  if (&producer == this || producer.device().is_cpu()) return;
+#ifdef LOCKSTEP_HAVE_CUDA
+  if (device_.is_cpu()) {
+    producer.synchronize();  // a CPU context cannot wait on a stream: the host waits
+    return;
+  }
+  cuda::order_after(*this, producer);
+#endif
 }
 
 }  // namespace lockstep::ops

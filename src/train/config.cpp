@@ -10,6 +10,7 @@
 #include <sstream>
 #include <variant>
 
+#include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/core/error.hpp"
 
 namespace po = boost::program_options;
@@ -323,6 +324,7 @@ void apply(Config& c, const po::parsed_options& parsed, const std::string& origi
 
 void validate(const Config& c) {
   LOCKSTEP_CHECK(!c.data_train.empty(), "key data.train is empty: name the training shards");
+  comm::GpuChoice::parse(c.train_gpu);  // throws naming train.gpu
   if (c.optim_name == "adamw") {
     LOCKSTEP_CHECK(c.optim_beta1 < 1 && c.optim_beta2 < 1,
                    "keys optim.beta1/optim.beta2 must be < 1");

@@ -11,6 +11,7 @@
 #include <sched.h>
 
 #include "lockstep/comm/bootstrap.hpp"
+#include "lockstep/comm/gpu_select.hpp"
 #include "lockstep/comm/nccl_communicator.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
@@ -202,10 +203,9 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
   if (config.train_device == "cuda" || (config.train_device == "auto" && cuda_available())) {
     LOCKSTEP_CHECK_HINT(cuda_available(), "set train.device = cpu, or run where a GPU is visible",
                         "train.device = cuda but no GPU is available to rank ", rank);
-    // One GPU per local rank (DDP); DataParallel's master takes GPU 0 and its replicas the next.
-    device = parallel == "dp" ? Device::cuda(0)
-                              : Device::cuda(comm::gpu_for_local_rank(
-                                    comm.local_rank(), comm.local_size(), cuda_device_count()));
+    // One GPU per rank (DDP; train.gpu says which); DataParallel's master takes GPU 0 and its
+    // replicas the next.
+    device = parallel == "dp" ? Device::cuda(0) : comm::select_gpu(comm, config.train_gpu);
   }
   ops::Context ctx(device, threads);
 

@@ -1,7 +1,9 @@
-// The MPI-free parts of the bootstrap: GPU assignment and launcher classification.
+// The MPI-free parts of the bootstrap: GPU assignment (train.gpu) and launcher classification.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/core/error.hpp"
@@ -9,39 +11,96 @@
 namespace lockstep::comm {
 namespace {
 
-TEST(GpuForLocalRank, EachLocalRankTakesItsOwnGpuWhenAllRanksSeeAllGpus) {
-  for (int local = 0; local < 4; ++local)
-    EXPECT_EQ(gpu_for_local_rank(local, 4, 4), local);
-  EXPECT_EQ(gpu_for_local_rank(1, 2, 8), 1);  // fewer ranks than GPUs: the first ones are used
+// The GPUs `n` local ranks see when every rank sees the node's `gpus` GPUs (mpirun, or srun
+// without GPU binding), and when the launcher gives each rank its own (srun --gpus-per-task=1
+// --gpu-bind=single:1, where CUDA_VISIBLE_DEVICES holds one, different, entry per rank).
+std::vector<VisibleGpus> shared(int n, int gpus) {
+  VisibleGpus all;
+  for (int g = 0; g < gpus; ++g)
+    all.push_back("GPU-" + std::to_string(g));
+  return std::vector<VisibleGpus>(static_cast<std::size_t>(n), all);
+}
+std::vector<VisibleGpus> one_each(int n) {
+  std::vector<VisibleGpus> views;
+  for (int r = 0; r < n; ++r)
+    views.push_back({"GPU-" + std::to_string(r)});
+  return views;
 }
 
-TEST(GpuForLocalRank, MoreLocalRanksThanGpusIsAnErrorNamingBothCounts) {
+std::string message_of(const std::function<void()>& f) {
   try {
-    gpu_for_local_rank(0, 8, 4);
-    ADD_FAILURE() << "no error";
+    f();
   } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("8 ranks on this node"), std::string::npos) << message;
-    EXPECT_NE(message.find("only 4 GPUs visible"), std::string::npos) << message;
-    EXPECT_NE(message.find("at most 4 ranks per node"), std::string::npos) << message;
+    return e.what();
   }
+  return "";
 }
 
-TEST(GpuForLocalRank, NoVisibleGpuIsAnError) {
-  EXPECT_THROW(gpu_for_local_rank(0, 1, 0), Error);
-  EXPECT_THROW(gpu_for_local_rank(0, 1, 0, /*shared_visibility=*/false), Error);
+TEST(ChooseGpus, RanksThatSeeEveryGpuTakeTheirLocalRank) {
+  EXPECT_EQ(choose_gpus(GpuChoice{}, shared(4, 4)), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(choose_gpus(GpuChoice{}, shared(2, 8)), (std::vector<int>{0, 1}));  // the first ones
+  EXPECT_EQ(choose_gpus(GpuChoice::parse("local_rank"), shared(4, 4)),
+            (std::vector<int>{0, 1, 2, 3}));
 }
 
-TEST(GpuForLocalRank, RanksBoundToTheirOwnGpuByTheLauncherUseTheirFirstDevice) {
-  // srun --gpus-per-task=1: four ranks, each seeing exactly one (different) GPU.
-  for (int local = 0; local < 4; ++local) {
-    EXPECT_EQ(gpu_for_local_rank(local, 4, 1, /*shared_visibility=*/false), 0);
+TEST(ChooseGpus, RanksGivenOneGpuEachByTheLauncherTakeTheirOnlyDevice) {
+  // Refused before train.gpu existed: 4 ranks but 1 visible GPU looked like ranks sharing one.
+  EXPECT_EQ(choose_gpus(GpuChoice{}, one_each(4)), (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(choose_gpus(GpuChoice::parse("first_visible"), one_each(4)),
+            (std::vector<int>{0, 0, 0, 0}));
+}
+
+TEST(ChooseGpus, RanksBoundToGroupsOfGpusTakeTheirPlaceInTheirGroup) {
+  // srun --gpus-per-task=2 with 2 tasks, or two jobs' worth of ranks each seeing their own pair.
+  std::vector<VisibleGpus> views{{"GPU-0", "GPU-1"}, {"GPU-2", "GPU-3"}, {"GPU-0", "GPU-1"}};
+  EXPECT_EQ(choose_gpus(GpuChoice{}, views), (std::vector<int>{0, 0, 1}));
+}
+
+TEST(ChooseGpus, MoreLocalRanksThanSharedGpusIsAnErrorNamingBothCounts) {
+  const std::string message = message_of([] { choose_gpus(GpuChoice{}, shared(8, 4)); });
+  EXPECT_NE(message.find("8 ranks on this node but only 4 GPUs visible"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("at most 4 ranks per node"), std::string::npos) << message;
+}
+
+TEST(ChooseGpus, ForcedChoicesThatDoNotFitAreErrorsNamingTheKeyAndTheRank) {
+  std::string message =
+      message_of([] { choose_gpus(GpuChoice::parse("local_rank"), one_each(2)); });
+  EXPECT_NE(message.find("train.gpu = local_rank: local rank 1 sees only 1 GPU"), std::string::npos)
+      << message;
+  message = message_of([] { choose_gpus(GpuChoice::parse("3"), shared(1, 2)); });
+  EXPECT_NE(message.find("train.gpu = 3: local rank 0 sees only 2 GPU"), std::string::npos)
+      << message;
+}
+
+TEST(ChooseGpus, TwoRanksOnOnePhysicalGpuIsAnErrorNamingBoth) {
+  const std::string message =
+      message_of([] { choose_gpus(GpuChoice::parse("first_visible"), shared(2, 2)); });
+  EXPECT_NE(message.find("local ranks 0 and 1 would both drive GPU-0"), std::string::npos)
+      << message;
+  // Overlapping views that auto cannot separate are refused the same way.
+  std::vector<VisibleGpus> views{{"GPU-0", "GPU-1"}, {"GPU-0", "GPU-2"}};
+  EXPECT_NE(message_of([&] { choose_gpus(GpuChoice{}, views); }).find("would both drive GPU-0"),
+            std::string::npos);
+}
+
+TEST(ChooseGpus, ARankThatSeesNoGpuIsAnError) {
+  std::vector<VisibleGpus> views{{"GPU-0"}, {}};
+  EXPECT_NE(message_of([&] { choose_gpus(GpuChoice{}, views); }).find("local rank 1 sees no GPU"),
+            std::string::npos);
+}
+
+TEST(GpuChoice, ParsesTheDocumentedValuesAndNamesTheKeyOtherwise) {
+  EXPECT_EQ(GpuChoice::parse("auto").kind, GpuChoice::Kind::Auto);
+  EXPECT_EQ(GpuChoice::parse("local_rank").kind, GpuChoice::Kind::LocalRank);
+  EXPECT_EQ(GpuChoice::parse("first_visible").kind, GpuChoice::Kind::FirstVisible);
+  EXPECT_EQ(GpuChoice::parse("2").kind, GpuChoice::Kind::Index);
+  EXPECT_EQ(GpuChoice::parse("2").index, 2);
+  EXPECT_EQ(GpuChoice::parse("first_visible").str(), "first_visible");
+  for (const char* bad : {"", "gpu0", "-1", "1.5", "cuda:1", "99999"}) {
+    const std::string message = message_of([&] { GpuChoice::parse(bad); });
+    EXPECT_NE(message.find("train.gpu"), std::string::npos) << "'" << bad << "': " << message;
   }
-}
-
-TEST(GpuForLocalRank, LocalRankOutsideTheNodeIsAnError) {
-  EXPECT_THROW(gpu_for_local_rank(4, 4, 4), Error);
-  EXPECT_THROW(gpu_for_local_rank(-1, 4, 4), Error);
 }
 
 TEST(LaunchInfo, MpirunIsRecognisedFromOmpiVariables) {

@@ -5,8 +5,19 @@
 // while a wrong slice or a missed replica gradient moves parameters by > 1e-3.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
 #include "lockstep/dist/data_parallel.hpp"
+#include "lockstep/ops/ops.hpp"
 #include "support/training.hpp"
+#ifdef LOCKSTEP_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "ops/cuda/cuda_backend.hpp"
+#endif
 
 namespace lockstep::test {
 namespace {
@@ -60,6 +71,58 @@ TEST(DataParallel, TooSmallABatchForTheReplicasIsAnError) {
   ProblemSpec p;
   p.global_batch = 2;
   EXPECT_THROW(train_dp(p, 3), Error);
+}
+
+#ifdef LOCKSTEP_HAVE_CUDA
+void CUDART_CB hold_until_released(void* flag) {
+  auto* released = static_cast<std::atomic<bool>*>(flag);
+  while (!released->load())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+#endif
+
+// Replicas on a GPU run on their own streams, while the master copies its weights to them on its
+// stream. The master's stream is held (a host function waits for a timer thread) while the copies
+// of freshly changed weights are queued behind it: a replica not ordered after those copies would
+// compute its half of the loss with the old weights every time, not by chance. Its loss must equal
+// the loss of the same step repeated once everything has settled.
+TEST(DataParallel, ReplicasOnOtherStreamsComputeWithTheMastersFreshWeights) {
+#ifndef LOCKSTEP_HAVE_CUDA
+  GTEST_SKIP() << "this build has no CUDA backend";
+#else
+  if (!cuda_available())
+    GTEST_SKIP() << "no GPU answers on this machine; needs one (2 replicas on cuda:0)";
+  ProblemSpec p;
+  const Device gpu = Device::cuda(0);
+  ops::Context ctx(gpu, 1);
+  nn::Model master = nn::Model::build(p.model, p.sample, p.classes, p.seed, gpu);
+  dist::DataParallelOptions options;
+  options.replicas = 2;
+  options.devices = {gpu, gpu};
+  dist::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, options);
+  SyntheticBatch b = synthetic_batch(p.global_batch, p.sample, p.classes, 0);
+  const float scale = 1.0f / static_cast<float>(p.global_batch);
+
+  for (nn::Parameter* param : master.parameters())
+    ops::scale(ctx, param->value, 3.0f);  // new weights, not yet on the replica
+  std::atomic<bool> released{false};
+  ASSERT_EQ(cudaLaunchHostFunc(ops::cuda::compute_stream(ctx), hold_until_released, &released),
+            cudaSuccess);
+  std::thread timer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    released = true;
+  });
+  engine.begin_step();  // queues the copies behind the hold
+  const float first = engine.forward_backward(b.x, b.y, scale, true);
+  timer.join();
+  engine.finish_gradients();
+  ctx.synchronize();
+
+  engine.begin_step();
+  const float settled = engine.forward_backward(b.x, b.y, scale, true);
+  EXPECT_LE(std::fabs(first - settled), 1e-6f * std::fabs(settled))
+      << "the replica computed with stale weights: loss " << first << " vs " << settled;
+#endif
 }
 
 }  // namespace lockstep::test

@@ -1,11 +1,15 @@
 // NCCL bootstrap over MPI: rank 0's unique id reaches every rank unchanged (runs without a GPU:
-// ncclGetUniqueId needs none), the rank-to-GPU mapping refuses more local ranks than GPUs, and
-// on GPU machines the NCCL communicator's collectives agree with the MPI communicator's.
+// ncclGetUniqueId needs none), the rank-to-GPU choice works for both launch layouts (with
+// made-up GPU lists, so it runs without a GPU) and refuses more local ranks than GPUs, and on
+// GPU machines the NCCL communicator's collectives agree with hand-computed values and a rank
+// that throws tears its communicator down without waiting for its peers.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "lockstep/comm/gpu_select.hpp"
 #include "lockstep/core/device.hpp"
 #include "lockstep/core/error.hpp"
 #include "mpi/mpi_env.hpp"
@@ -20,6 +24,41 @@ namespace {
 
 using test::session;
 using test::world;
+
+// Every rank of this job runs on one machine, so its local rank is its rank.
+TEST(GpuSelection, RanksThatSeeEveryGpuOfTheNodeTakeTheirLocalRank) {
+  VisibleGpus node_gpus;
+  for (int g = 0; g < 8; ++g)
+    node_gpus.push_back("GPU-node-" + std::to_string(g));
+  EXPECT_EQ(select_local_gpu(world(), GpuChoice{}, node_gpus), session().local_rank());
+}
+
+TEST(GpuSelection, RanksGivenOneGpuEachByTheLauncherTakeTheirOnlyDevice) {
+  // srun --gpus-per-task=1 --gpu-bind=single:1: CUDA_VISIBLE_DEVICES holds one entry per rank,
+  // a different GPU for each, which every rank sees as device 0.
+  VisibleGpus mine{"GPU-own-" + std::to_string(world().rank())};
+  EXPECT_EQ(select_local_gpu(world(), GpuChoice{}, mine), 0);
+  EXPECT_EQ(select_local_gpu(world(), GpuChoice::parse("first_visible"), mine), 0);
+}
+
+TEST(GpuSelection, MoreRanksThanSharedGpusIsAnErrorOnEveryRankNamingTheCounts) {
+  VisibleGpus one{"GPU-shared"};
+  try {
+    select_local_gpu(world(), GpuChoice{}, one);
+    ADD_FAILURE() << "rank " << world().rank() << " was given a GPU";
+  } catch (const Error& e) {
+    const std::string what = e.message();
+    EXPECT_NE(what.find(std::to_string(session().local_size()) + " ranks on this node but only 1"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("rank " + std::to_string(world().rank())), std::string::npos) << what;
+  }
+}
+
+TEST(GpuSelection, ForcingLocalRankWhereTheLauncherBoundOneGpuPerRankIsAnError) {
+  VisibleGpus mine{"GPU-own-" + std::to_string(world().rank())};
+  EXPECT_THROW(select_local_gpu(world(), GpuChoice::parse("local_rank"), mine), Error);
+}
 
 #ifdef LOCKSTEP_HAVE_CUDA
 
@@ -41,7 +80,7 @@ TEST(NcclBootstrap, MoreLocalRanksThanGpusIsAnErrorNamingBothCounts) {
     GTEST_SKIP() << "this node has " << gpus << " GPUs for " << session().local_size()
                  << " local ranks: every rank gets its own";
   try {
-    Device d = nccl_device_for(world());
+    Device d = select_gpu(world(), "auto");
     ADD_FAILURE() << "rank " << world().rank() << " was given " << d.str();
   } catch (const Error& e) {
     std::string what = e.what();
@@ -55,17 +94,22 @@ TEST(NcclBootstrap, MoreLocalRanksThanGpusIsAnErrorNamingBothCounts) {
   }
 }
 
-// Needs one GPU per local rank; the result is checked against values every rank can compute.
-TEST(NcclCommunicator, CollectivesMatchHandComputedValues) {
-  // Every rank must take the same branch, so decide on the minimum over ranks.
+// Every rank must take the same branch, so decide on the minimum over ranks.
+bool every_rank_has_its_own_gpu() {
   std::vector<std::int64_t> enough{cuda_device_count() >= session().local_size() ? 1 : 0};
   world().allreduce(enough, ReduceOp::Min);
-  if (enough[0] == 0)
+  return enough[0] != 0;
+}
+
+// Needs one GPU per local rank; the result is checked against values every rank can compute.
+TEST(NcclCommunicator, CollectivesMatchHandComputedValues) {
+  if (!every_rank_has_its_own_gpu())
     GTEST_SKIP() << "needs one GPU per local rank; this node has " << cuda_device_count() << " for "
                  << session().local_size() << " ranks (no GPU on CPU-only machines)";
-  ops::Context ctx(nccl_device_for(world()));
+  ops::Context ctx(select_gpu(world(), "auto"));
   auto nccl = make_nccl_communicator(world(), ctx);
   EXPECT_EQ(nccl->backend(), "nccl");
+  EXPECT_EQ(nccl->timeout_s(), world().timeout_s()) << "dist.timeout_s reaches NCCL";
   const int n = world().size(), r = world().rank();
   // allreduce: rank r contributes (r + 1) * (i + 1); the sum is n(n+1)/2 * (i + 1).
   std::vector<float> mine(1000);
@@ -87,6 +131,35 @@ TEST(NcclCommunicator, CollectivesMatchHandComputedValues) {
   for (int q = 0; q < n; ++q)
     EXPECT_EQ(ranks[q], q);
   nccl->barrier();
+}
+
+// A rank that throws with a collective in flight that its peers never join (here: every rank
+// but 0 throws before joining rank 0's allreduce) must not block in ncclCommDestroy: the
+// communicator, destroyed while the exception unwinds, aborts instead. Before the fix each
+// thrower sat in cudaStreamSynchronize/ncclCommDestroy until rank 0's watchdog fired.
+TEST(NcclCommunicator, DestroyedWhileAnErrorUnwindsItAbortsWithoutWaitingForPeers) {
+  if (!every_rank_has_its_own_gpu())
+    GTEST_SKIP() << "needs one GPU per local rank; this node has " << cuda_device_count() << " for "
+                 << session().local_size() << " ranks (no GPU on CPU-only machines)";
+  if (world().size() < 2) GTEST_SKIP() << "needs a peer that does not join";
+  ops::Context ctx(select_gpu(world(), "auto"));
+  const auto start = std::chrono::steady_clock::now();
+  bool caught = false;
+  try {
+    auto nccl = make_nccl_communicator(world(), ctx, {.timeout_s = 120});
+    Tensor t = Tensor::zeros({1 << 20}, DType::F32, ctx.device());
+    // Rank 0 issues an allreduce that nobody else joins; everyone else "fails" at once.
+    if (world().rank() == 0) nccl->allreduce_async(t, ReduceOp::Sum);
+    LOCKSTEP_FAIL("rank ", world().rank(), " fails on purpose");
+  } catch (const Error&) {
+    caught = true;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(caught);
+  EXPECT_LT(seconds, 60.0) << "the communicator's teardown waited for peers (rank "
+                           << world().rank() << ")";
+  world().barrier();
 }
 
 #else

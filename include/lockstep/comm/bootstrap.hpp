@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace lockstep::comm {
 
@@ -75,12 +76,34 @@ class MpiSession {
 // <error>" and a terminated job instead of a hang. Returns body()'s exit code.
 int run_or_abort(const std::function<int()>& body);
 
-// The GPU a rank uses, given its local rank, the ranks on its node and the GPUs it sees.
-// shared_visibility: true when every local rank sees the same GPUs (mpirun, srun without GPU
-// binding): GPU = local rank, and more local ranks than GPUs is an error naming both counts.
-// false when the launcher already gave each rank its own GPUs (srun --gpus-per-task,
-// --gpu-bind=single:1): each rank takes its first visible GPU.
-int gpu_for_local_rank(int local_rank, int local_size, int visible_devices,
-                       bool shared_visibility = true);
+// ---- which GPU a rank drives (train.gpu) ----
+// Two launch layouts are common: every rank of a node sees all its GPUs (mpirun, srun without GPU
+// binding), so rank k must take device k; or the launcher gives each rank its own GPU (srun
+// --gpus-per-task=1 --gpu-bind=single:1: CUDA_VISIBLE_DEVICES differs per rank), so each rank
+// takes its only device, 0. `auto` tells them apart by what the node's ranks actually see.
+struct GpuChoice {
+  enum class Kind {
+    Auto,          // position among the local ranks that see exactly the same GPUs
+    LocalRank,     // device = local rank (every rank sees every GPU of the node)
+    FirstVisible,  // device 0 (the launcher bound one GPU to each rank)
+    Index,         // device `index` on every rank
+  };
+  Kind kind = Kind::Auto;
+  int index = 0;
+
+  // "auto", "local_rank", "first_visible" or a device index; throws naming train.gpu.
+  static GpuChoice parse(const std::string& text);
+  std::string str() const;
+};
+
+// The GPUs one rank sees, in its device order, each by an identity that is the same whichever
+// rank looks at it (the GPU's UUID), so ranks can tell a shared GPU from their own.
+using VisibleGpus = std::vector<std::string>;
+
+// The device index each local rank drives, indexed by local rank, from every local rank's
+// visible GPUs. Throws naming the rank and the counts when a rank sees no GPU or too few for its
+// index, and naming both ranks when two local ranks would drive the same physical GPU (NCCL
+// cannot put two ranks of one communicator on one GPU).
+std::vector<int> choose_gpus(const GpuChoice& choice, const std::vector<VisibleGpus>& local_views);
 
 }  // namespace lockstep::comm

@@ -4,7 +4,10 @@
 // after the collective and returns without blocking the host: every later op on the context,
 // and every host read (which synchronises), sees the result. A watchdog thread ends the job,
 // with a message naming the collective, when one has not finished within the timeout or NCCL
-// reports an asynchronous error, instead of letting every rank hang until the wall-clock limit.
+// reports an asynchronous error, instead of letting every rank hang until the wall-clock limit;
+// it also bounds ncclCommInitRank and ncclCommDestroy, which wait for every rank. Destroyed while
+// an exception unwinds, the communicator aborts (ncclCommAbort) instead of destroying, so the
+// failing rank reaches its error message and MPI_Abort instead of blocking on its peers.
 // Declared only in CUDA builds (LOCKSTEP_HAVE_CUDA).
 #pragma once
 
@@ -20,30 +23,21 @@
 
 namespace lockstep::comm {
 
-// How long a collective may stay unfinished before the watchdog aborts the job. Generous: a
-// healthy allreduce takes milliseconds, but the first one of a job also waits for the slowest
-// rank's start-up (data loading, cudnnFind); PyTorch's default is 10 minutes as well.
-inline constexpr double kDefaultNcclTimeoutSeconds = 600.0;
-
 struct NcclOptions {
-  double timeout_s = kDefaultNcclTimeoutSeconds;
-  // See gpu_for_local_rank: false when the launcher gives each rank its own GPU(s).
-  bool shared_visibility = true;
+  // How long a collective (or the communicator's creation) may stay unfinished before the
+  // watchdog ends the job; 0 takes the bootstrap communicator's timeout_s() (dist.timeout_s).
+  double timeout_s = 0;
 };
-
-// The GPU this rank drives: cuda:gpu_for_local_rank(local rank, local size, visible GPUs).
-// Throws naming both counts when a node has more ranks than visible GPUs.
-Device nccl_device_for(const Communicator& bootstrap, bool shared_visibility = true);
 
 // NCCL's 128-byte unique id: rank 0 creates it (ncclGetUniqueId, no GPU needed) and
 // broadcasts it over `bootstrap`; every rank returns the same bytes. Collective over bootstrap.
 using NcclUniqueIdBytes = std::array<std::uint8_t, 128>;
 NcclUniqueIdBytes share_nccl_unique_id(Communicator& bootstrap);
 
-// A NCCL communicator over the same ranks as `bootstrap` (the MPI communicator), on ctx's GPU,
-// which must be nccl_device_for(bootstrap). Host-side helpers (vector allreduce, string
-// broadcast/allgather) go through `bootstrap`, which must outlive the result, as must ctx.
-// Collective over bootstrap.
+// A NCCL communicator over the same ranks as `bootstrap` (the MPI communicator), on ctx's GPU
+// (choose it with comm::select_gpu, which gives every rank of a node its own). Host-side helpers
+// (vector allreduce, string broadcast/allgather) and the training step go through `bootstrap`,
+// which must outlive the result, as must ctx. Collective over bootstrap.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, ops::Context& ctx,
                                                      const NcclOptions& options = {});
 

@@ -31,6 +31,12 @@ class Context {
   ThreadPool& pool() { return *pool_; }
   // Waits until all work queued on this context has finished (no-op on the CPU).
   void synchronize();
+  // Orders this context after `producer`: work queued here from now on starts only after all
+  // work queued on `producer` so far has finished, without blocking the host when both are on
+  // GPUs (an event on producer's stream that this stream waits for). Needed whenever one context
+  // reads what another wrote, e.g. DataParallel replicas reading the master's fresh weights.
+  // A no-op when producer is a CPU context (CPU ops are done when they return).
+  void wait_for(Context& producer);
 
  private:
   Device device_;

@@ -8,13 +8,19 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
+#include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "comm/hang_report.hpp"
+#include "comm/teardown.hpp"
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/core/error.hpp"
 #include "ops/cuda/check.hpp"
@@ -36,6 +42,8 @@ static_assert(sizeof(ncclUniqueId) == std::tuple_size_v<NcclUniqueIdBytes>,
 // How often the watchdog looks at unfinished collectives: often enough that a failure is
 // reported within a second, rarely enough to cost nothing next to the training step.
 constexpr auto kWatchdogPoll = std::chrono::milliseconds(200);
+// How long an abort during unwinding may take before the error is let through without it.
+constexpr auto kAbortBound = std::chrono::seconds(10);
 
 using Clock = std::chrono::steady_clock;
 
@@ -76,6 +84,8 @@ ncclDataType_t reduction_type(DType dtype, const std::string& what) {
 // once, so memory NCCL still writes must not be freed early, whatever the caller does.
 struct Pending {
   std::string what;
+  std::int64_t seq = 0;   // collectives of this communicator, from 1, in issue order
+  std::int64_t step = 0;  // the training step it was issued in
   cudaEvent_t done = nullptr;
   std::vector<Tensor> keep_alive;
   Clock::time_point start = Clock::now();
@@ -102,35 +112,56 @@ class NcclWork final : public Work {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Communicator& bootstrap, ops::Context& ctx, const NcclUniqueIdBytes& id_bytes,
-                   const NcclOptions& options)
+                   double timeout_s)
       : bootstrap_(bootstrap),
         device_(ctx.device()),
         compute_stream_(ops::cuda::compute_stream(ctx)),
-        timeout_s_(options.timeout_s) {
+        timeout_s_(timeout_s) {
     ops::cuda::activate_device(device_.index);
     ncclUniqueId id;
     std::memcpy(id.internal, id_bytes.data(), sizeof id.internal);
-    LOCKSTEP_CHECK_NCCL(ncclCommInitRank(&comm_, bootstrap.size(), id, bootstrap.rank()));
-    // Below the compute stream's priority would be better for overlap, but priorities need a
-    // device query per stream; NCCL kernels are few and long, so default priority is fine.
-    LOCKSTEP_CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
-    LOCKSTEP_CHECK_CUDA(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
-    barrier_buffer_ = Tensor::empty({1}, DType::I32, device_);
+    // The watchdog first: ncclCommInitRank returns only once every rank has called it, so a rank
+    // that failed or stopped before it would otherwise hang the others here, unwatched.
     watchdog_ = std::thread([this] { watch(); });
+    try {
+      guarded("ncclCommInitRank", [&] {
+        LOCKSTEP_CHECK_NCCL(ncclCommInitRank(&comm_, bootstrap.size(), id, bootstrap.rank()));
+      });
+      // Below the compute stream's priority would be better for overlap, but priorities need a
+      // device query per stream; NCCL kernels are few and long, so default priority is fine.
+      LOCKSTEP_CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+      LOCKSTEP_CHECK_CUDA(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
+      barrier_buffer_ = Tensor::empty({1}, DType::I32, device_);
+    } catch (...) {
+      stop_watchdog();
+      if (comm_) (void)ncclCommAbort(comm_);
+      if (compute_ready_) (void)cudaEventDestroy(compute_ready_);
+      if (comm_stream_) (void)cudaStreamDestroy(comm_stream_);
+      throw;
+    }
   }
 
   ~NcclCommunicator() override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    watchdog_.join();
-    // Collectives still queued finish first (the watchdog would have ended a stuck job).
     (void)cudaSetDevice(device_.index);
-    (void)cudaStreamSynchronize(comm_stream_);
-    pending_.clear();
-    (void)ncclCommDestroy(comm_);
+    if (detail::teardown_for(std::uncaught_exceptions()) == detail::Teardown::Abort) {
+      abort_while_unwinding();
+      return;
+    }
+    try {
+      // Collectives still queued finish first, watched: one that a peer never joins ends the
+      // job after the timeout instead of blocking this destructor forever.
+      guarded("finishing the queued collectives",
+              [&] { LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(comm_stream_)); });
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        pending_.clear();  // all finished; the watchdog must not query comm_ while it goes
+      }
+      guarded("ncclCommDestroy", [&] { LOCKSTEP_CHECK_NCCL(ncclCommDestroy(comm_)); });
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: warning: NCCL communicator on %s: %s\n", rank(),
+                   device_.str().c_str(), e.what());
+    }
+    stop_watchdog();
     (void)cudaEventDestroy(compute_ready_);
     (void)cudaStreamDestroy(comm_stream_);
   }
@@ -145,6 +176,10 @@ class NcclCommunicator final : public Communicator {
   int local_rank() const override { return bootstrap_.local_rank(); }
   int local_size() const override { return bootstrap_.local_size(); }
   std::string backend() const override { return "nccl"; }
+  double timeout_s() const override { return timeout_s_; }
+  // One step counter for the job: the bootstrap's, which its own timeout reports name too.
+  void set_step(std::int64_t step) override { bootstrap_.set_step(step); }
+  std::int64_t step() const override { return bootstrap_.step(); }
 
   WorkPtr allreduce_async(Tensor t, ReduceOp op) override {
     std::string what = str("allreduce(", describe(t), ", ", reduce_op_name(op), ")");
@@ -249,9 +284,11 @@ class NcclCommunicator final : public Communicator {
                   const std::function<ncclResult_t(cudaStream_t)>& call) {
     auto pending = std::make_shared<Pending>();
     pending->what = what;
+    pending->step = step();
     pending->keep_alive = std::move(keep_alive);
     {
       std::lock_guard<std::mutex> lock(issue_mutex_);  // one issue order for every caller
+      pending->seq = ++issued_;
       ops::cuda::activate_device(device_.index);
       LOCKSTEP_CHECK_CUDA(cudaEventRecord(compute_ready_, compute_stream_));
       LOCKSTEP_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
@@ -270,15 +307,76 @@ class NcclCommunicator final : public Communicator {
     return std::make_shared<NcclWork>(pending, *this, host_blocking);
   }
 
+  // Runs `call`, a host call that waits for every rank (creating or destroying the communicator,
+  // draining its stream), under the watchdog's timeout.
+  template <class F>
+  void guarded(const char* what, F&& call) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      host_call_ = HostCall{what, Clock::now()};
+    }
+    struct Clear {
+      NcclCommunicator* self;
+      ~Clear() {
+        std::lock_guard<std::mutex> lock(self->mutex_);
+        self->host_call_.reset();
+      }
+    } clear{this};
+    call();
+  }
+
+  void stop_watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+  }
+
+  // Destroyed while an exception unwinds (this rank failed): its peers may wait in collectives
+  // this rank will never join, so flushing them (cudaStreamSynchronize, ncclCommDestroy) could
+  // block forever before the error is printed. ncclCommAbort is local and stops NCCL's kernels;
+  // it runs on a helper thread, bounded, so that even a stuck abort cannot hold the error back.
+  void abort_while_unwinding() {
+    stop_watchdog();  // it must not touch comm_ from here on
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> finished = done->get_future();
+    std::thread([comm = comm_, device = device_.index, done] {
+      (void)cudaSetDevice(device);
+      (void)ncclCommAbort(comm);
+      done->set_value();
+    }).detach();
+    if (finished.wait_for(kAbortBound) != std::future_status::ready) {
+      std::fprintf(stderr,
+                   "rank %d: warning: ncclCommAbort on %s did not return within %d s; going on "
+                   "without it\n",
+                   rank(), device_.str().c_str(), static_cast<int>(kAbortBound.count()));
+    }
+    pending_.clear();
+    (void)cudaEventDestroy(compute_ready_);
+    (void)cudaStreamDestroy(comm_stream_);  // returns at once; released when the stream drains
+  }
+
   // The watchdog: drops finished collectives (releasing their tensors) and ends the job when one
-  // has run past the timeout or NCCL reports an error. Ending the job is the only safe reaction:
-  // the other ranks are inside the same collective and would otherwise wait forever.
+  // has run past the timeout or NCCL reports an error, or when a guarded host call (creation,
+  // destruction) has. Ending the job is the only safe reaction: the other ranks are inside the
+  // same collective and would otherwise wait forever.
   void watch() {
     (void)cudaSetDevice(device_.index);
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_) {
       cv_.wait_for(lock, kWatchdogPoll, [&] { return stop_; });
       if (stop_) break;
+      if (host_call_) {
+        double waited = std::chrono::duration<double>(Clock::now() - host_call_->start).count();
+        if (waited > timeout_s_)
+          abort_job(str("NCCL ", host_call_->what, " on ", device_.str(), ", ",
+                        detail::step_phrase(step()), ": not finished after ", waited,
+                        " s (dist.timeout_s = ", timeout_s_,
+                        " s): a rank probably failed or stopped before reaching it; aborting "
+                        "the job"));
+      }
       while (!pending_.empty()) {
         cudaError_t q = cudaEventQuery(pending_.front()->done);
         if (q == cudaErrorNotReady) break;
@@ -294,16 +392,22 @@ class NcclCommunicator final : public Communicator {
       double waited = std::chrono::duration<double>(Clock::now() - pending_.front()->start).count();
       if (waited > timeout_s_)
         fatal(*pending_.front(),
-              str("not finished after ", waited, " s (timeout ", timeout_s_,
+              str("not finished after ", waited, " s (dist.timeout_s = ", timeout_s_,
                   " s): a rank is probably missing from this collective, or stuck before it"));
     }
   }
 
   [[noreturn]] void fatal(const Pending& p, const std::string& reason) {
     (void)ncclCommAbort(comm_);  // frees the NCCL kernels spinning on the GPU
-    abort_job(str("NCCL ", p.what, " on ", device_.str(), ": ", reason,
+    abort_job(str("NCCL collective #", p.seq, " ", p.what, " ", detail::step_phrase(p.step), " on ",
+                  device_.str(), ": ", reason,
                   "; aborting the job (rerun with NCCL_DEBUG=INFO for NCCL's view)"));
   }
+
+  struct HostCall {
+    const char* what;
+    Clock::time_point start;
+  };
 
   Communicator& bootstrap_;
   Device device_;
@@ -314,10 +418,12 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t compute_ready_ = nullptr;
   Tensor barrier_buffer_;
 
-  std::mutex issue_mutex_;
-  std::mutex mutex_;  // guards pending_ and stop_
+  std::mutex issue_mutex_;  // guards issued_ and the order of issue
+  std::int64_t issued_ = 0;
+  std::mutex mutex_;  // guards pending_, host_call_ and stop_
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Pending>> pending_;
+  std::optional<HostCall> host_call_;
   bool stop_ = false;
   std::thread watchdog_;
 };
@@ -344,11 +450,6 @@ bool NcclWork::test() {
 }
 
 }  // namespace
-
-Device nccl_device_for(const Communicator& bootstrap, bool shared_visibility) {
-  return Device::cuda(gpu_for_local_rank(bootstrap.local_rank(), bootstrap.local_size(),
-                                         cuda_device_count(), shared_visibility));
-}
 
 NcclUniqueIdBytes share_nccl_unique_id(Communicator& bootstrap) {
   std::string bytes;
@@ -377,16 +478,13 @@ NcclUniqueIdBytes share_nccl_unique_id(Communicator& bootstrap) {
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, ops::Context& ctx,
                                                      const NcclOptions& options) {
-  Device want = nccl_device_for(bootstrap, options.shared_visibility);
-  LOCKSTEP_CHECK_HINT(ctx.device() == want,
-                      "create the rank's ops::Context on comm::nccl_device_for(bootstrap)", "rank ",
-                      bootstrap.rank(), ": NCCL communicator asked for a context on ",
-                      ctx.device().str(), ", but local rank ", bootstrap.local_rank(), " of ",
-                      bootstrap.local_size(), " drives ", want.str());
-  LOCKSTEP_CHECK(options.timeout_s > 0, "NCCL timeout must be positive, got ", options.timeout_s,
-                 " s");
+  LOCKSTEP_CHECK_HINT(
+      ctx.device().is_cuda(), "create the rank's ops::Context on comm::select_gpu(bootstrap, ...)",
+      "rank ", bootstrap.rank(), ": NCCL communicator asked for a context on ", ctx.device().str());
+  const double timeout_s = options.timeout_s > 0 ? options.timeout_s : bootstrap.timeout_s();
+  LOCKSTEP_CHECK(timeout_s > 0, "NCCL timeout must be positive, got ", timeout_s, " s");
   NcclUniqueIdBytes id = share_nccl_unique_id(bootstrap);
-  return std::make_unique<NcclCommunicator>(bootstrap, ctx, id, options);
+  return std::make_unique<NcclCommunicator>(bootstrap, ctx, id, timeout_s);
 }
 
 }  // namespace lockstep::comm
