@@ -38,7 +38,7 @@ MpiSession::MpiSession(int* argc, char*** argv, ThreadLevel required) {
   // dist.timeout_s and sleep instead of spin). For in-place allreduces Open MPI's libnbc then
   // always picks a binomial tree (reduce to rank 0, broadcast back: twice the data of a ring)
   // and allocates a full-size scratch buffer per call; its ring algorithm brings large
-  // allreduces back to the speed of the blocking MPI_Allreduce (docs/HANGS.md has the
+  // allreduces back to the speed of the blocking MPI_Allreduce (docs/DISTRIBUTED.md has the
   // measurements). Only Open MPI reads this; a user's setting wins.
   setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
   int provided = MPI_THREAD_SINGLE;

@@ -1,6 +1,7 @@
 #include "lockstep/comm/mpi_communicator.hpp"
 
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -8,6 +9,7 @@
 #include <mutex>
 
 #include "comm/comm_thread.hpp"
+#include "comm/mpi_allreduce.hpp"
 #include "comm/mpi_check.hpp"
 #include "comm/mpi_watch.hpp"
 #include "lockstep/core/error.hpp"
@@ -86,11 +88,10 @@ class MpiCommunicator final : public Communicator {
     MPI_Datatype type = detail::reduction_type(t.dtype(), what.c_str());
     int count = mpi_count(t.numel(), what);
     MPI_Comm comm = comm_;
-    return submit(what, [t, type, count, op, comm](detail::CollectiveWatch& watch) {
-      MPI_Request request;
-      LOCKSTEP_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), count, type,
-                                        detail::to_mpi_op(op), comm, &request));
-      watch.wait(request);
+    std::vector<std::byte>* scratch = &scratch_;
+    return submit(what, [t, type, count, op, comm, scratch](detail::CollectiveWatch& watch) {
+      detail::allreduce_in_place(t.raw_data(), count, type, t.nbytes(), detail::to_mpi_op(op), comm,
+                                 watch, *scratch);
     });
   }
 
@@ -258,16 +259,16 @@ class MpiCommunicator final : public Communicator {
                    ")");
   }
 
+  // Host vectors of 8-byte elements (f64, i64).
   void allreduce_host(void* data, std::size_t n, MPI_Datatype type, ReduceOp op,
                       const char* dtype) {
     std::string what = str("allreduce(", dtype, " x ", n, ", ", reduce_op_name(op), ")");
     int count = mpi_count(static_cast<std::int64_t>(n), what);
     MPI_Comm comm = comm_;
-    submit(what, [data, count, type, op, comm](detail::CollectiveWatch& watch) {
-      MPI_Request request;
-      LOCKSTEP_CHECK_MPI(
-          MPI_Iallreduce(MPI_IN_PLACE, data, count, type, detail::to_mpi_op(op), comm, &request));
-      watch.wait(request);
+    std::vector<std::byte>* scratch = &scratch_;
+    submit(what, [data, n, count, type, op, comm, scratch](detail::CollectiveWatch& watch) {
+      detail::allreduce_in_place(data, count, type, n * 8, detail::to_mpi_op(op), comm, watch,
+                                 *scratch);
     })->wait();
   }
 
@@ -289,6 +290,7 @@ class MpiCommunicator final : public Communicator {
   int rank_, size_, local_rank_, local_size_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::unique_ptr<detail::CollectiveWatch> watch_;
+  std::vector<std::byte> scratch_;  // the short allreduce's receive buffer (comm thread only)
   std::mutex caller_mpi_;  // idle polls vs. allreduce_on_caller: MPI calls must not overlap
   std::unique_ptr<detail::CommThread> thread_;
 };

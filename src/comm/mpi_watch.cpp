@@ -1,6 +1,5 @@
 #include "comm/mpi_watch.hpp"
 
-#include <sched.h>
 #include <sys/prctl.h>
 
 #include <cstdio>
@@ -82,21 +81,18 @@ RankStatus CollectiveWatch::status() const {
   return s;
 }
 
-void CollectiveWatch::wait(MPI_Request& request) {
+void CollectiveWatch::wait(MPI_Request* requests, int count) {
   tighten_timer_slack();
   const auto start = Clock::now();
   for (;;) {
     int done = 0;
-    LOCKSTEP_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    LOCKSTEP_CHECK_MPI(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
     if (done) return;
     const auto now = Clock::now();
     if (peer_timed_out_ || seconds_between(since_, now) > timeout_s_) time_out();
     auto pause =
         policy_.pause_after(std::chrono::duration_cast<std::chrono::microseconds>(now - start));
-    if (pause.count() == 0) {
-      sched_yield();  // the compute thread may share this core
-      continue;
-    }
+    if (pause.count() == 0) continue;  // MPI_Test itself yields the core when idle (MpiSession)
     serve();
     std::this_thread::sleep_for(pause);
   }

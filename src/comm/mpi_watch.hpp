@@ -1,8 +1,8 @@
 // CollectiveWatch: how the MPI communicator's thread waits for a collective. Every collective is
-// started non-blocking and polled: MPI_Test, spinning (with sched_yield) for a short while, then
-// sleeping for a fraction of the time waited so far, so that a rank waiting for a late or hung
-// peer costs almost no CPU. Open MPI progresses a non-blocking collective only inside MPI calls,
-// so the polls also drive it; the fraction bounds how much a sleep can delay it.
+// started non-blocking and polled (WaitPolicy in hang_report.hpp): MPI_Test continuously for 1 ms,
+// then with sleeps of a growing fraction of the time waited, so that a rank waiting for a late or
+// hung peer costs almost no CPU. Open MPI progresses a non-blocking collective only inside MPI
+// calls, so the polls also drive it; the fraction bounds how much a sleep can delay it.
 // A collective still unfinished after timeout_s ends the job like NCCL's watchdog on the GPU path
 // (and PyTorch's desync report): this rank asks every peer, over point-to-point messages on a
 // communicator of its own, where it stands (RankStatus), waits a short grace period, prints
@@ -38,10 +38,11 @@ class CollectiveWatch {
   // Brackets one collective: `step` is the training step it was issued in.
   void begin(const std::string& what, std::int64_t step);
   void end();
-  // Returns once `request` has completed (throws lockstep::Error on an MPI error). If the
+  // Returns once every request has completed (throws lockstep::Error on an MPI error). If the
   // collective begun last is older than the timeout, or a peer reports that it timed out in it,
   // reports and ends the job instead.
-  void wait(MPI_Request& request);
+  void wait(MPI_Request* requests, int count);
+  void wait(MPI_Request& request) { wait(&request, 1); }
   // Answers the status queries that have arrived; call regularly while idle.
   void serve();
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -12,6 +13,7 @@
 
 #include "lockstep/comm/communicator.hpp"
 #include "lockstep/comm/mpi_communicator.hpp"
+#include "lockstep/core/rng.hpp"
 #include "mpi/mpi_env.hpp"
 
 namespace lockstep::comm {
@@ -88,6 +90,37 @@ TEST(MpiCollectives, AllreduceSumOfF32MatchesFormulaForAllSizes) {
     Tensor t = filled(n, r, sum_input);
     world().allreduce(t, ReduceOp::Sum);
     expect_equal(t.to_vector<float>(), expected_sum(n, W, sum_input), str("n=", n));
+  }
+}
+
+// With inexact sums the order of additions shows in the last bits: every rank must still hold the
+// same bits (the trainer's NaN check and optimizer step rely on identical gradients everywhere),
+// on both sides of the short-allreduce threshold (point-to-point below, MPI_Iallreduce above).
+TEST(MpiCollectives, AllreduceOfInexactSumsGivesEveryRankTheSameBits) {
+  const int W = world().size(), r = world().rank();
+  for (std::int64_t n : {std::int64_t{7}, std::int64_t{1000}, std::int64_t{2048},
+                         std::int64_t{2049}, std::int64_t{100000}}) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    Philox(42, static_cast<std::uint64_t>(r)).fill_uniform(v.data(), n, -1.0f, 1.0f);
+    Tensor t = Tensor::from_vector(v, {n});
+    world().allreduce(t, ReduceOp::Sum);
+    std::vector<float> got = t.to_vector<float>();
+    std::vector<std::string> all =
+        world().allgather(std::string(reinterpret_cast<const char*>(got.data()), n * 4));
+    for (int q = 1; q < W; ++q)
+      EXPECT_TRUE(all[q] == all[0]) << "n=" << n << ": rank " << q << " differs from rank 0";
+    // And the sum is right: against a float64 sum of every rank's inputs, regenerated here.
+    std::vector<double> want(static_cast<std::size_t>(n), 0.0);
+    for (int q = 0; q < W; ++q) {
+      std::vector<float> theirs(static_cast<std::size_t>(n));
+      Philox(42, static_cast<std::uint64_t>(q)).fill_uniform(theirs.data(), n, -1.0f, 1.0f);
+      for (std::int64_t i = 0; i < n; ++i)
+        want[i] += theirs[i];
+    }
+    double worst = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+      worst = std::max(worst, std::fabs(got[i] - want[i]));
+    EXPECT_LE(worst, 1e-6 * W) << "n=" << n;  // W - 1 roundings of values below W
   }
 }
 
@@ -169,6 +202,27 @@ TEST(MpiCollectives, AsyncAllreducesIssuedBackToBackCompleteInOrderWhileCallerCo
     expect_equal(tensors[k].to_vector<float>(), expected_sum(sizes[k], W, sum_input),
                  str("op ", k));
   }
+}
+
+// DDP's overlap: a bucket's allreduce must progress on the communication thread while the caller
+// computes, without the caller ever entering MPI or waiting (Open MPI progresses non-blocking
+// collectives only inside MPI calls; the communication thread's polls are those calls).
+TEST(MpiCollectives, AsyncAllreduceCompletesWhileTheCallerOnlyComputes) {
+  const int W = world().size(), r = world().rank();
+  const std::int64_t n = 1 << 20;  // 4 MiB: the ring algorithm, several rounds per rank
+  Tensor t = filled(n, r, sum_input);
+  WorkPtr work = world().allreduce_async(t, ReduceOp::Sum);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  double busy = 0;
+  bool done = false;
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    for (int k = 1; k <= 100000; ++k)
+      busy += 1.0 / k;  // the "backward pass"
+    done = work->test();
+  }
+  EXPECT_TRUE(done) << "the allreduce did not finish while the caller computed (" << busy << ")";
+  work->wait();
+  expect_equal(t.to_vector<float>(), expected_sum(n, W, sum_input), "overlapped");
 }
 
 TEST(MpiCollectives, SyncCallsQueueBehindOutstandingAsyncOnes) {
