@@ -98,12 +98,12 @@ int main(int argc, char** argv) {
       }
       // --lockstep-timeout-demo=idle|stopped: after three collectives at step 7, the last rank
       // stays away from the fourth (idle: it sleeps, its communication thread alive; stopped: it
-      // SIGSTOPs itself) while the others wait in it with a 1.5 s timeout; the job must end with
-      // the report (used by test_comm's HungRank tests).
+      // SIGSTOPs itself) while the others wait in it with a 5 s timeout, long enough for the
+      // first three on a loaded machine. The job must end with the report (test_comm's HungRank).
       const std::string arg = argv[i];
       if (arg.rfind("--lockstep-timeout-demo=", 0) == 0) {
         const std::string mode = arg.substr(arg.find('=') + 1);
-        auto comm = comm::make_mpi_communicator(session, {.timeout_s = 1.5});
+        auto comm = comm::make_mpi_communicator(session, {.timeout_s = 5});
         comm->set_step(7);
         comm->barrier();
         std::vector<double> v{1.0};
