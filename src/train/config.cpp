@@ -200,6 +200,9 @@ std::string format_value(const Config& c, const Field& field) {
         } else if constexpr (std::is_same_v<T, double>) {
           std::ostringstream out;
           out << std::setprecision(17) << v;
+          // Whole numbers as such ("300", not the shortest form "3e+02").
+          if (v == std::floor(v) && std::fabs(v) < 1e15)
+            return std::to_string(static_cast<long long>(v));
           // Shortest form that round-trips, for readability.
           for (int p = 1; p <= 17; ++p) {
             std::ostringstream s;
