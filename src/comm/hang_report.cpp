@@ -72,7 +72,7 @@ std::string step_phrase(std::int64_t step) {
 
 std::string timeout_report(int my_rank, const RankStatus& mine,
                            const std::vector<std::optional<RankStatus>>& peers, double timeout_s,
-                           double grace_s) {
+                           double grace_s, int first) {
   std::vector<int> missing, arrived;
   std::vector<std::string> lines;
   for (int r = 0; r < static_cast<int>(peers.size()); ++r) {
@@ -99,7 +99,10 @@ std::string timeout_report(int my_rank, const RankStatus& mine,
   const std::string prefix = str("rank ", my_rank, ": ");
   std::string out = prefix;
   out += str("error: collective ", collective(mine), " ", step_phrase(mine.step),
-             " did not complete within dist.timeout_s = ", timeout_s, " s; ");
+             " did not complete within dist.timeout_s = ", timeout_s, " s");
+  if (first >= 0)
+    out += str(" (rank ", first, "'s expired first; this rank waited ", seconds(mine.seconds), ")");
+  out += "; ";
   out += missing.empty()
              ? std::string("every rank reached it, so the transport itself is stuck (network, MPI)")
              : str("rank", missing.size() > 1 ? "s " : " ", rank_list(missing), " did not arrive");

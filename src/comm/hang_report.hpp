@@ -56,11 +56,12 @@ static_assert(std::is_trivially_copyable_v<RankStatus>, "RankStatus travels as b
 std::string step_phrase(std::int64_t step);
 
 // The report of rank `my_rank`, whose collective (mine.seq) timed out after timeout_s; peers[r]
-// is rank r's answer (nullopt: none within grace_s; peers[my_rank] is ignored). Every line starts
-// with "rank <my_rank>: "; the first names the collective, the step and the missing ranks.
+// is rank r's answer (nullopt: none within grace_s; peers[my_rank] is ignored). `first` is the rank
+// whose timeout expired and asked this one, or -1 when this rank's own did. Every line starts with
+// "rank <my_rank>: "; the first names the collective, the step and the missing ranks.
 std::string timeout_report(int my_rank, const RankStatus& mine,
                            const std::vector<std::optional<RankStatus>>& peers, double timeout_s,
-                           double grace_s);
+                           double grace_s, int first = -1);
 
 // What rank `my_rank` (status `mine`) prints when rank `asker` reports that its collective
 // `asked.seq` timed out, which this rank has not reached or is not waiting in.

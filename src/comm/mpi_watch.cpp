@@ -89,7 +89,8 @@ void CollectiveWatch::wait(MPI_Request* requests, int count) {
     LOCKSTEP_CHECK_MPI(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
     if (done) return;
     const auto now = Clock::now();
-    if (peer_timed_out_ || seconds_between(since_, now) > timeout_s_) time_out();
+    if (seconds_between(since_, now) > timeout_s_) time_out(-1);
+    if (first_to_time_out_ >= 0) time_out(first_to_time_out_);
     auto pause =
         policy_.pause_after(std::chrono::duration_cast<std::chrono::microseconds>(now - start));
     if (pause.count() == 0) continue;  // MPI_Test itself yields the core when idle (MpiSession)
@@ -121,7 +122,8 @@ void CollectiveWatch::serve() {
     LOCKSTEP_CHECK_MPI(MPI_Isend(&reply.status, sizeof reply.status, MPI_BYTE, probe.MPI_SOURCE,
                                  kReplyTag, comm_, &reply.request));
     if (in_flight_ && asked.seq == seq_) {
-      peer_timed_out_ = true;  // we wait in the same collective: report as well, now
+      // We wait in the same collective: report as well, now.
+      if (first_to_time_out_ < 0) first_to_time_out_ = probe.MPI_SOURCE;
     } else if (asked.seq > seq_) {
       // The asker waits for us. Say where we are, once: it ends the job within seconds.
       if (!told_behind_) {
@@ -133,7 +135,7 @@ void CollectiveWatch::serve() {
   }
 }
 
-void CollectiveWatch::time_out() {
+void CollectiveWatch::time_out(int first) {
   RankStatus mine = status();
   mine.timed_out = 1;
   std::vector<RankStatus> answers(static_cast<std::size_t>(size_));
@@ -164,7 +166,8 @@ void CollectiveWatch::time_out() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  std::fputs(timeout_report(rank_, mine, peers, timeout_s_, kReportGraceSeconds).c_str(), stderr);
+  std::fputs(timeout_report(rank_, mine, peers, timeout_s_, kReportGraceSeconds, first).c_str(),
+             stderr);
   std::fflush(stderr);
 
   // Peers that wait in the same collective now report too (our query told them); give them the

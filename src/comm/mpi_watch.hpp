@@ -49,7 +49,8 @@ class CollectiveWatch {
  private:
   using Clock = std::chrono::steady_clock;
   RankStatus status() const;
-  [[noreturn]] void time_out();
+  // Reports and ends the job; `first` is the peer whose timeout triggered ours, or -1.
+  [[noreturn]] void time_out(int first);
   void reap_replies();
 
   MPI_Comm comm_ = MPI_COMM_NULL;  // our own duplicate: status messages only
@@ -65,8 +66,8 @@ class CollectiveWatch {
   bool in_flight_ = false;
   Clock::time_point since_ = Clock::now();  // begin of it, or its end when idle
 
-  bool peer_timed_out_ = false;  // a peer reported a timeout in our collective: report too
-  bool told_behind_ = false;     // printed behind_report once already
+  int first_to_time_out_ = -1;  // a peer that reported a timeout in our collective: report too
+  bool told_behind_ = false;    // printed behind_report once already
   struct Reply {
     RankStatus status;
     MPI_Request request = MPI_REQUEST_NULL;

@@ -65,13 +65,18 @@ TEST(HungRank, AnIdleRankIsNamedWithWhereItStandsAndTheJobEnds) {
   if (!job) GTEST_SKIP() << "LOCKSTEP_BUILD_DIR/tests/test_mpi not available (run through ctest)";
   EXPECT_NE(job->code, 0) << job->output;
   EXPECT_NE(job->code, 124) << "the job hung until timeout killed it:\n" << job->output;
-  // Both waiting ranks report, each naming the collective (#4: three came before) and step 7.
-  for (int r : {0, 1}) {
-    EXPECT_TRUE(has(job->output, "rank " + std::to_string(r) +
-                                     ": error: collective #4 allreduce(f32[1000] on cpu, sum) at "
-                                     "training step 7 did not complete within dist.timeout_s"))
-        << job->output;
-  }
+  // Both waiting ranks report, each naming the collective (#4: three came before) and step 7;
+  // rank 1, which arrived 2 s late, when rank 0's question reaches it, before the job ends.
+  EXPECT_TRUE(has(job->output,
+                  "rank 0: error: collective #4 allreduce(f32[1000] on cpu, sum) at "
+                  "training step 7 did not complete within dist.timeout_s = 5 s; "
+                  "rank 2 did not arrive"))
+      << job->output;
+  EXPECT_TRUE(has(job->output,
+                  "rank 1: error: collective #4 allreduce(f32[1000] on cpu, sum) at "
+                  "training step 7 did not complete within dist.timeout_s = 5 s "
+                  "(rank 0's expired first; this rank waited"))
+      << job->output;
   EXPECT_TRUE(has(job->output, "rank 2 did not arrive")) << job->output;
   EXPECT_TRUE(has(job->output, "rank 2: not in a collective: finished #3 barrier()"))
       << job->output;

@@ -96,6 +96,17 @@ TEST(TimeoutReport, EveryRankArrivedMeansTheTransportIsStuck) {
   EXPECT_TRUE(has(report, "waiting in it too: ranks 1, 2")) << report;
 }
 
+TEST(TimeoutReport, ARankAskedByAPeerWhoseTimeoutExpiredFirstSaysSo) {
+  RankStatus mine = waiting_in(4, "allreduce(a)", 7, 3.2);
+  std::vector<std::optional<RankStatus>> peers(3);
+  peers[0] = waiting_in(4, "allreduce(a)", 7, 5.0);
+  std::string report = timeout_report(1, mine, peers, 5.0, 2.0, /*first=*/0);
+  EXPECT_TRUE(has(report,
+                  "did not complete within dist.timeout_s = 5 s (rank 0's expired first; "
+                  "this rank waited 3.2 s); rank 2 did not arrive"))
+      << report;
+}
+
 TEST(TimeoutReport, EveryLineCarriesTheReportingRank) {
   RankStatus mine = waiting_in(3, "allreduce(a)", 2, 5.0);
   std::vector<std::optional<RankStatus>> peers(4);

@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
       // --lockstep-timeout-demo=idle|stopped: after three collectives at step 7, the last rank
       // stays away from the fourth (idle: it sleeps, its communication thread alive; stopped: it
       // SIGSTOPs itself) while the others wait in it with a 5 s timeout, long enough for the
-      // first three on a loaded machine. The job must end with the report (test_comm's HungRank).
+      // first three on a loaded machine. The job must end with the reports (test_comm's HungRank).
       const std::string arg = argv[i];
       if (arg.rfind("--lockstep-timeout-demo=", 0) == 0) {
         const std::string mode = arg.substr(arg.find('=') + 1);
@@ -113,6 +113,10 @@ int main(int argc, char** argv) {
           if (mode == "stopped") raise(SIGSTOP);
           std::this_thread::sleep_for(std::chrono::seconds(60));
         }
+        // With 3 ranks or more, rank 1 arrives 2 s late: rank 0's timeout expires first and its
+        // question must make rank 1 report too, before rank 0 ends the job.
+        if (session.rank() == 1 && session.size() >= 3)
+          std::this_thread::sleep_for(std::chrono::seconds(2));
         Tensor t = Tensor::zeros({1000});
         comm->allreduce(t);
         return 0;
