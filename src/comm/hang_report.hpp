@@ -42,15 +42,15 @@ struct RankStatus {
   std::int64_t seq = 0;           // the collective in flight, else the last finished (0: none)
   std::int64_t step = 0;          // the training step that collective was issued in
   std::int64_t current_step = 0;  // the training step the rank's caller is in now
-  std::int32_t in_flight = 0;     // 1: waiting in collective `seq`; 0: idle since it finished
-  std::int32_t timed_out = 0;     // 1: this rank's own timeout fired in collective `seq`
+  std::int64_t in_flight = 0;     // 1: waiting in collective `seq`; 0: idle since it finished
   double seconds = 0;             // how long it has been waiting in, or idle since, `seq`
   char what[112] = {};            // the collective's name ("allreduce(f32[1024] on cpu, sum)")
 
   void set_what(const std::string& name);  // truncated to fit, always NUL-terminated
   std::string name() const;
 };
-static_assert(std::is_trivially_copyable_v<RankStatus>, "RankStatus travels as bytes");
+static_assert(std::is_trivially_copyable_v<RankStatus> && sizeof(RankStatus) == 4 * 8 + 8 + 112,
+              "RankStatus travels as bytes, without padding");
 
 // "at training step 12", or "before the first training step" for step 0.
 std::string step_phrase(std::int64_t step);

@@ -136,8 +136,7 @@ void CollectiveWatch::serve() {
 }
 
 void CollectiveWatch::time_out(int first) {
-  RankStatus mine = status();
-  mine.timed_out = 1;
+  const RankStatus mine = status();
   std::vector<RankStatus> answers(static_cast<std::size_t>(size_));
   std::vector<MPI_Request> receives(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
   std::vector<MPI_Request> queries(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
