@@ -134,6 +134,12 @@ const std::vector<Key>& keys() {
        0},
       {"dist.sync", &Config::dist_sync,
        "average gradients across ranks (false only to measure the cost of communication)"},
+      {"dist.algorithm",
+       &Config::dist_algorithm,
+       "CPU gradient allreduce: flat (one MPI allreduce), hierarchical (reduce in each node's "
+       "shared memory, allreduce between node leaders, copy back) or auto (hierarchical when "
+       "the job spans several nodes with several ranks on some node)",
+       {"auto", "flat", "hierarchical"}},
       {"log.every",
        &Config::log_every,
        "log a progress line and a metrics record every N steps",

@@ -52,6 +52,7 @@ struct Config {
   double dist_bucket_mb = 25.0;
   double dist_first_bucket_mb = 1.0;
   bool dist_sync = true;
+  std::string dist_algorithm = "auto";
   // [log]
   std::int64_t log_every = 50;
   std::string log_metrics = "";
