@@ -54,14 +54,11 @@ on_host() {
   nsenter --net="/run/netns/$(host_ns "$host")" --uts="$(host_uts "$host")" -- "$@"
 }
 
-# host_pids HOST: the processes inside HOST's network namespace (by namespace inode, so only
-# processes that entered this cluster's namespaces are ever listed).
+# host_pids HOST: the processes inside HOST's network namespace (so only processes that
+# entered this cluster's namespaces are ever listed).
 host_pids() {
-  local ns_ino pid
-  ns_ino=$(stat -L -c %i "/run/netns/$(host_ns "$1")" 2>/dev/null) || return 0
-  for pid in /proc/[0-9]*; do
-    [ "$(stat -L -c %i "$pid/ns/net" 2>/dev/null)" = "$ns_ino" ] && echo "${pid#/proc/}"
-  done
+  [ -e "/run/netns/$(host_ns "$1")" ] || return 0
+  ip netns pids "$(host_ns "$1")" 2>/dev/null
 }
 
 # kill_host HOST [SIGNAL]: signals every process on HOST (a host "crashing").
