@@ -67,7 +67,10 @@ int run_allreduce(const Args& args) {
         node_of_rank.push_back(std::stoi(id));
       layout = comm::NodeLayout(node_of_rank);
     }
-    auto hier = comm::make_hierarchical_communicator(*comm, layout);
+    comm::HierarchicalOptions hier_options;
+    hier_options.segment_bytes = static_cast<std::size_t>(
+        args.get_int("segment-bytes", static_cast<long long>(comm::kHierarchicalSegmentBytes)));
+    auto hier = comm::make_hierarchical_communicator(*comm, layout, hier_options);
     const bool root = comm->rank() == 0;
     const double bus_factor = 2.0 * (W - 1) / W;
 
@@ -201,7 +204,8 @@ int run_allreduce(const Args& args) {
 
 LOCKSTEP_BENCH("allreduce",
                "f32 allreduce, lockstep flat and hierarchical vs raw MPI (mpirun -np N; "
-               "--minbytes --maxbytes --step --reps --warmup --quick --layout=0,0,1,1)",
+               "--minbytes --maxbytes --step --reps --warmup --quick --layout=0,0,1,1 "
+               "--segment-bytes)",
                run_allreduce);
 
 }  // namespace

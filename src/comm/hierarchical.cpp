@@ -59,8 +59,8 @@ void reduce_slots(ReduceOp op, T* out, const std::vector<const T*>& slots, std::
   }
 }
 
-// The window: (local size) input slots of one segment each, then the result segment, all
-// allocated by the node's leader and mapped by every local rank.
+// The window: (local size) input slots of one segment each, then two result segments (see
+// run()), all allocated by the node's leader and mapped by every local rank.
 class HierarchicalCommunicator final : public Communicator {
  public:
   HierarchicalCommunicator(Communicator& mpi, const NodeLayout& layout,
@@ -151,7 +151,7 @@ class HierarchicalCommunicator final : public Communicator {
         MPI_Comm_split(world, local_rank_ == 0 ? 0 : MPI_UNDEFINED, node_, &leader_comm_));
     if (local_size_ == 1) return;  // nothing to share: the leader reduces the tensor in place
     const auto bytes = static_cast<MPI_Aint>(
-        local_rank_ == 0 ? segment_bytes_ * static_cast<std::size_t>(local_size_ + 1) : 0);
+        local_rank_ == 0 ? segment_bytes_ * static_cast<std::size_t>(local_size_ + 2) : 0);
     void* mine = nullptr;
     LOCKSTEP_CHECK_MPI(
         MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, node_comm_, &mine, &window_));
@@ -182,51 +182,77 @@ class HierarchicalCommunicator final : public Communicator {
     LOCKSTEP_CHECK_MPI(MPI_Win_sync(window_));
   }
 
+  // Segment after segment, pipelined: while the leaders' allreduce of segment k is in flight
+  // (MPI_Iallreduce, progressed by the node barriers), the node already copies in and reduces
+  // segment k+1; segment k is copied out after that. Two result buffers alternate, so segment
+  // k+1's reduction never writes the buffer that segment k's allreduce still uses.
+  //   k: copy in | sync | reduce -> result[k%2] | sync | leader: Iallreduce(result[k%2])
+  //      | (segment k-1: leader waits | sync | copy out of result[(k-1)%2])
+  // Buffer reuse is safe: result[k%2] was last read by segment k-2's copy-out, which every rank
+  // finished before its copy-in of k and the sync after it; the input slots were last read by
+  // the reduction of k-1, finished before the sync that follows it.
   void run(const Tensor& t, ReduceOp op, MPI_Datatype type) {
     const std::size_t elem = dtype_size(t.dtype());
     const auto per_segment = static_cast<std::int64_t>(segment_bytes_ / elem);
     const std::int64_t n = t.numel();
     char* data = static_cast<char*>(t.raw_data());
     const bool between_nodes = layout_.nodes() > 1;
+    const bool leader = local_rank_ == 0;
+    struct InFlight {
+      MPI_Request request = MPI_REQUEST_NULL;
+      char* out = nullptr;     // the segment of the caller's tensor
+      char* result = nullptr;  // its node sum in the window (nullptr: reduced in place)
+      std::size_t bytes = 0;
+    };
+    InFlight previous;
+    bool have_previous = false;
+    auto finish = [&](InFlight& f) {
+      if (leader && between_nodes) LOCKSTEP_CHECK_MPI(MPI_Wait(&f.request, MPI_STATUS_IGNORE));
+      if (f.result == nullptr) return;  // a node of one rank reduced its tensor in place
+      node_sync();
+      std::memcpy(f.out, f.result, f.bytes);
+    };
     // Every leader cuts the tensor into the same segments, so the leaders' allreduces match.
-    for (std::int64_t offset = 0; offset < n; offset += per_segment) {
+    std::int64_t k = 0;
+    for (std::int64_t offset = 0; offset < n; offset += per_segment, ++k) {
       const std::int64_t len = std::min(per_segment, n - offset);
-      const auto bytes = static_cast<std::size_t>(len) * elem;
-      char* mine = data + static_cast<std::size_t>(offset) * elem;
-      if (local_size_ == 1) {
-        if (between_nodes)
-          LOCKSTEP_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, mine, static_cast<int>(len), type,
-                                           detail::to_mpi_op(op), leader_comm_));
-        continue;
+      InFlight now;
+      now.out = data + static_cast<std::size_t>(offset) * elem;
+      now.bytes = static_cast<std::size_t>(len) * elem;
+      char* target = now.out;
+      if (local_size_ > 1) {
+        now.result = base_ + segment_bytes_ * static_cast<std::size_t>(local_size_ + k % 2);
+        target = now.result;
+        std::memcpy(base_ + segment_bytes_ * static_cast<std::size_t>(local_rank_), now.out,
+                    now.bytes);
+        node_sync();
+        // Each local rank reduces its own slice, so the node's cores share the work.
+        const std::int64_t lo = len * local_rank_ / local_size_;
+        const std::int64_t hi = len * (local_rank_ + 1) / local_size_;
+        switch (t.dtype()) {
+          case DType::F32:
+            reduce_typed<float>(op, now.result, lo, hi);
+            break;
+          case DType::F64:
+            reduce_typed<double>(op, now.result, lo, hi);
+            break;
+          case DType::I32:
+            reduce_typed<std::int32_t>(op, now.result, lo, hi);
+            break;
+          default:
+            LOCKSTEP_FAIL("hierarchical allreduce: no reduction for ", dtype_name(t.dtype()));
+        }
+        node_sync();
       }
-      char* result = base_ + segment_bytes_ * static_cast<std::size_t>(local_size_);
-      std::memcpy(base_ + segment_bytes_ * static_cast<std::size_t>(local_rank_), mine, bytes);
-      node_sync();
-      // Each local rank reduces its own slice of the segment, so the node's cores share the work.
-      const std::int64_t lo = len * local_rank_ / local_size_;
-      const std::int64_t hi = len * (local_rank_ + 1) / local_size_;
-      switch (t.dtype()) {
-        case DType::F32:
-          reduce_typed<float>(op, result, lo, hi);
-          break;
-        case DType::F64:
-          reduce_typed<double>(op, result, lo, hi);
-          break;
-        case DType::I32:
-          reduce_typed<std::int32_t>(op, result, lo, hi);
-          break;
-        default:
-          LOCKSTEP_FAIL("hierarchical allreduce: no reduction for ", dtype_name(t.dtype()));
+      if (leader && between_nodes) {
+        LOCKSTEP_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, target, static_cast<int>(len), type,
+                                          detail::to_mpi_op(op), leader_comm_, &now.request));
       }
-      node_sync();
-      if (local_rank_ == 0 && between_nodes)
-        LOCKSTEP_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, result, static_cast<int>(len), type,
-                                         detail::to_mpi_op(op), leader_comm_));
-      node_sync();
-      // The next segment's reduction writes `result` only after the next node_sync(), which
-      // every rank reaches after this copy: no extra barrier is needed here.
-      std::memcpy(mine, result, bytes);
+      if (have_previous) finish(previous);
+      previous = now;
+      have_previous = true;
     }
+    if (have_previous) finish(previous);
   }
 
   template <class T>

@@ -60,10 +60,12 @@ std::string describe_ranks(const std::vector<int>& ranks);
 AllreduceAlgorithm resolve_allreduce_algorithm(AllreduceAlgorithm requested,
                                                const NodeLayout& layout);
 
-// Why 4 MiB: the shared-memory window holds (ranks on the node + 1) segments, so it bounds that
-// memory to ~20 MiB at 4 ranks per node, while each segment still carries enough bytes
-// that the leader's per-segment allreduce is bandwidth-bound (at 1 Gbit/s 4 MiB take 34 ms
-// against ~0.1 ms of latency); larger buckets are reduced segment after segment.
+// Why 4 MiB: the shared-memory window holds (ranks on the node + 2) segments, so it bounds that
+// memory to 24 MiB at 4 ranks per node, while each segment still carries enough bytes that the
+// leaders' per-segment allreduce is bandwidth-bound (at 1 Gbit/s 4 MiB take 34 ms against
+// ~0.1 ms of latency); larger buckets are pipelined segment after segment. Measured on the
+// namespace cluster (docs/MULTINODE.md): 1 MiB segments doubled the time of a 32 MiB bucket
+// (a fixed cost per segment: 3 node barriers), 16 MiB were within noise of 4 MiB.
 inline constexpr std::size_t kHierarchicalSegmentBytes = std::size_t{4} << 20;
 
 struct HierarchicalOptions {
