@@ -137,8 +137,8 @@ const std::vector<Key>& keys() {
       {"dist.algorithm",
        &Config::dist_algorithm,
        "CPU gradient allreduce: flat (one MPI allreduce), hierarchical (reduce in each node's "
-       "shared memory, allreduce between node leaders, copy back) or auto (hierarchical when "
-       "the job spans several nodes with several ranks on some node)",
+       "shared memory, allreduce between node leaders, copy back) or auto (flat: faster in "
+       "every setting measured so far, docs/MULTINODE.md)",
        {"auto", "flat", "hierarchical"}},
       {"log.every",
        &Config::log_every,

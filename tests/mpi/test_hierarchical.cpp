@@ -337,18 +337,17 @@ TEST(HierarchicalAllreduce, RefusesANodeSpanningHostsThatShareNoMemory) {
   }
 }
 
-TEST(HierarchicalAllreduce, AutoPicksHierarchicalOnlyForSeveralNodesWithSeveralRanks) {
+TEST(HierarchicalAllreduce, AutoIsFlatAsMeasuredAndExplicitChoicesAreKept) {
   using comm::resolve_allreduce_algorithm;
-  EXPECT_EQ(resolve_allreduce_algorithm(AllreduceAlgorithm::Auto, NodeLayout({0, 0, 1, 1})),
-            AllreduceAlgorithm::Hierarchical);
-  EXPECT_EQ(resolve_allreduce_algorithm(AllreduceAlgorithm::Auto, NodeLayout({0, 0, 0, 1})),
-            AllreduceAlgorithm::Hierarchical);
-  EXPECT_EQ(resolve_allreduce_algorithm(AllreduceAlgorithm::Auto, NodeLayout({0, 1, 2})),
-            AllreduceAlgorithm::Flat);
-  EXPECT_EQ(resolve_allreduce_algorithm(AllreduceAlgorithm::Auto, NodeLayout({0, 0})),
-            AllreduceAlgorithm::Flat);
-  EXPECT_EQ(resolve_allreduce_algorithm(AllreduceAlgorithm::Hierarchical, NodeLayout({0, 0})),
-            AllreduceAlgorithm::Hierarchical);
+  for (const NodeLayout& layout :
+       {NodeLayout({0, 0, 1, 1}), NodeLayout({0, 1, 2}), NodeLayout({0})}) {
+    EXPECT_EQ(resolve_allreduce_algorithm(AllreduceAlgorithm::Auto, layout),
+              AllreduceAlgorithm::Flat);
+    EXPECT_EQ(resolve_allreduce_algorithm(AllreduceAlgorithm::Hierarchical, layout),
+              AllreduceAlgorithm::Hierarchical);
+    EXPECT_EQ(resolve_allreduce_algorithm(AllreduceAlgorithm::Flat, layout),
+              AllreduceAlgorithm::Flat);
+  }
 }
 
 TEST(HostChecks, AValueThatDiffersBetweenHostsNamesTheHostsAndRanks) {

@@ -4,13 +4,14 @@
 #      and the ranks) in the middle of a 2 hosts x 2 ranks training job, under mpirun and under
 #      sbatch: the job must end (mpirun within 120 s, Slurm within 90 s), not hang, and its log
 #      must name node2;
-#   2. a 2 hosts x 2 ranks slurm/train-requeue.sbatch job, signalled as at its time limit,
+#   2. a 2 hosts x 2 ranks slurm/train-requeue.sbatch job (hierarchical allreduce, as the
+#      killed job above), signalled as at its time limit,
 #      checkpoints, requeues itself, and its second start resumes on both hosts from the
 #      checkpoint (first step = stop step + 1) and completes.
 # Usage: bash tests/scripts/multinode_faults.sh BUILD_DIR    Exit: 0 pass, 1 fail, 77 skipped.
 BUILD=$(cd "${1:?usage: multinode_faults.sh BUILD_DIR}" && pwd)
-source "$(dirname "${BASH_SOURCE[0]}")/../checkpoint/e2e_lib.bash"
-source "$(dirname "${BASH_SOURCE[0]}")/multinode_lib.bash"
+source "$(dirname "${BASH_SOURCE[0]}")/../checkpoint/e2e_lib.bash" || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/multinode_lib.bash" || exit 1
 multinode_require
 multinode_start
 T0=$SECONDS
@@ -57,7 +58,7 @@ note "sbatch, 2 hosts x 2 ranks; then every process on node2 is killed"
 # test wants to see it end).
 submit_job killed-host --no-requeue -N2 --ntasks-per-node=2 --cpus-per-task=1 \
   "$SOURCE/slurm/train-cpu-multinode.sbatch" "$WORK/tiny.ini" --log.every=1 \
-  --log.metrics="$WORK/killed.jsonl"
+  --dist.algorithm=hierarchical --log.metrics="$WORK/killed.jsonl"
 await_step "$WORK/killed.jsonl" 5 90
 kill_host node2 KILL
 killed_at=$SECONDS
@@ -98,7 +99,8 @@ WRAP
 chmod +x "$WORK/train-wrapper.sh"
 note "slurm/train-requeue.sbatch on 2 hosts x 2 ranks"
 TRAIN=$WORK/train-wrapper.sh LOCKSTEP_CHECKPOINT_DIR=$ck submit_job requeue -N2 \
-  --ntasks-per-node=2 --open-mode=append "$SOURCE/slurm/train-requeue.sbatch" "$WORK/tiny.ini"
+  --ntasks-per-node=2 --open-mode=append "$SOURCE/slurm/train-requeue.sbatch" "$WORK/tiny.ini" \
+  --dist.algorithm=hierarchical
 deadline=$((SECONDS + 90))
 until [ -n "$(latest_step "$ck")" ] && [ "$(latest_step "$ck")" -ge 10 ]; do
   [ "$SECONDS" -lt "$deadline" ] || { cat "$OUT"; fail "no step-10 checkpoint within 90 s"; }
@@ -136,6 +138,8 @@ grep -q "start 2 on node\[1-2\]" "$OUT" || fail "the second start did not run on
 [ "$(first_step "$WORK/requeue-1.jsonl")" = $((stop + 1)) ] ||
   fail "the second start began at step $(first_step "$WORK/requeue-1.jsonl"), not $((stop + 1))"
 grep -q 'ddp with 4 rank' "$OUT" || fail "the resumed run did not train with 4 ranks"
+[ "$(grep -c 'gradient allreduce hierarchical over 2 nodes' "$OUT")" = 2 ] ||
+  fail "both starts should use the hierarchical allreduce over 2 nodes"
 [ "$(latest_step "$ck")" = $(((stop / 5 + 4) * 5)) ] || fail "the second start did not finish"
 echo "PASS: a dead host ends the job with node2 named (mpirun in $mpirun_took s, Slurm in" \
   "$slurm_took s); a 2-host job requeued at" \

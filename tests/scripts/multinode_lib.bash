@@ -6,6 +6,10 @@ export LOCKSTEP_CLUSTER_BASE=${LOCKSTEP_CLUSTER_BASE:-/tmp/lockstep-cluster}
 BASE=$LOCKSTEP_CLUSTER_BASE
 source "$SOURCE/scripts/local-slurm/hosts.bash"
 JOB_TIMEOUT=${LOCKSTEP_SLURM_JOB_TIMEOUT:-180}
+# Progress lines carry the seconds since the test started: these tests are the slowest of the
+# suite, and the log shows where their time goes.
+MULTINODE_T0=$SECONDS
+note() { echo "--- [$((SECONDS - MULTINODE_T0)) s] $*" >&2; }
 
 # multinode_require: skips (77, with the reason) where the cluster cannot run.
 multinode_require() {

@@ -54,9 +54,11 @@ class NodeLayout {
 // "ranks 0-1", "rank 3", "ranks 0,2,4": a rank list for messages.
 std::string describe_ranks(const std::vector<int>& ranks);
 
-// Auto picks hierarchical when the job spans several nodes and some node has more than one rank
-// (otherwise there is nothing to reduce locally, and the extra copies only cost); Flat and
-// Hierarchical are returned as given.
+// Auto is flat for now: on every link measured on the namespace cluster (unshaped, 10 and
+// 1 Gbit/s; docs/MULTINODE.md) the hierarchical allreduce of 2-64 MiB buckets took 0.9-1.9x the
+// time of the flat one, since there the ranks share two cores and its extra copies and node
+// barriers cost more than the bytes it keeps off the link. Hierarchical stays one setting away
+// for clusters where a measurement favours it; Flat and Hierarchical are returned as given.
 AllreduceAlgorithm resolve_allreduce_algorithm(AllreduceAlgorithm requested,
                                                const NodeLayout& layout);
 
