@@ -59,8 +59,10 @@ void reduce_slots(ReduceOp op, T* out, const std::vector<const T*>& slots, std::
   }
 }
 
-// The window: (local size) input slots of one segment each, then two result segments (see
-// run()), all allocated by the node's leader and mapped by every local rank.
+// Tensor allreduces run hierarchically as jobs on the MPI communicator's thread; every other
+// call is forwarded to it. The node's shared window holds (local size) input slots of one
+// segment each, then two result segments (see run()), allocated by the node's leader and
+// mapped by every local rank.
 class HierarchicalCommunicator final : public Communicator {
  public:
   HierarchicalCommunicator(Communicator& mpi, const NodeLayout& layout,
