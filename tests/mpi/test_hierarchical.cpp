@@ -133,13 +133,16 @@ bool same_on_every_rank(const std::vector<T>& v) {
   Tensor lo = Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())});
   world().allreduce(hi, ReduceOp::Max);
   world().allreduce(lo, ReduceOp::Min);
+  if (v.empty()) return true;
   return std::memcmp(hi.raw_data(), lo.raw_data(), hi.nbytes()) == 0 &&
          std::memcmp(hi.raw_data(), v.data(), hi.nbytes()) == 0;
 }
 
 template <class T>
 bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  // memcmp of empty vectors would pass null pointers (undefined even for 0 bytes).
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // Floating-point sums: both algorithms within gamma_{W-1} sum|x| of the float64 sum, and the
