@@ -82,6 +82,9 @@ hosts_down() {
       kill_host "$host" KILL
     fi
     ip netns del "$ns" 2>/dev/null
+    # Shared-memory segments of ranks killed on this host (a crash test) are never unlinked by
+    # their owners; Open MPI names them after the host, so these are this cluster's own.
+    rm -f /dev/shm/vader_segment."$host".*
   done
   ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$SWITCH_NS" && ip netns del "$SWITCH_NS"
   ip link del "$HEAD_LINK" 2>/dev/null  # usually gone with its peer in the switch already
