@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages lockstep needs, only those missing (apt-get update first, once).
-# Usage: scripts/install-deps.sh [--slurm]   (--slurm adds munge, slurmctld, slurmd, libpmix-dev)
+# Usage: scripts/install-deps.sh [--slurm]   (--slurm adds munge, slurmctld, slurmd, libpmix-dev,
+#        and for the multi-host tests iproute2, util-linux, hdf5-tools)
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libhdf5-dev
       libboost-program-options-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
       libgtest-dev dataset-fashion-mnist gnuplot-nox)
 [ "${1:-}" = "--slurm" ] && PKGS+=(munge slurmctld slurmd slurm-client libpmix-dev)
+# The namespace cluster's tests (start.sh --hosts=N): ip/tc, nsenter/unshare, h5diff.
+[ "${1:-}" = "--slurm" ] && PKGS+=(iproute2 util-linux hdf5-tools)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

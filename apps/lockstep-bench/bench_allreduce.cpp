@@ -1,18 +1,22 @@
 // lockstep-bench allreduce: nccl-tests-style table of MPI allreduce speed, lockstep's
 // Communicator (sync calls through its communication thread, and back-to-back async calls as
-// the Reducer issues them) against MPI_Allreduce called directly, sizes interleaved in the same
-// run. Run under mpirun / srun, e.g. `mpirun -np 2 build/apps/lockstep-bench allreduce`.
+// the Reducer issues them), its hierarchical allreduce (comm/hierarchical.hpp) over the job's
+// nodes, and MPI_Allreduce called directly, sizes interleaved in the same run. Run under
+// mpirun / srun, e.g. `mpirun -np 2 build/apps/lockstep-bench allreduce`; --layout=0,0,1,1
+// simulates a node layout for the hierarchical column (default: the real one).
 // time = median over --reps of (max over ranks of the mean time per call in one rep);
 // algbw = bytes / time; busbw = algbw * 2(n-1)/n (the bytes each rank's link must carry).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench.hpp"
 #include "lockstep/comm/bootstrap.hpp"
+#include "lockstep/comm/hierarchical.hpp"
 #include "lockstep/comm/mpi_communicator.hpp"
 #include "lockstep/core/error.hpp"
 
@@ -24,6 +28,14 @@ using Clock = std::chrono::steady_clock;
 struct Timing {
   double us = 0, algbw = 0, busbw = 0;
 };
+
+// The 1/5/15-minute load averages, recorded with every run: timings here share 2 cores.
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -47,6 +59,18 @@ int run_allreduce(const Args& args) {
 
     auto comm = comm::make_mpi_communicator(session);
     const int W = comm->size();
+    comm::NodeLayout layout = comm::NodeLayout::detect(*comm);
+    if (const std::string ids = args.get("layout", ""); !ids.empty()) {
+      std::vector<int> node_of_rank;
+      std::stringstream list(ids);
+      for (std::string id; std::getline(list, id, ',');)
+        node_of_rank.push_back(std::stoi(id));
+      layout = comm::NodeLayout(node_of_rank);
+    }
+    comm::HierarchicalOptions hier_options;
+    hier_options.segment_bytes = static_cast<std::size_t>(
+        args.get_int("segment-bytes", static_cast<long long>(comm::kHierarchicalSegmentBytes)));
+    auto hier = comm::make_hierarchical_communicator(*comm, layout, hier_options);
     const bool root = comm->rank() == 0;
     const double bus_factor = 2.0 * (W - 1) / W;
 
@@ -57,16 +81,22 @@ int run_allreduce(const Args& args) {
                    session.nodes(), comm::thread_level_name(session.thread_level()));
       for (const std::string& line : ranks)
         std::fprintf(stderr, "# %s\n", line.c_str());
-      std::fprintf(stderr, "#%11s %10s | %33s | %33s | %33s | %7s\n", "", "",
-                   "lockstep sync (comm thread)", "lockstep async (8 queued)",
-                   "raw MPI_Allreduce (caller)", "");
-      std::fprintf(stderr, "#%11s %10s | %10s %10s %11s | %10s %10s %11s | %10s %10s %11s | %7s\n",
+      std::fprintf(stderr, "# hierarchical over %s; load average %s\n", layout.describe().c_str(),
+                   load_average().c_str());
+      std::fprintf(stderr, "#%11s %10s | %33s | %33s | %33s | %33s | %7s\n", "", "",
+                   "lockstep flat sync (comm thread)", "lockstep flat async (8 queued)",
+                   "lockstep hierarchical (sync)", "raw MPI_Allreduce (caller)", "");
+      std::fprintf(stderr,
+                   "#%11s %10s | %10s %10s %11s | %10s %10s %11s | %10s %10s %11s | %10s %10s "
+                   "%11s | %7s\n",
                    "bytes", "count", "time(us)", "algbw", "busbw", "time(us)", "algbw", "busbw",
-                   "time(us)", "algbw", "busbw", "sync/mpi");
+                   "time(us)", "algbw", "busbw", "time(us)", "algbw", "busbw", "hier/mpi");
     }
 
     std::ostringstream json;
     json << "{\"benchmark\": \"allreduce\", \"ranks\": " << W << ", \"nodes\": " << session.nodes()
+         << ", \"layout\": \"" << layout.describe() << "\", \"load_avg\": \"" << load_average()
+         << "\""
          << ", \"dtype\": \"f32\", \"op\": \"sum\", \"reps\": " << reps
          << ", \"machine\": " << machine_json() << ", \"results\": [";
     bool first = true;
@@ -82,11 +112,16 @@ int run_allreduce(const Args& args) {
       std::vector<float> ones(count, static_cast<float>(comm->rank() + 1));
       tensors[0].copy_from(ones);
       comm->allreduce(tensors[0]);
+      tensors[1].copy_from(ones);
+      hier->allreduce(tensors[1]);
       const float expected = W * (W + 1) / 2.0f;
-      for (float v : tensors[0].to_vector<float>()) {
-        LOCKSTEP_CHECK(v == expected, "allreduce bench: wrong sum ", v, " (expected ", expected,
-                       ") at ", bytes, " bytes");
+      for (int k = 0; k < 2; ++k) {
+        for (float v : tensors[k].to_vector<float>()) {
+          LOCKSTEP_CHECK(v == expected, "allreduce bench: wrong sum ", v, " (expected ", expected,
+                         ") at ", bytes, " bytes", k ? " (hierarchical)" : "");
+        }
       }
+      tensors[1].copy_from(std::vector<float>(count, 0.0f));
       tensors[0].copy_from(std::vector<float>(count, 0.0f));  // zeros stay zeros: no overflow
 
       auto sync_call = [&](long long n) {
@@ -106,6 +141,10 @@ int run_allreduce(const Args& args) {
         for (auto& w : works)
           w->wait();
       };
+      auto hier_call = [&](long long n) {
+        for (long long i = 0; i < n; ++i)
+          hier->allreduce(tensors[0]);
+      };
       auto raw_call = [&](long long n) {
         for (long long i = 0; i < n; ++i)
           comm::mpi_allreduce_on_caller(*comm, tensors[0]);
@@ -123,11 +162,13 @@ int run_allreduce(const Args& args) {
 
       sync_call(warmup);
       async_call(warmup);
+      hier_call(warmup);
       raw_call(warmup);
-      std::vector<double> sync_us, async_us, raw_us;
-      for (int r = 0; r < reps; ++r) {  // interleaved, so drift hits all three alike
+      std::vector<double> sync_us, async_us, hier_us, raw_us;
+      for (int r = 0; r < reps; ++r) {  // interleaved, so drift hits all four alike
         measure(sync_call, sync_us);
         measure(async_call, async_us);
+        measure(hier_call, hier_us);
         measure(raw_call, raw_us);
       }
       auto timing = [&](const std::vector<double>& samples) {
@@ -137,31 +178,34 @@ int run_allreduce(const Args& args) {
         t.busbw = t.algbw * bus_factor;
         return t;
       };
-      Timing s = timing(sync_us), a = timing(async_us), m = timing(raw_us);
+      Timing s = timing(sync_us), a = timing(async_us), h = timing(hier_us), m = timing(raw_us);
       if (root) {
         std::fprintf(stderr,
                      " %11lld %10lld | %10.2f %10.3f %11.3f | %10.2f %10.3f %11.3f | %10.2f "
-                     "%10.3f %11.3f | %7.2f\n",
+                     "%10.3f %11.3f | %10.2f %10.3f %11.3f | %7.2f\n",
                      bytes, static_cast<long long>(count), s.us, s.algbw, s.busbw, a.us, a.algbw,
-                     a.busbw, m.us, m.algbw, m.busbw, s.us / m.us);
+                     a.busbw, h.us, h.algbw, h.busbw, m.us, m.algbw, m.busbw, h.us / m.us);
         json << (first ? "" : ",") << "\n  {\"bytes\": " << bytes << ", \"count\": " << count
              << ", \"iters\": " << iters << ", \"sync_us\": " << s.us
              << ", \"sync_busbw_gbs\": " << s.busbw << ", \"async_us\": " << a.us
-             << ", \"async_busbw_gbs\": " << a.busbw << ", \"mpi_us\": " << m.us
+             << ", \"async_busbw_gbs\": " << a.busbw << ", \"hier_us\": " << h.us
+             << ", \"hier_busbw_gbs\": " << h.busbw << ", \"mpi_us\": " << m.us
              << ", \"mpi_busbw_gbs\": " << m.busbw << ", \"sync_over_mpi\": " << s.us / m.us << "}";
         first = false;
       }
     }
     json << "\n]}\n";
     if (root) write_output(args, json.str());
+    hier.reset();
     comm.reset();
     return 0;
   });
 }
 
 LOCKSTEP_BENCH("allreduce",
-               "f32 allreduce, lockstep Communicator vs raw MPI (mpirun -np N; --minbytes "
-               "--maxbytes --step --reps --warmup --quick)",
+               "f32 allreduce, lockstep flat and hierarchical vs raw MPI (mpirun -np N; "
+               "--minbytes --maxbytes --step --reps --warmup --quick --layout=0,0,1,1 "
+               "--segment-bytes)",
                run_allreduce);
 
 }  // namespace

@@ -2,15 +2,34 @@
 # Stop the private Slurm cluster started by start.sh: cancel its jobs, then stop slurmd,
 # slurmctld and munged through their pid files, and only when the process behind a pid still
 # has the expected name (never by name-matching: other Slurm or munge instances may run here).
-# Idempotent: with nothing running it exits 0.
+# With --hosts, the namespace cluster of start.sh --hosts=N: its slurmds, then whatever still
+# runs inside its hosts, then the hosts themselves (namespaces, veths, the bridge).
+# Idempotent: with nothing running it exits 0; it also clears what a crashed start left.
 #
-# Usage: scripts/local-slurm/stop.sh [--purge]     --purge also removes the base directory.
-#   LOCKSTEP_SLURM_BASE  base directory used by start.sh  [/tmp/lockstep-slurm]
+# Usage: scripts/local-slurm/stop.sh [--hosts [--keep-hosts]] [--purge]
+#   --purge       also removes the base directory.
+#   --keep-hosts  stops the daemons but leaves the namespace hosts (start.sh uses it to restart)
+#   LOCKSTEP_SLURM_BASE    base directory used by start.sh          [/tmp/lockstep-slurm]
+#   LOCKSTEP_CLUSTER_BASE  base directory used by start.sh --hosts  [/tmp/lockstep-cluster]
 set -uo pipefail
 
-BASE=${LOCKSTEP_SLURM_BASE:-/tmp/lockstep-slurm}
 PURGE=0
-[ "${1:-}" = --purge ] && PURGE=1
+HOSTS=0
+KEEP_HOSTS=0
+for arg in "$@"; do
+  case "$arg" in
+    --purge) PURGE=1 ;;
+    --hosts) HOSTS=1 ;;
+    --keep-hosts) KEEP_HOSTS=1 ;;
+    *) echo "usage: stop.sh [--hosts [--keep-hosts]] [--purge]" >&2; exit 2 ;;
+  esac
+done
+if [ "$HOSTS" = 1 ]; then
+  BASE=${LOCKSTEP_CLUSTER_BASE:-/tmp/lockstep-cluster}
+  source "$(dirname "${BASH_SOURCE[0]}")/hosts.bash"
+else
+  BASE=${LOCKSTEP_SLURM_BASE:-/tmp/lockstep-slurm}
+fi
 
 log() { printf '[local-slurm] %s\n' "$*" >&2; }
 
@@ -56,9 +75,15 @@ if [ -f "$BASE/etc/slurm.conf" ] && [ -s "$BASE/run/slurmctld.pid" ] &&
   fi
 fi
 
-stop "$BASE/run/slurmd.pid" slurmd
+for pid_file in "$BASE"/run/slurmd.pid "$BASE"/run/slurmd-*.pid; do
+  [ -e "$pid_file" ] && stop "$pid_file" slurmd
+done
 stop "$BASE/run/slurmctld.pid" slurmctld
 stop "$BASE/munge/munged.pid" munged
+if [ "$HOSTS" = 1 ] && [ "$KEEP_HOSTS" = 0 ]; then
+  [ -n "$(hosts_listed)" ] && log "removing hosts $(hosts_listed | tr '\n' ' ')"
+  hosts_down
+fi
 
 if [ "$PURGE" = 1 ]; then
   log "removing $BASE"

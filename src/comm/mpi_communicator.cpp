@@ -12,6 +12,7 @@
 #include "comm/mpi_allreduce.hpp"
 #include "comm/mpi_check.hpp"
 #include "comm/mpi_watch.hpp"
+#include "comm/mpi_job.hpp"
 #include "lockstep/core/error.hpp"
 
 namespace lockstep::comm {
@@ -216,6 +217,12 @@ class MpiCommunicator final : public Communicator {
     return result;
   }
 
+  // For comm/ algorithms made of several MPI calls (comm/mpi_job.hpp).
+  WorkPtr submit_job(std::string what, std::function<void(MPI_Comm)> job) {
+    MPI_Comm comm = comm_;
+    return thread_->submit(std::move(what), [job = std::move(job), comm] { job(comm); });
+  }
+
   // Baseline for benchmarks: same MPI call, caller's thread, no queue.
   void allreduce_on_caller(Tensor& t, ReduceOp op) {
     std::string what = str("allreduce on caller(", describe(t), ", ", reduce_op_name(op), ")");
@@ -315,5 +322,12 @@ void run_on_mpi_thread(Communicator& comm, const std::function<void()>& fn) {
                  comm.backend());
   mpi->run_on_thread(fn);
 }
+namespace detail {
+WorkPtr submit_mpi_job(Communicator& mpi, std::string what, std::function<void(MPI_Comm)> job) {
+  auto* m = dynamic_cast<MpiCommunicator*>(&mpi);
+  LOCKSTEP_CHECK(m != nullptr, what, " needs an MPI communicator, got ", mpi.backend());
+  return m->submit_job(std::move(what), std::move(job));
+}
+}  // namespace detail
 
 }  // namespace lockstep::comm

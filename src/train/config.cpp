@@ -144,6 +144,12 @@ const std::vector<Key>& keys() {
        "ranks did not arrive, at which collective and step, and the job ends (MPI_Abort)",
        {},
        0.1},
+      {"dist.algorithm",
+       &Config::dist_algorithm,
+       "CPU gradient allreduce: flat (one MPI allreduce), hierarchical (reduce in each node's "
+       "shared memory, allreduce between node leaders, copy back) or auto (flat: faster in "
+       "every setting measured so far, docs/MULTINODE.md)",
+       {"auto", "flat", "hierarchical"}},
       {"log.every",
        &Config::log_every,
        "log a progress line and a metrics record every N steps",

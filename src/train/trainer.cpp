@@ -12,6 +12,7 @@
 
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/comm/gpu_select.hpp"
+#include "lockstep/comm/hierarchical.hpp"
 #include "lockstep/comm/nccl_communicator.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
@@ -202,7 +203,8 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
   Device device = Device::cpu();
   if (config.train_device == "cuda" || (config.train_device == "auto" && cuda_available())) {
     LOCKSTEP_CHECK_HINT(cuda_available(), "set train.device = cpu, or run where a GPU is visible",
-                        "train.device = cuda but no GPU is available to rank ", rank);
+                        "train.device = cuda but no GPU is available to rank ", rank, " on host ",
+                        comm::this_host());
     // One GPU per rank (DDP; train.gpu says which); DataParallel's master takes GPU 0 and its
     // replicas the next.
     device = parallel == "dp" ? Device::cuda(0) : comm::select_gpu(comm, config.train_gpu);
@@ -326,6 +328,25 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
     gradient_comm = nccl.get();
   }
 #endif
+  // Mixed CPU/GPU nodes would pick different gradient transports and hang: refuse them by host.
+  // On CPUs, dist.algorithm picks flat or hierarchical allreduce (comm/hierarchical.hpp).
+  const comm::NodeLayout layout = comm::NodeLayout::detect(comm);
+  comm::check_same_on_all_hosts(comm, layout, "the training device (train.device)",
+                                device.is_cuda() ? "cuda" : "cpu",
+                                "give every node a GPU, or set train.device = cpu");
+  const auto algorithm = comm::parse_allreduce_algorithm(config.dist_algorithm, "dist.algorithm");
+  std::unique_ptr<comm::Communicator> hierarchical;
+  if (!device.is_cuda() && parallel == "ddp") {
+    hierarchical = comm::make_gradient_communicator(comm, algorithm, layout);
+    if (hierarchical) gradient_comm = hierarchical.get();
+  } else if (device.is_cuda()) {
+    LOCKSTEP_CHECK_HINT(algorithm != comm::AllreduceAlgorithm::Hierarchical,
+                        "set dist.algorithm = auto (NCCL already routes within and between nodes)",
+                        "dist.algorithm = hierarchical applies to the MPI allreduce of CPU ranks");
+  }
+  if (logs && world > 1)
+    progress.line(str("lockstep: gradient allreduce ", hierarchical ? "hierarchical" : "flat",
+                      " over ", layout.describe()));
   std::unique_ptr<dist::Engine> engine;
   dist::DdpOptions ddp_options;
   ddp_options.reducer.bucket_bytes = static_cast<std::size_t>(config.dist_bucket_mb * (1 << 20));

@@ -54,6 +54,7 @@ struct Config {
   double dist_first_bucket_mb = 1.0;
   bool dist_sync = true;
   double dist_timeout_s = 300.0;  // comm::kDefaultTimeoutSeconds (tests/comm checks they agree)
+  std::string dist_algorithm = "auto";
   // [log]
   std::int64_t log_every = 50;
   std::string log_metrics = "";
