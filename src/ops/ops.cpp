@@ -560,7 +560,7 @@ void flat_adamw_update(Context& ctx, const FlatPlan& plan, FlatRange range, Tens
 }
 
 void flat_sum_squares(Context& ctx, const FlatPlan& plan, FlatRange range, const Tensor& x,
-                      Tensor& sums) {
+                      Tensor& sums, FlatSums what) {
   const char* op = "flat_sum_squares";
   check_flat(ctx, op, plan, range);
   check_flat_buffer(ctx, op, "x", x, plan);
@@ -568,7 +568,7 @@ void flat_sum_squares(Context& ctx, const FlatPlan& plan, FlatRange range, const
   LOCKSTEP_CHECK(sums.numel() == plan.slots() + 1, op,
                  ": sums must have slots + 1 = ", plan.slots() + 1, " elements, got ",
                  sums.describe());
-  ctx.backend().flat_sum_squares(plan, range, x, sums);
+  ctx.backend().flat_sum_squares(plan, range, x, sums, what);
 }
 
 }  // namespace lockstep::ops

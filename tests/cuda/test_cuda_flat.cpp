@@ -141,6 +141,10 @@ TEST_F(Flat, PaddingIsNeverReadOrWritten) {
   g = dev(Tensor::from_vector(gv, {kNumel}));
   ops::flat_sum_squares(gpu(), *plan, {0, kNumel}, g, sums);
   EXPECT_TRUE(std::isnan(host(sums).to_vector<double>()[4]));
+  ops::flat_sum_squares(gpu(), *plan, {0, kNumel}, g, sums, ops::FlatSums::FinitenessOnly);
+  auto probe = host(sums).to_vector<double>();
+  EXPECT_TRUE(std::isnan(probe[4])) << "finiteness only";
+  EXPECT_EQ(probe[0], 0.0) << "slot 0 holds no NaN";
 }
 
 TEST_F(Flat, SumOfSquaresPerSlotMatchesTheCpuAndIsDeterministic) {

@@ -199,4 +199,14 @@ TEST(FlatSumSquares, ReportsEachSlotAndTheTotalOverTheRange) {
   EXPECT_NEAR(s[2], want, 1e-12 * want);
   EXPECT_GT(s[0], 0.0);
   EXPECT_EQ(s[1], 0.0);
+  // Finiteness only: 0 everywhere, NaN in the slot (and total) of a non-finite element.
+  ops::flat_sum_squares(ctx, *plan, {0, kNumel}, x, sums, ops::FlatSums::FinitenessOnly);
+  EXPECT_EQ(sums.to_vector<double>(), std::vector<double>(4, 0.0));
+  xv[150150] = -INFINITY;
+  x.copy_from(xv);
+  ops::flat_sum_squares(ctx, *plan, {0, kNumel}, x, sums, ops::FlatSums::FinitenessOnly);
+  s = sums.to_vector<double>();
+  EXPECT_EQ(s[0], 0.0);
+  EXPECT_TRUE(std::isnan(s[1]));
+  EXPECT_TRUE(std::isnan(s[3]));
 }

@@ -82,7 +82,7 @@ class Backend {
                                  const Tensor& grad, Tensor& m, Tensor& v,
                                  std::int64_t state_origin, const AdamWParams& p) = 0;
   virtual void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x,
-                                Tensor& sums) = 0;
+                                Tensor& sums, FlatSums what) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(Context& ctx);

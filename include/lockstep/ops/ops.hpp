@@ -187,11 +187,14 @@ void flat_sgd_update(Context& ctx, const FlatPlan& plan, FlatRange range, Tensor
 void flat_adamw_update(Context& ctx, const FlatPlan& plan, FlatRange range, Tensor& param,
                        const Tensor& grad, Tensor& m, Tensor& v, std::int64_t state_origin,
                        const AdamWParams& p);
+// What flat_sum_squares adds up: the squares (in double), or only whether every element is
+// finite (x * 0 in float: 0 where finite, NaN where not; half the work on a CPU without AVX).
+enum class FlatSums { Squares, FinitenessOnly };
 // sums (f64 [slots + 1] on ctx's device) receives the sum of squares of each segment's elements
 // in `range` at its slot (0 for slots without any), and at [slots] their total, added in slot
 // order; accumulated in double, so the total is finite exactly when every element is.
 // Does not synchronise: read sums when the value is needed.
 void flat_sum_squares(Context& ctx, const FlatPlan& plan, FlatRange range, const Tensor& x,
-                      Tensor& sums);
+                      Tensor& sums, FlatSums what = FlatSums::Squares);
 
 }  // namespace lockstep::ops

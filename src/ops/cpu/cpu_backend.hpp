@@ -96,8 +96,8 @@ class CpuBackend final : public Backend {
   void flat_adamw_update(const FlatPlan& plan, FlatRange range, Tensor& param, const Tensor& grad,
                          Tensor& m, Tensor& v, std::int64_t state_origin,
                          const AdamWParams& p) override;
-  void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x,
-                        Tensor& sums) override;
+  void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x, Tensor& sums,
+                        FlatSums what) override;
 
  private:
   // Scratch that grows to the largest request and is then reused (no allocation per call).

@@ -132,16 +132,16 @@ void CpuBackend::flat_adamw_update(const FlatPlan& plan, FlatRange range, Tensor
 }
 
 void CpuBackend::flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x,
-                                  Tensor& sums) {
+                                  Tensor& sums, FlatSums what) {
   const CpuFlatPlan& cp = cpu_plan(plan);
   const float* px = x.data<float>();
   auto [c0, c1] = cp.chunks_in(range);
   double* partial = scratch_doubles(c1 - c0);
   for_chunks(ctx_.pool(), cp, range, kParallelGrain,
              [&](std::size_t c, std::int64_t b, std::int64_t e) {
-               double unused, sq;
-               sum_and_squares(px + b, e - b, unused, sq);
-               partial[c - c0] = sq;
+               partial[c - c0] = what == FlatSums::Squares
+                                     ? sum_of_squares(px + b, e - b)
+                                     : static_cast<double>(nonfinite_probe(px + b, e - b));
              });
   double* out = sums.data<double>();
   const std::int32_t slots = plan.slots();

@@ -115,9 +115,7 @@ double CpuBackend::sum_squares(const Tensor& x) {
                  [&](std::int64_t b0, std::int64_t b1) {
                    for (std::int64_t blk = b0; blk < b1; ++blk) {
                      const std::int64_t s = blk * kReduceBlock, e = std::min(n, s + kReduceBlock);
-                     double unused, sq;
-                     sum_and_squares(px + s, e - s, unused, sq);
-                     partial[blk] = sq;
+                     partial[blk] = sum_of_squares(px + s, e - s);
                    }
                  });
   double total = 0.0;
@@ -131,24 +129,11 @@ bool CpuBackend::all_finite(const Tensor& x) {
   const float* px = x.data<float>();
   const std::int64_t blocks = (n + kReduceBlock - 1) / kReduceBlock;
   double* partial = scratch_doubles(static_cast<std::size_t>(blocks));
-  // x * 0 is 0 for finite x and NaN for Inf or NaN, and NaN survives any sum: a branch-free,
-  // vectorisable test.
   parallel_range(ctx_.pool(), blocks, std::max<std::int64_t>(1, kParallelGrain / kReduceBlock),
                  [&](std::int64_t b0, std::int64_t b1) {
                    for (std::int64_t blk = b0; blk < b1; ++blk) {
                      const std::int64_t s = blk * kReduceBlock, e = std::min(n, s + kReduceBlock);
-                     float acc[kLanes] = {};
-                     std::int64_t i = s;
-                     for (; i + kLanes <= e; i += kLanes) {
-                       for (int j = 0; j < kLanes; ++j)
-                         acc[j] += px[i + j] * 0.0f;
-                     }
-                     for (; i < e; ++i)
-                       acc[0] += px[i] * 0.0f;
-                     float t = 0.0f;
-                     for (int j = 0; j < kLanes; ++j)
-                       t += acc[j];
-                     partial[blk] = t;
+                     partial[blk] = nonfinite_probe(px + s, e - s);
                    }
                  });
   for (std::int64_t blk = 0; blk < blocks; ++blk) {

@@ -29,6 +29,10 @@ struct SgdLoop {
 
   // Elements [0, n) of w, g and buf.
   void operator()(float* w, const float* g, float* buf, std::int64_t n) const {
+    // Locals, not members: a store through w or buf could alias a member as far as the compiler
+    // knows, which would make it reload them every element and vectorise badly.
+    const float lr = this->lr, wd = this->wd, mu = this->mu, damp = this->damp;
+    const bool first = this->first, nesterov = this->nesterov;
     if (mu == 0.0f) {
       LOCKSTEP_IVDEP
       for (std::int64_t i = 0; i < n; ++i)
@@ -63,6 +67,9 @@ struct AdamWLoop {
 
   // Elements [0, n) of w, g, m and v.
   void operator()(float* pw, const float* pg, float* pm, float* pv, std::int64_t n) const {
+    const float decay = this->decay, b1 = this->b1, b2 = this->b2, eps = this->eps;
+    const float step_size = this->step_size, inv_sqrt_bc2 = this->inv_sqrt_bc2;
+    const float one_b1 = this->one_b1, one_b2 = this->one_b2;
     std::int64_t i = 0;
 #if defined(__SSE2__)
     // std::sqrt keeps errno semantics, which stops GCC from vectorising this loop; _mm_sqrt_ps

@@ -372,10 +372,10 @@ class CudaBackend final : public Backend {
     activate();
     cuda::flat_adamw_update(plan, range, param, grad, m, v, state_origin, p, stream_);
   }
-  void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x,
-                        Tensor& sums) override {
+  void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x, Tensor& sums,
+                        FlatSums what) override {
     activate();
-    cuda::flat_sum_squares(plan, range, x, sums, stream_);
+    cuda::flat_sum_squares(plan, range, x, sums, what == FlatSums::Squares, stream_);
   }
 
  private:

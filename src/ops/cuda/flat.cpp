@@ -108,12 +108,12 @@ void flat_adamw_update(const FlatPlan& plan, FlatRange range, Tensor& param, con
 }
 
 void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x, Tensor& sums,
-                      cudaStream_t s) {
+                      bool squares, cudaStream_t s) {
   const CudaFlatPlan& cp = cuda_plan(plan);
   auto [first, count] = cp.chunks_in(range);
   cuda::flat_sum_squares(cp.table(), first, count, range.begin, range.end, x.data<float>(),
                          static_cast<const i64*>(cp.device_slot_chunks.raw_data()), plan.slots(),
-                         cp.partials.data<double>(), sums.data<double>(), s);
+                         cp.partials.data<double>(), sums.data<double>(), squares, s);
 }
 
 }  // namespace lockstep::ops::cuda

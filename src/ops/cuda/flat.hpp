@@ -25,6 +25,6 @@ void flat_adamw_update(const FlatPlan& plan, FlatRange range, Tensor& param, con
                        Tensor& m, Tensor& v, std::int64_t state_origin, const AdamWParams& p,
                        cudaStream_t s);
 void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x, Tensor& sums,
-                      cudaStream_t s);
+                      bool squares, cudaStream_t s);
 
 }  // namespace lockstep::ops::cuda

@@ -52,12 +52,12 @@ __global__ void flat_adamw_kernel(const FlatChunk* chunks, i64 begin, i64 end, f
 }
 
 __global__ void flat_chunk_sum_squares_kernel(const FlatChunk* chunks, i64 begin, i64 end,
-                                              const float* x, double* partials) {
+                                              const float* x, bool squares, double* partials) {
   const ChunkRange r = chunk_range(chunks, begin, end);
   double acc = 0.0;
   for (i64 i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
     double v = x[i];
-    acc += v * v;
+    acc += v * (squares ? v : 0.0);
   }
   acc = block_sum(acc);
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
@@ -122,10 +122,10 @@ void flat_adamw_update(const FlatChunk* chunks, i64 first, i64 count, i64 begin,
 
 void flat_sum_squares(const FlatChunk* chunks, i64 first, i64 count, i64 begin, i64 end,
                       const float* x, const i64* slot_chunks, int slots, double* partials,
-                      double* sums, cudaStream_t s) {
+                      double* sums, bool squares, cudaStream_t s) {
   if (count > 0) {
     flat_chunk_sum_squares_kernel<<<grid_of(count), kThreads, 0, s>>>(chunks + first, begin, end, x,
-                                                                      partials);
+                                                                      squares, partials);
     LOCKSTEP_CHECK_LAUNCH();
   }
   if (slots > 0) {

@@ -37,9 +37,9 @@ void flat_adamw_update(const FlatChunk* chunks, i64 first, i64 count, i64 begin,
 // sums[s] = the sum of those partials over the slot's chunks, where
 // slot_chunks[2s], slot_chunks[2s + 1] give the slot's first chunk and chunk count in the whole
 // table; finally sums[slots] = sums[0] + ... + sums[slots - 1] in slot order. Deterministic:
-// fixed trees, no atomics.
+// fixed trees, no atomics. squares = false adds x * 0 instead (0, or NaN for a non-finite x).
 void flat_sum_squares(const FlatChunk* chunks, i64 first, i64 count, i64 begin, i64 end,
                       const float* x, const i64* slot_chunks, int slots, double* partials,
-                      double* sums, cudaStream_t s);
+                      double* sums, bool squares, cudaStream_t s);
 
 }  // namespace lockstep::ops::cuda
