@@ -16,9 +16,16 @@ double clip_coefficient(double max_norm, double norm) {
 
 }  // namespace
 
-GradientCheck check_gradients(ops::Context& ctx, FlatParams& flat) {
-  flat.grad_sum_squares(ctx);
-  return GradientCheck{flat.read_grad_sum_squares(ctx)};
+double GradientCheck::norm() const {
+  LOCKSTEP_CHECK(has_norm,
+                 "gradient check: the norm was not computed (check_gradients with "
+                 "with_norm = false)");
+  return std::sqrt(sum_squares);
+}
+
+GradientCheck check_gradients(ops::Context& ctx, FlatParams& flat, bool with_norm) {
+  flat.grad_sum_squares(ctx, with_norm ? ops::FlatSums::Squares : ops::FlatSums::FinitenessOnly);
+  return GradientCheck{flat.read_grad_sum_squares(ctx), with_norm};
 }
 
 double clip_grad_norm(ops::Context& ctx, FlatParams& flat, double max_norm, double norm) {

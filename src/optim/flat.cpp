@@ -141,12 +141,12 @@ std::shared_ptr<const ops::FlatPlan> FlatParams::make_plan(ops::Context& ctx,
   return ops::make_flat_plan(ctx, std::move(segments), layout_.numel());
 }
 
-const Tensor& FlatParams::grad_sum_squares(ops::Context& ctx) {
+const Tensor& FlatParams::grad_sum_squares(ops::Context& ctx, ops::FlatSums what) {
   if (!stats_plan_ || stats_plan_->device() != ctx.device()) stats_plan_ = make_plan(ctx);
   if (!sums_.defined() || sums_.device() != ctx.device())
     sums_ =
         Tensor::empty({static_cast<std::int64_t>(params_.size()) + 1}, DType::F64, ctx.device());
-  ops::flat_sum_squares(ctx, *stats_plan_, {0, layout_.numel()}, grads_, sums_);
+  ops::flat_sum_squares(ctx, *stats_plan_, {0, layout_.numel()}, grads_, sums_, what);
   return sums_;
 }
 

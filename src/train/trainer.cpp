@@ -482,7 +482,8 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
 
       // After the allreduce every rank holds the same gradients, so this check gives the same
       // answer everywhere without another collective. One pass, one readback (optim/clip.hpp).
-      const optim::GradientCheck grads = optim::check_gradients(ctx, *flat);
+      const optim::GradientCheck grads =
+          optim::check_gradients(ctx, *flat, /*with_norm=*/config.optim_clip_norm > 0);
       bool finite = std::isfinite(step_loss) && grads.finite();
       const double lr = schedule->lr_at(step - 1);
       if (!finite) {

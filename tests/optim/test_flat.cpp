@@ -365,6 +365,7 @@ TEST(GradientCheck, FindsANaNOrInfInAnyParameter) {
       g[g.size() / 2] = bad;
       p.grad.copy_from(g);
       EXPECT_FALSE(check_gradients(ctx, flat).finite()) << p.name << " holds " << bad;
+      EXPECT_FALSE(check_gradients(ctx, flat, /*with_norm=*/false).finite()) << p.name;
       EXPECT_FALSE(ops::all_finite(ctx, p.grad)) << "the per-parameter check agrees";
     }
   }
@@ -374,6 +375,9 @@ TEST(GradientCheck, FindsANaNOrInfInAnyParameter) {
     x = x == 0.0f ? 0.0f : std::numeric_limits<float>::max();
   flat.grads().copy_from(g);
   EXPECT_TRUE(check_gradients(ctx, flat).finite());
+  GradientCheck quick = check_gradients(ctx, flat, /*with_norm=*/false);
+  EXPECT_TRUE(quick.finite());
+  EXPECT_THROW(quick.norm(), Error) << "no norm was computed";
 }
 
 TEST(FusedUpdate, StepOverRangesUpdatesOnlyThoseRanges) {

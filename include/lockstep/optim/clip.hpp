@@ -18,14 +18,16 @@ namespace lockstep::optim {
 
 // What one pass over the gradients tells the trainer.
 struct GradientCheck {
-  double sum_squares = 0.0;  // over every gradient element, accumulated in double
+  double sum_squares = 0.0;  // over every gradient element, in double (0 or NaN without norm)
+  bool has_norm = true;      // whether the squares were summed (else finiteness only)
   bool finite() const { return std::isfinite(sum_squares); }  // every element is finite
-  double norm() const { return std::sqrt(sum_squares); }
+  double norm() const;                                        // needs has_norm
 };
 
-// The step's check: FlatParams::grad_sum_squares, then its one readback. On a GPU a later
-// change can skip the readback and keep grad_sum_squares' device tensor for the optimizer.
-GradientCheck check_gradients(ops::Context& ctx, FlatParams& flat);
+// The step's check: FlatParams::grad_sum_squares, then its one readback. with_norm = false (no
+// clipping) checks finiteness only, at about the cost of the per-parameter all_finite pass. On
+// a GPU a later change can skip the readback and keep the device tensor for the optimizer.
+GradientCheck check_gradients(ops::Context& ctx, FlatParams& flat, bool with_norm = true);
 
 // Clips with a norm already known (check_gradients' norm()): scales all gradients by
 // max_norm / (norm + 1e-6) when that is below 1. Returns the factor applied (1: none).

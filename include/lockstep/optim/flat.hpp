@@ -9,7 +9,9 @@
 // views. The gaps are padding: zero in every buffer, never read or written by the fused ops, so
 // they reach no norm, finiteness check or update. Buckets, the unit the Reducer allreduces, are
 // consecutive ranges that partition the layout (bucket 0 first); a ZeRO-1 shard is a range of a
-// bucket, and the fused ops take exactly such a range.
+// bucket, and the fused ops take exactly such a range (with state covering only the shard).
+// A reduce-scatter will also want each bucket's length divisible by the world size: bucket ends
+// are set in one place, FlatLayout::build.
 //
 // Why in optim: the layout exists so that the optimizer can update everything in one op, and
 // the optimizer's state is what ZeRO-1 shards; the Reducer (dist, a layer above) communicates the
@@ -89,8 +91,9 @@ class FlatParams {
   // Starts one pass over every gradient (padding excluded) on ctx's device and returns at once:
   // f64 [parameters + 1] on the device, each parameter's sum of squares and then their total,
   // added in parameter order (the per-parameter loop's result, bit for bit, on the CPU). The
-  // total is finite exactly when every gradient element is. The next call reuses the tensor.
-  const Tensor& grad_sum_squares(ops::Context& ctx);
+  // total is finite exactly when every gradient element is. FinitenessOnly skips the squares
+  // (cheaper on a CPU) and gives 0 or NaN. The next call reuses the tensor.
+  const Tensor& grad_sum_squares(ops::Context& ctx, ops::FlatSums what = ops::FlatSums::Squares);
   // Reads the total of the last grad_sum_squares back: the one host synchronisation of the
   // check (on a GPU it waits for ctx's stream only, not the whole device).
   double read_grad_sum_squares(ops::Context& ctx);
