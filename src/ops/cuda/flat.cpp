@@ -10,6 +10,8 @@
 namespace lockstep::ops::cuda {
 namespace {
 
+// The chunk table and per-slot ranges, uploaded once; `partials` is scratch the sum-of-squares
+// launches write, so a plan serves one context's stream (as FlatParams and optimizers use it).
 class CudaFlatPlan final : public FlatPlan {
  public:
   CudaFlatPlan(Device device, std::vector<FlatSegment> segments, std::int64_t numel, cudaStream_t s)
@@ -28,9 +30,8 @@ class CudaFlatPlan final : public FlatPlan {
     // Every device buffer of the plan is allocated here, once: the steps allocate nothing.
     const auto chunk_bytes = static_cast<std::int64_t>(chunks.size() * sizeof(FlatChunk));
     device_chunks = Tensor::empty({std::max<std::int64_t>(chunk_bytes, 1)}, DType::U8, device);
-    device_slot_chunks = Tensor::empty(
-        {std::max<std::int64_t>(static_cast<std::int64_t>(slot_chunks.size()), 1)}, DType::F64,
-        device);  // i64 words; F64 is the 8-byte dtype at hand
+    const auto slot_bytes = static_cast<std::int64_t>(slot_chunks.size() * sizeof(i64));
+    device_slot_chunks = Tensor::empty({std::max<std::int64_t>(slot_bytes, 1)}, DType::U8, device);
     partials = Tensor::empty({std::max<std::int64_t>(static_cast<std::int64_t>(chunks.size()), 1)},
                              DType::F64, device);
     // From pageable memory the copies return once the bytes are staged, so the vectors may go.
@@ -40,8 +41,8 @@ class CudaFlatPlan final : public FlatPlan {
                                           cudaMemcpyHostToDevice, s));
     if (!slot_chunks.empty())
       LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(device_slot_chunks.raw_data(), slot_chunks.data(),
-                                          slot_chunks.size() * sizeof(i64), cudaMemcpyHostToDevice,
-                                          s));
+                                          static_cast<std::size_t>(slot_bytes),
+                                          cudaMemcpyHostToDevice, s));
   }
 
   // The chunks that overlap `range`: first index and count.
@@ -58,7 +59,7 @@ class CudaFlatPlan final : public FlatPlan {
 
   std::vector<FlatChunk> chunks;  // by offset; the host copy of device_chunks
   Tensor device_chunks;           // FlatChunk[chunks.size()] as bytes
-  Tensor device_slot_chunks;      // i64 [slots][2]: first chunk, chunk count
+  Tensor device_slot_chunks;      // i64 [slots][2] as bytes: first chunk, chunk count
   Tensor partials;                // f64 [chunks.size()]
 };
 
