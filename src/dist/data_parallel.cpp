@@ -15,7 +15,8 @@ double seconds_since(Clock::time_point t) {
 
 DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& master,
                                        const std::string& spec, const Shape& sample_shape,
-                                       std::int64_t num_classes, DataParallelOptions options)
+                                       std::int64_t num_classes, DataParallelOptions options,
+                                       std::shared_ptr<optim::FlatParams> flat)
     : master_ctx_(master_ctx),
       master_(master),
       options_(std::move(options)),
@@ -26,8 +27,12 @@ DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& mast
       options_.devices.empty() || static_cast<int>(options_.devices.size()) == options_.replicas,
       "DataParallel: ", options_.devices.size(), " devices for ", options_.replicas, " replicas");
   replicas_.resize(static_cast<std::size_t>(options_.replicas));
+  if (!flat) flat = std::make_shared<optim::FlatParams>(master_.parameters());
+  LOCKSTEP_CHECK(flat->parameters() == master_.parameters(),
+                 "DataParallel: the flat parameters given are not the master model's");
   replicas_[0].ctx = &master_ctx_;
   replicas_[0].model = &master_;
+  replicas_[0].flat = std::move(flat);
   for (std::size_t r = 1; r < replicas_.size(); ++r) {
     Device device = options_.devices.empty() ? Device::cpu() : options_.devices[r];
     replicas_[r].own = std::make_unique<ops::Context>(device, options_.threads_per_replica);
@@ -36,6 +41,8 @@ DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& mast
     replicas_[r].own_model =
         std::make_unique<nn::Model>(nn::Model::build(spec, sample_shape, num_classes, 0, device));
     replicas_[r].model = replicas_[r].own_model.get();
+    replicas_[r].flat = std::make_shared<optim::FlatParams>(replicas_[r].model->parameters(),
+                                                            replicas_[0].flat->limits());
   }
   copy_master_to_replicas();
 }
@@ -43,18 +50,16 @@ DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& mast
 DataParallelEngine::~DataParallelEngine() = default;
 
 void DataParallelEngine::copy_master_to_replicas() {
-  const auto& mp = master_.parameters();
   const auto& mb = master_.buffers();
   for (std::size_t r = 1; r < replicas_.size(); ++r) {
     ops::Context& replica = *replicas_[r].ctx;
-    const auto& rp = replicas_[r].model->parameters();
     const auto& rb = replicas_[r].model->buffers();
     // The copies run on the master's stream; on GPUs each context has its own, so without these
     // two waits the replica could overwrite-while-reading its old weights or run its forward on
     // them before the fresh ones land.
     master_ctx_.wait_for(replica);
-    for (std::size_t i = 0; i < mp.size(); ++i)
-      ops::copy(master_ctx_, mp[i]->value, rp[i]->value);
+    // Same spec, same limits: the same layout, so the whole parameter buffer is one copy.
+    ops::copy(master_ctx_, replicas_[0].flat->values(), replicas_[r].flat->values());
     for (std::size_t i = 0; i < mb.size(); ++i)
       ops::copy(master_ctx_, mb[i]->value, rb[i]->value);
     replica.wait_for(master_ctx_);
@@ -67,7 +72,7 @@ void DataParallelEngine::begin_step() {
   copy_master_to_replicas();  // replicate, as DataParallel does before every forward
   times_.param_copy += seconds_since(start);
   for (Replica& r : replicas_)
-    r.model->zero_grad(*r.ctx);
+    r.flat->zero_grad(*r.ctx);
 }
 
 float DataParallelEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
@@ -98,21 +103,19 @@ float DataParallelEngine::forward_backward(const Tensor& x, const Tensor& y, flo
 
 void DataParallelEngine::finish_gradients() {
   auto start = Clock::now();
-  const auto& mp = master_.parameters();
+  Tensor& master_grads = replicas_[0].flat->grads();
   for (std::size_t r = 1; r < replicas_.size(); ++r) {
     // The sums run on the master's stream and read what the replica's backward wrote on its own.
     master_ctx_.wait_for(*replicas_[r].ctx);
-    const auto& rp = replicas_[r].model->parameters();
-    for (std::size_t i = 0; i < mp.size(); ++i) {
-      if (rp[i]->grad.device() == mp[i]->grad.device()) {
-        ops::axpy(master_ctx_, 1.0f, rp[i]->grad, mp[i]->grad);
-      } else {
-        // On the master's stream, after the wait (Tensor::to would copy outside both streams).
-        Tensor staged =
-            Tensor::empty(rp[i]->grad.shape(), rp[i]->grad.dtype(), mp[i]->grad.device());
-        ops::copy(master_ctx_, rp[i]->grad, staged);
-        ops::axpy(master_ctx_, 1.0f, staged, mp[i]->grad);
-      }
+    // Element by element the same sums, in the same replica order, as one axpy per parameter.
+    const Tensor& grads = replicas_[r].flat->grads();
+    if (grads.device() == master_grads.device()) {
+      ops::axpy(master_ctx_, 1.0f, grads, master_grads);
+    } else {
+      // On the master's stream, after the wait (Tensor::to would copy outside both streams).
+      Tensor staged = Tensor::empty(grads.shape(), grads.dtype(), master_grads.device());
+      ops::copy(master_ctx_, grads, staged);
+      ops::axpy(master_ctx_, 1.0f, staged, master_grads);
     }
   }
   times_.grad_gather += seconds_since(start);

@@ -24,10 +24,15 @@ void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization&
 }
 
 DdpEngine::DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& comm,
-                     DdpOptions options)
+                     DdpOptions options, std::shared_ptr<optim::FlatParams> flat)
     : ctx_(ctx), model_(model), comm_(comm), options_(std::move(options)) {
-  broadcast_state(comm_, model_.parameters(), model_.buffers());
-  reducer_ = std::make_unique<Reducer>(ctx_, comm_, model_.parameters(), options_.reducer);
+  if (!flat)
+    flat =
+        std::make_shared<optim::FlatParams>(model_.parameters(), bucket_limits(options_.reducer));
+  LOCKSTEP_CHECK(flat->parameters() == model_.parameters(),
+                 "DDP: the flat parameters given are not the model's");
+  broadcast_state(comm_, *flat, model_.buffers());
+  reducer_ = std::make_unique<Reducer>(ctx_, comm_, std::move(flat));
   model_.set_grad_ready_hook([this](nn::Parameter& p) { reducer_->on_grad_ready(p); });
 }
 

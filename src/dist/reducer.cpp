@@ -7,50 +7,32 @@
 
 namespace lockstep::dist {
 
-std::vector<BucketLayout> assign_buckets(const std::vector<nn::Parameter*>& params,
-                                         const ReducerOptions& options) {
-  std::vector<BucketLayout> out;
-  std::size_t bytes = 0;
-  for (std::size_t k = params.size(); k-- > 0;) {
-    // The current bucket is out.back(); bucket 0 has the smaller first-bucket limit.
-    std::size_t limit = out.size() == 1 ? options.first_bucket_bytes : options.bucket_bytes;
-    if (out.empty() || bytes >= limit) {
-      out.emplace_back();
-      bytes = 0;
-    }
-    out.back().params.push_back(k);
-    out.back().numel += params[k]->value.numel();
-    bytes += static_cast<std::size_t>(params[k]->value.numel()) * sizeof(float);
+optim::BucketLimits bucket_limits(const ReducerOptions& options) {
+  return {options.bucket_bytes, options.first_bucket_bytes};
+}
+
+Reducer::Reducer(ops::Context& ctx, comm::Communicator& comm,
+                 std::shared_ptr<optim::FlatParams> flat)
+    : ctx_(ctx), comm_(comm), flat_(std::move(flat)) {
+  LOCKSTEP_CHECK(flat_ != nullptr, "reducer: no parameters (null FlatParams)");
+  LOCKSTEP_CHECK(flat_->device() == ctx_.device(), "reducer: the gradients are on ",
+                 flat_->device().str(), " but the context runs on ", ctx_.device().str());
+  const auto& buckets = flat_->layout().buckets();
+  bucket_of_param_.assign(flat_->parameters().size(), 0);
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    bucket_tensors_.push_back(flat_->grad_bucket(b));
+    for (std::size_t k : buckets[b].params)
+      bucket_of_param_[k] = b;
   }
-  return out;
+  pending_.assign(buckets.size(), 0);
+  ready_.assign(flat_->parameters().size(), false);
+  work_.resize(buckets.size());
 }
 
 Reducer::Reducer(ops::Context& ctx, comm::Communicator& comm, std::vector<nn::Parameter*> params,
                  ReducerOptions options)
-    : ctx_(ctx), comm_(comm), params_(std::move(params)) {
-  for (const nn::Parameter* p : params_)
-    LOCKSTEP_CHECK(p->value.dtype() == DType::F32, "reducer: parameter ", p->name, " is ",
-                   p->value.describe(), "; only f32 gradients are bucketed");
-  layout_ = assign_buckets(params_, options);
-  bucket_of_param_.assign(params_.size(), 0);
-  for (std::size_t b = 0; b < layout_.size(); ++b) {
-    Tensor bucket = Tensor::empty({layout_[b].numel}, DType::F32, ctx_.device());
-    ops::fill(ctx_, bucket, 0.0f);
-    std::int64_t offset = 0;
-    for (std::size_t k : layout_[b].params) {
-      nn::Parameter& p = *params_[k];
-      Tensor view = bucket.sub(offset, p.value.shape());
-      if (p.grad.defined()) ops::copy(ctx_, p.grad, view);  // keep accumulated values
-      p.grad = view;
-      bucket_of_param_[k] = b;
-      offset += p.value.numel();
-    }
-    bucket_tensors_.push_back(bucket);
-  }
-  pending_.assign(layout_.size(), 0);
-  ready_.assign(params_.size(), false);
-  work_.resize(layout_.size());
-}
+    : Reducer(ctx, comm,
+              std::make_shared<optim::FlatParams>(std::move(params), bucket_limits(options))) {}
 
 void Reducer::prepare_for_backward(bool communicate) {
   LOCKSTEP_CHECK(!in_backward_ || !communicate_,
@@ -58,18 +40,19 @@ void Reducer::prepare_for_backward(bool communicate) {
   communicate_ = communicate;
   in_backward_ = true;
   next_to_launch_ = 0;
-  for (std::size_t b = 0; b < layout_.size(); ++b)
-    pending_[b] = static_cast<int>(layout_[b].params.size());
+  for (std::size_t b = 0; b < buckets().size(); ++b)
+    pending_[b] = static_cast<int>(buckets()[b].params.size());
   std::fill(ready_.begin(), ready_.end(), false);
 }
 
 void Reducer::on_grad_ready(nn::Parameter& param) {
   if (!in_backward_) return;  // e.g. a backward outside training (gradient checks)
+  const auto& params = flat_->parameters();
   std::size_t k = 0;
   // Parameters are few (tens to hundreds): a linear search keeps the hook allocation-free.
-  while (k < params_.size() && params_[k] != &param)
+  while (k < params.size() && params[k] != &param)
     ++k;
-  LOCKSTEP_CHECK(k < params_.size(), "reducer: gradient of unknown parameter ", param.name);
+  LOCKSTEP_CHECK(k < params.size(), "reducer: gradient of unknown parameter ", param.name);
   LOCKSTEP_CHECK(!ready_[k], "reducer: gradient of ", param.name,
                  " marked ready twice in one backward (a layer used twice?)");
   ready_[k] = true;
@@ -78,7 +61,7 @@ void Reducer::on_grad_ready(nn::Parameter& param) {
 }
 
 void Reducer::launch_ready_buckets() {
-  while (next_to_launch_ < layout_.size() && pending_[next_to_launch_] == 0) {
+  while (next_to_launch_ < buckets().size() && pending_[next_to_launch_] == 0) {
     // Compute on a device stream must be complete before the communicator reads the bucket;
     // the communicator orders this itself (NCCL: an event on the compute stream).
     work_[next_to_launch_] = comm_.allreduce_async(bucket_tensors_[next_to_launch_]);
@@ -89,28 +72,27 @@ void Reducer::launch_ready_buckets() {
 double Reducer::finish() {
   LOCKSTEP_CHECK(in_backward_, "reducer: finish() without a backward");
   std::string missing;
-  for (std::size_t k = 0; k < params_.size(); ++k)
+  for (std::size_t k = 0; k < ready_.size(); ++k)
     if (!ready_[k]) {
       if (!missing.empty()) missing += ", ";
-      missing += params_[k]->name;
+      missing += flat_->parameters()[k]->name;
     }
   LOCKSTEP_CHECK_HINT(missing.empty(), "every parameter must take part in the loss",
                       "reducer: no gradient arrived for ", missing);
   in_backward_ = false;
   if (!communicate_) return 0.0;
   auto start = std::chrono::steady_clock::now();
-  const float inv_world = 1.0f / static_cast<float>(comm_.size());
-  for (std::size_t b = 0; b < layout_.size(); ++b) {
+  for (std::size_t b = 0; b < buckets().size(); ++b) {
     work_[b]->wait();
     work_[b].reset();
-    if (comm_.size() > 1) ops::scale(ctx_, bucket_tensors_[b], inv_world);
   }
+  // One op over the whole buffer (the padding is zero and stays zero).
+  if (comm_.size() > 1) ops::scale(ctx_, flat_->grads(), 1.0f / static_cast<float>(comm_.size()));
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void Reducer::zero_grad() {
-  for (Tensor& bucket : bucket_tensors_)
-    ops::fill(ctx_, bucket, 0.0f);
+  flat_->zero_grad(ctx_);
 }
 
 void broadcast_state(comm::Communicator& comm, const std::vector<nn::Parameter*>& params,
@@ -121,6 +103,20 @@ void broadcast_state(comm::Communicator& comm, const std::vector<nn::Parameter*>
     work.push_back(comm.broadcast_async(p->value, 0));
   for (nn::Buffer* b : buffers)
     work.push_back(comm.broadcast_async(b->value, 0));
+  for (auto& w : work)
+    w->wait();
+}
+
+void broadcast_state(comm::Communicator& comm, optim::FlatParams& flat,
+                     const std::vector<nn::Buffer*>& buffers) {
+  if (comm.size() == 1) return;
+  std::vector<comm::WorkPtr> work;
+  for (std::size_t b = 0; b < flat.layout().buckets().size(); ++b) {
+    Tensor bucket = flat.value_bucket(b);
+    work.push_back(comm.broadcast_async(bucket, 0));
+  }
+  for (nn::Buffer* buffer : buffers)
+    work.push_back(comm.broadcast_async(buffer->value, 0));
   for (auto& w : work)
     w->wait();
 }

@@ -2,6 +2,8 @@
 // and the tensors named, so backends can trust their arguments.
 #include "lockstep/ops/ops.hpp"
 
+#include <algorithm>
+
 #include "lockstep/core/allocator.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/ops/backend.hpp"
@@ -462,6 +464,111 @@ void adamw_update(Context& ctx, Tensor& param, const Tensor& grad, Tensor& m, Te
   check_same_shape(op, "param", param, "v", v);
   LOCKSTEP_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
   ctx.backend().adamw_update(param, grad, m, v, p);
+}
+
+// ---- fused ops over flat buffers
+
+FlatPlan::FlatPlan(std::vector<FlatSegment> segments, std::int64_t numel, Device device)
+    : segments_(std::move(segments)), numel_(numel), device_(device) {
+  for (const FlatSegment& s : segments_)
+    slots_ = std::max(slots_, s.slot + 1);
+}
+
+std::shared_ptr<const FlatPlan> make_flat_plan(Context& ctx, std::vector<FlatSegment> segments,
+                                               std::int64_t numel) {
+  constexpr std::int64_t align = kFlatAlignBytes / static_cast<std::int64_t>(sizeof(float));
+  std::sort(segments.begin(), segments.end(),
+            [](const FlatSegment& a, const FlatSegment& b) { return a.offset < b.offset; });
+  std::vector<bool> slot_used;
+  std::int64_t end = 0;
+  for (const FlatSegment& s : segments) {
+    LOCKSTEP_CHECK(s.numel > 0 && s.offset >= end && s.offset % align == 0,
+                   "make_flat_plan: segment of slot ", s.slot, " at [", s.offset, ", ",
+                   s.offset + s.numel, ") must be non-empty, start on a ", kFlatAlignBytes,
+                   "-byte boundary and not overlap the previous one (ending at ", end, ")");
+    LOCKSTEP_CHECK(s.slot >= 0, "make_flat_plan: negative slot ", s.slot);
+    if (slot_used.size() <= static_cast<std::size_t>(s.slot))
+      slot_used.resize(static_cast<std::size_t>(s.slot) + 1, false);
+    LOCKSTEP_CHECK(!slot_used[static_cast<std::size_t>(s.slot)], "make_flat_plan: slot ", s.slot,
+                   " used by two segments");
+    slot_used[static_cast<std::size_t>(s.slot)] = true;
+    end = s.offset + s.numel;
+  }
+  LOCKSTEP_CHECK(end <= numel, "make_flat_plan: segments end at element ", end,
+                 " but the flat buffer has ", numel);
+  return ctx.backend().make_flat_plan(std::move(segments), numel);
+}
+
+namespace {
+
+void check_flat(Context& ctx, const char* op, const FlatPlan& plan, FlatRange range) {
+  LOCKSTEP_CHECK(plan.device() == ctx.device(), op, ": the plan was made for ", plan.device().str(),
+                 " but the context runs on ", ctx.device().str());
+  LOCKSTEP_CHECK(0 <= range.begin && range.begin <= range.end && range.end <= plan.numel(), op,
+                 ": range [", range.begin, ", ", range.end, ") is outside the flat buffer of ",
+                 plan.numel(), " elements");
+}
+
+void check_flat_buffer(Context& ctx, const char* op, const char* name, const Tensor& t,
+                       const FlatPlan& plan) {
+  check_f32(ctx, op, name, t);
+  LOCKSTEP_CHECK(t.numel() == plan.numel(), op, ": ", name, " is ", t.describe(),
+                 " but the flat layout has ", plan.numel(), " elements");
+}
+
+void check_flat_state(Context& ctx, const char* op, const char* name, const Tensor& t,
+                      std::int64_t origin, FlatRange range) {
+  check_f32(ctx, op, name, t);
+  LOCKSTEP_CHECK(
+      range.begin == range.end || (origin <= range.begin && range.end <= origin + t.numel()), op,
+      ": ", name, " holds elements [", origin, ", ", origin + t.numel(),
+      ") of the layout, which does not cover the range [", range.begin, ", ", range.end, ")");
+}
+
+}  // namespace
+
+void flat_sgd_update(Context& ctx, const FlatPlan& plan, FlatRange range, Tensor& param,
+                     const Tensor& grad, Tensor& momentum_buf, std::int64_t state_origin,
+                     const SgdParams& p) {
+  const char* op = "flat_sgd_update";
+  check_flat(ctx, op, plan, range);
+  check_flat_buffer(ctx, op, "param", param, plan);
+  check_flat_buffer(ctx, op, "grad", grad, plan);
+  if (p.momentum != 0.0f) {
+    LOCKSTEP_CHECK_HINT(momentum_buf.defined(), "allocate a momentum buffer like the parameters",
+                        op, ": momentum ", p.momentum, " needs a momentum buffer");
+    check_flat_state(ctx, op, "momentum_buf", momentum_buf, state_origin, range);
+  }
+  LOCKSTEP_CHECK(!p.nesterov || (p.momentum > 0.0f && p.dampening == 0.0f), op,
+                 ": nesterov needs momentum > 0 and dampening 0 (got momentum ", p.momentum,
+                 ", dampening ", p.dampening, ")");
+  ctx.backend().flat_sgd_update(plan, range, param, grad, momentum_buf, state_origin, p);
+}
+
+void flat_adamw_update(Context& ctx, const FlatPlan& plan, FlatRange range, Tensor& param,
+                       const Tensor& grad, Tensor& m, Tensor& v, std::int64_t state_origin,
+                       const AdamWParams& p) {
+  const char* op = "flat_adamw_update";
+  check_flat(ctx, op, plan, range);
+  check_flat_buffer(ctx, op, "param", param, plan);
+  check_flat_buffer(ctx, op, "grad", grad, plan);
+  check_flat_state(ctx, op, "m", m, state_origin, range);
+  check_flat_state(ctx, op, "v", v, state_origin, range);
+  LOCKSTEP_CHECK(m.numel() == v.numel(), op, ": m is ", m.describe(), " but v is ", v.describe());
+  LOCKSTEP_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
+  ctx.backend().flat_adamw_update(plan, range, param, grad, m, v, state_origin, p);
+}
+
+void flat_sum_squares(Context& ctx, const FlatPlan& plan, FlatRange range, const Tensor& x,
+                      Tensor& sums, FlatSums what) {
+  const char* op = "flat_sum_squares";
+  check_flat(ctx, op, plan, range);
+  check_flat_buffer(ctx, op, "x", x, plan);
+  check_tensor(ctx, op, "sums", sums, DType::F64);
+  LOCKSTEP_CHECK(sums.numel() == plan.slots() + 1, op,
+                 ": sums must have slots + 1 = ", plan.slots() + 1, " elements, got ",
+                 sums.describe());
+  ctx.backend().flat_sum_squares(plan, range, x, sums, what);
 }
 
 }  // namespace lockstep::ops

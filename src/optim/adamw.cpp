@@ -4,21 +4,22 @@
 
 namespace lockstep::optim {
 
-AdamW::AdamW(std::vector<nn::Parameter*> params, const AdamWOptions& options)
-    : Optimizer(std::move(params)), options_(options) {
+AdamW::AdamW(std::shared_ptr<FlatParams> flat, const AdamWOptions& options)
+    : Optimizer(std::move(flat)), options_(options) {
   LOCKSTEP_CHECK(options.lr >= 0.0f && options.eps > 0.0f && options.weight_decay >= 0.0f,
                  "adamw: lr and weight_decay must be non-negative and eps positive");
   LOCKSTEP_CHECK(options.beta1 >= 0.0f && options.beta1 < 1.0f && options.beta2 >= 0.0f &&
                      options.beta2 < 1.0f,
                  "adamw: betas must be in [0, 1), got ", options.beta1, ", ", options.beta2);
   lr_ = options.lr;
-  for (const nn::Parameter* p : params_) {
-    m_.push_back(zeros_like(*p));
-    v_.push_back(zeros_like(*p));
-  }
+  m_ = flat_->zeros();
+  v_ = flat_->zeros();
 }
 
-void AdamW::step(ops::Context& ctx) {
+AdamW::AdamW(std::vector<nn::Parameter*> params, const AdamWOptions& options)
+    : AdamW(std::make_shared<FlatParams>(std::move(params)), options) {}
+
+void AdamW::update(ops::Context& ctx, std::span<const ops::FlatRange> ranges) {
   ops::AdamWParams ap;
   ap.lr = lr_;
   ap.beta1 = options_.beta1;
@@ -26,17 +27,17 @@ void AdamW::step(ops::Context& ctx) {
   ap.eps = options_.eps;
   ap.weight_decay = options_.weight_decay;
   ap.step = steps_ + 1;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    ops::adamw_update(ctx, params_[i]->value, params_[i]->grad, m_[i], v_[i], ap);
-  }
-  ++steps_;
+  const ops::FlatPlan& p = plan(ctx, options_.decay);
+  for (const ops::FlatRange& range : ranges)
+    ops::flat_adamw_update(ctx, p, range, flat_->values(), flat_->grads(), m_, v_, 0, ap);
 }
 
 std::vector<StateTensor> AdamW::state() {
   std::vector<StateTensor> out;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    out.push_back({params_[i]->name + ".exp_avg", m_[i]});
-    out.push_back({params_[i]->name + ".exp_avg_sq", v_[i]});
+  const auto& params = flat_->parameters();
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    out.push_back({params[k]->name + ".exp_avg", flat_->view(m_, k)});
+    out.push_back({params[k]->name + ".exp_avg_sq", flat_->view(v_, k)});
   }
   return out;
 }

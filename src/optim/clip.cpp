@@ -1,20 +1,50 @@
 #include "lockstep/optim/clip.hpp"
 
-#include <cmath>
-
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::optim {
+namespace {
+
+void check_max_norm(double max_norm) {
+  LOCKSTEP_CHECK(max_norm > 0.0, "clip_grad_norm: max_norm must be positive, got ", max_norm);
+}
+
+// The 1e-6 is PyTorch's: it keeps the clipped norm just under max_norm.
+double clip_coefficient(double max_norm, double norm) {
+  return max_norm / (norm + 1e-6);
+}
+
+}  // namespace
+
+double GradientCheck::norm() const {
+  LOCKSTEP_CHECK(has_norm,
+                 "gradient check: the norm was not computed (check_gradients with "
+                 "with_norm = false)");
+  return std::sqrt(sum_squares);
+}
+
+GradientCheck check_gradients(ops::Context& ctx, FlatParams& flat, bool with_norm) {
+  flat.grad_sum_squares(ctx, with_norm ? ops::FlatSums::Squares : ops::FlatSums::FinitenessOnly);
+  return GradientCheck{flat.read_grad_sum_squares(ctx), with_norm};
+}
+
+double clip_grad_norm(ops::Context& ctx, FlatParams& flat, double max_norm, double norm) {
+  check_max_norm(max_norm);
+  double coef = clip_coefficient(max_norm, norm);
+  if (!(coef < 1.0)) return 1.0;  // also for a NaN norm, as the per-parameter form
+  // The padding is zero and stays zero: scaling the whole buffer is one op.
+  ops::scale(ctx, flat.grads(), static_cast<float>(coef));
+  return coef;
+}
 
 double clip_grad_norm(ops::Context& ctx, const std::vector<nn::Parameter*>& params,
                       double max_norm) {
-  LOCKSTEP_CHECK(max_norm > 0.0, "clip_grad_norm: max_norm must be positive, got ", max_norm);
+  check_max_norm(max_norm);
   double sum = 0.0;
   for (const nn::Parameter* p : params)
     sum += ops::sum_squares(ctx, p->grad);
   double norm = std::sqrt(sum);
-  // The 1e-6 is PyTorch's: it keeps the clipped norm just under max_norm.
-  double coef = max_norm / (norm + 1e-6);
+  double coef = clip_coefficient(max_norm, norm);
   if (coef < 1.0) {
     for (nn::Parameter* p : params)
       ops::scale(ctx, p->grad, static_cast<float>(coef));

@@ -4,20 +4,21 @@
 
 namespace lockstep::optim {
 
-Sgd::Sgd(std::vector<nn::Parameter*> params, const SgdOptions& options)
-    : Optimizer(std::move(params)), options_(options) {
+Sgd::Sgd(std::shared_ptr<FlatParams> flat, const SgdOptions& options)
+    : Optimizer(std::move(flat)), options_(options) {
   LOCKSTEP_CHECK(options.lr >= 0.0f && options.momentum >= 0.0f && options.weight_decay >= 0.0f,
                  "sgd: lr, momentum and weight_decay must be non-negative");
   LOCKSTEP_CHECK_HINT(!options.nesterov || (options.momentum > 0.0f && options.dampening == 0.0f),
                       "set momentum > 0 and dampening = 0, or turn nesterov off",
                       "sgd: nesterov momentum requires momentum > 0 and zero dampening");
   lr_ = options.lr;
-  for (const nn::Parameter* p : params_) {
-    momentum_.push_back(options.momentum != 0.0f ? zeros_like(*p) : Tensor());
-  }
+  if (options.momentum != 0.0f) momentum_ = flat_->zeros();
 }
 
-void Sgd::step(ops::Context& ctx) {
+Sgd::Sgd(std::vector<nn::Parameter*> params, const SgdOptions& options)
+    : Sgd(std::make_shared<FlatParams>(std::move(params)), options) {}
+
+void Sgd::update(ops::Context& ctx, std::span<const ops::FlatRange> ranges) {
   ops::SgdParams sp;
   sp.lr = lr_;
   sp.momentum = options_.momentum;
@@ -25,18 +26,17 @@ void Sgd::step(ops::Context& ctx) {
   sp.weight_decay = options_.weight_decay;
   sp.nesterov = options_.nesterov;
   sp.first_step = steps_ == 0;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    ops::sgd_update(ctx, params_[i]->value, params_[i]->grad, momentum_[i], sp);
-  }
-  ++steps_;
+  const ops::FlatPlan& p = plan(ctx, options_.decay);
+  for (const ops::FlatRange& range : ranges)
+    ops::flat_sgd_update(ctx, p, range, flat_->values(), flat_->grads(), momentum_, 0, sp);
 }
 
 std::vector<StateTensor> Sgd::state() {
   std::vector<StateTensor> out;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (momentum_[i].defined())
-      out.push_back({params_[i]->name + ".momentum_buffer", momentum_[i]});
-  }
+  if (!momentum_.defined()) return out;
+  const auto& params = flat_->parameters();
+  for (std::size_t k = 0; k < params.size(); ++k)
+    out.push_back({params[k]->name + ".momentum_buffer", flat_->view(momentum_, k)});
   return out;
 }
 

@@ -124,6 +124,11 @@ const std::vector<Key>& keys() {
        "clip gradients to this global L2 norm (0 = off)",
        {},
        0},
+      {"optim.decay",
+       &Config::optim_decay,
+       "which parameters optim.weight_decay applies to: all, or matrices (ndim >= 2: not biases "
+       "or norm scales/shifts, the GPT-2/nanoGPT rule)",
+       {"all", "matrices"}},
       {"dist.bucket_mb",
        &Config::dist_bucket_mb,
        "gradient bucket size in MiB (PyTorch DDP's default 25: large enough to amortise "

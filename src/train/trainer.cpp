@@ -42,7 +42,7 @@ double seconds_since(Clock::time_point t) {
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c,
-                                                 std::vector<nn::Parameter*> params) {
+                                                 std::shared_ptr<optim::FlatParams> params) {
   if (c.optim_name == "adamw") {
     optim::AdamWOptions o;
     o.lr = static_cast<float>(c.optim_lr);
@@ -50,6 +50,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c,
     o.beta2 = static_cast<float>(c.optim_beta2);
     o.eps = static_cast<float>(c.optim_eps);
     o.weight_decay = static_cast<float>(c.optim_weight_decay);
+    o.decay = optim::parse_decay_scope(c.optim_decay);
     return std::make_unique<optim::AdamW>(std::move(params), o);
   }
   optim::SgdOptions o;
@@ -57,6 +58,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c,
   o.momentum = static_cast<float>(c.optim_momentum);
   o.nesterov = c.optim_nesterov;
   o.weight_decay = static_cast<float>(c.optim_weight_decay);
+  o.decay = optim::parse_decay_scope(c.optim_decay);
   return std::make_unique<optim::Sgd>(std::move(params), o);
 }
 
@@ -256,7 +258,12 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
   std::int64_t total_steps = steps_per_epoch * config.train_epochs;
   if (config.train_max_steps > 0) total_steps = std::min(total_steps, config.train_max_steps);
 
-  auto optimizer = make_optimizer(config, model->parameters());
+  // Values, gradients and optimizer state in one flat layout, bucketed as DDP communicates it.
+  auto flat = std::make_shared<optim::FlatParams>(
+      model->parameters(),
+      optim::BucketLimits{static_cast<std::size_t>(config.dist_bucket_mb * (1 << 20)),
+                          static_cast<std::size_t>(config.dist_first_bucket_mb * (1 << 20))});
+  auto optimizer = make_optimizer(config, flat);
   // Dropout masks differ between ranks (as with one RNG per process in PyTorch).
   model->set_dropout_seed(hash_combine(static_cast<std::uint64_t>(config.train_seed),
                                        static_cast<std::uint64_t>(rank)));
@@ -366,9 +373,9 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
         dp.devices.push_back(Device::cuda(r));
     }
     engine = std::make_unique<dist::DataParallelEngine>(ctx, *model, config.model_spec, input_shape,
-                                                        train_set->num_classes(), dp);
+                                                        train_set->num_classes(), dp, flat);
   } else {
-    engine = std::make_unique<dist::DdpEngine>(ctx, *model, *gradient_comm, ddp_options);
+    engine = std::make_unique<dist::DdpEngine>(ctx, *model, *gradient_comm, ddp_options, flat);
   }
 
   data::LoaderOptions loader_options;
@@ -496,10 +503,10 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
       position_batch = (s + 1) * config.train_accumulation;
 
       // After the allreduce every rank holds the same gradients, so this check gives the same
-      // answer everywhere without another collective.
-      bool finite = std::isfinite(step_loss);
-      for (nn::Parameter* p : model->parameters())
-        finite = finite && ops::all_finite(ctx, p->grad);
+      // answer everywhere without another collective. One pass, one readback (optim/clip.hpp).
+      const optim::GradientCheck grads =
+          optim::check_gradients(ctx, *flat, /*with_norm=*/config.optim_clip_norm > 0);
+      bool finite = std::isfinite(step_loss) && grads.finite();
       const double lr = schedule->lr_at(step - 1);
       if (!finite) {
         LOCKSTEP_CHECK_HINT(config.train_nan_policy == "skip",
@@ -511,8 +518,8 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
           progress.line(str("warning: step ", step, " skipped: non-finite loss or gradient"));
       } else {
         if (config.optim_clip_norm > 0)
-          optim::clip_grad_norm(ctx, model->parameters(),
-                                static_cast<float>(config.optim_clip_norm));
+          optim::clip_grad_norm(ctx, *flat, static_cast<float>(config.optim_clip_norm),
+                                grads.norm());
         optimizer->set_lr(static_cast<float>(lr));
         optimizer->step(ctx);
         dist::StepTimes t = engine->times();

@@ -30,7 +30,7 @@ std::vector<std::vector<float>> train_dp(const ProblemSpec& p, int replicas, int
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;
-  optim::Sgd sgd(master.parameters(), so);
+  optim::Sgd sgd(engine.flat_params(), so);  // the engine laid the parameters out flat
   const std::int64_t micro = p.global_batch / accumulation;
   for (int step = 0; step < p.steps; ++step) {
     SyntheticBatch b = synthetic_batch(p.global_batch, p.sample, p.classes, step);

@@ -44,7 +44,7 @@ std::vector<std::vector<float>> train_ddp(const ProblemSpec& p, const DdpRun& ru
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;
-  optim::Sgd sgd(model.parameters(), so);
+  optim::Sgd sgd(engine.flat_params(), so);  // the engine laid the parameters out flat
   const std::int64_t local = p.global_batch / n;
   const std::int64_t micro = local / run.accumulation;
   for (int step = 0; step < p.steps; ++step) {
@@ -139,7 +139,7 @@ TEST(Ddp, DataParallelAndDdpAgreeOnTheSameGlobalBatch) {
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;
-  optim::Sgd sgd(master.parameters(), so);
+  optim::Sgd sgd(engine.flat_params(), so);  // the engine laid the parameters out flat
   for (int step = 0; step < p.steps; ++step) {
     SyntheticBatch b = synthetic_batch(p.global_batch, p.sample, p.classes, step);
     engine.begin_step();

@@ -12,6 +12,7 @@
 #include "lockstep/core/thread_pool.hpp"
 #include "lockstep/dist/ddp.hpp"
 #include "lockstep/dist/engine.hpp"
+#include "lockstep/optim/flat.hpp"
 
 namespace lockstep::dist {
 
@@ -25,9 +26,13 @@ struct DataParallelOptions {
 class DataParallelEngine final : public Engine {
  public:
   // Builds the replicas from the master model's spec and copies the master's state into them.
+  // `flat`: the master's parameters laid out flat (shared with the optimizer); when null the
+  // engine lays them out itself. Every replica gets the same layout, so replicating and
+  // gathering are one copy and one sum per replica.
   DataParallelEngine(ops::Context& master_ctx, nn::Model& master, const std::string& spec,
                      const Shape& sample_shape, std::int64_t num_classes,
-                     DataParallelOptions options);
+                     DataParallelOptions options,
+                     std::shared_ptr<optim::FlatParams> flat = nullptr);
   ~DataParallelEngine() override;
 
   nn::Model& model() override { return master_; }
@@ -38,6 +43,7 @@ class DataParallelEngine final : public Engine {
   void finish_gradients() override;
   StepTimes times() const override { return times_; }
 
+  const std::shared_ptr<optim::FlatParams>& flat_params() const { return replicas_[0].flat; }
   int replicas() const { return static_cast<int>(replicas_.size()); }
   // Bytes of parameters, gradients and optimizer-free state each replica holds (index 0 =
   // master, without its optimizer state), for the memory-balance report.
@@ -49,6 +55,7 @@ class DataParallelEngine final : public Engine {
     std::unique_ptr<ops::Context> own;  // replicas 1..k-1
     nn::Model* model = nullptr;
     std::unique_ptr<nn::Model> own_model;
+    std::shared_ptr<optim::FlatParams> flat;  // model's parameters; the master's for replica 0
     nn::SoftmaxCrossEntropy loss;
     Tensor input;
     float last_loss = 0;

@@ -29,7 +29,10 @@ struct DdpOptions {
 
 class DdpEngine final : public Engine {
  public:
-  DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& comm, DdpOptions options);
+  // `flat`: the model's parameters laid out flat (shared with the optimizer); when null the
+  // engine lays them out itself, bucketed by options.reducer, and flat_params() returns it.
+  DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& comm, DdpOptions options,
+            std::shared_ptr<optim::FlatParams> flat = nullptr);
 
   nn::Model& model() override { return model_; }
   ops::Context& context() override { return ctx_; }
@@ -40,6 +43,7 @@ class DdpEngine final : public Engine {
   StepTimes times() const override { return times_; }
 
   const Reducer& reducer() const { return *reducer_; }
+  const std::shared_ptr<optim::FlatParams>& flat_params() const { return reducer_->flat_params(); }
 
  private:
   ops::Context& ctx_;

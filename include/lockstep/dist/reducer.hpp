@@ -1,25 +1,29 @@
 // Reducer: averages gradients across ranks while backward is still running (PyTorch DDP's
-// reducer, over lockstep's Communicator). Gradients live in flat buckets, filled in reverse
-// parameter order because backward produces them in that order; every Parameter::grad is a view
-// into its bucket, so neither the layers nor the allreduce copy anything. When the last gradient
-// of a bucket is ready, the bucket's allreduce is queued on the communicator (whose own thread
-// runs it) and backward goes on. finish() waits for every bucket and divides by the world size,
-// once.
+// reducer, over lockstep's Communicator). Gradients live in the flat buffer of a FlatParams
+// (optim/flat.hpp), in buckets filled in reverse parameter order because backward produces them
+// in that order; every Parameter::grad is a view into its bucket, so neither the layers nor the
+// allreduce copy anything, and the optimizer updates the same buffer in one op. When the last
+// gradient of a bucket is ready, the bucket's allreduce is queued on the communicator (whose own
+// thread runs it) and backward goes on. finish() waits for every bucket and divides by the world
+// size, once.
 //
 // Invariants: buckets are launched in index order on every rank (a bucket that completes early
 // waits for its predecessors), so all ranks issue the same collectives in the same order; a
 // bucket is never written by compute while its allreduce is in flight (only the next backward,
-// after finish(), writes it again).
+// after finish(), writes it again); the padding between parameters is zero on every rank, so
+// reducing it keeps it zero.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "lockstep/comm/communicator.hpp"
 #include "lockstep/nn/module.hpp"
 #include "lockstep/ops/context.hpp"
+#include "lockstep/optim/flat.hpp"
 
 namespace lockstep::dist {
 
@@ -34,20 +38,14 @@ struct ReducerOptions {
   std::size_t first_bucket_bytes = kDefaultFirstBucketBytes;
 };
 
-// One bucket: a flat f32 tensor and the parameters whose gradients live in it.
-struct BucketLayout {
-  std::vector<std::size_t> params;  // indices into the parameter list, in reverse order
-  std::int64_t numel = 0;
-};
-
-// The bucket assignment: parameters in reverse order, a new bucket once the current one holds
-// at least its byte limit (a parameter larger than the limit gets its bucket alone).
-std::vector<BucketLayout> assign_buckets(const std::vector<nn::Parameter*>& params,
-                                         const ReducerOptions& options);
+// The bucket limits these options give a FlatParams layout.
+optim::BucketLimits bucket_limits(const ReducerOptions& options);
 
 class Reducer {
  public:
-  // Rebinds every parameter's grad to a view into its bucket (values are kept).
+  // Communicates the gradient buckets of `flat`.
+  Reducer(ops::Context& ctx, comm::Communicator& comm, std::shared_ptr<optim::FlatParams> flat);
+  // Lays the parameters out in a FlatParams of its own, bucketed by `options`.
   Reducer(ops::Context& ctx, comm::Communicator& comm, std::vector<nn::Parameter*> params,
           ReducerOptions options = {});
 
@@ -56,23 +54,24 @@ class Reducer {
   void prepare_for_backward(bool communicate);
   // The model's grad-ready hook: called once per parameter per backward.
   void on_grad_ready(nn::Parameter& param);
-  // Waits for every launched bucket and averages it. Throws, naming the parameters, when some
-  // gradient never became ready. Returns the seconds spent waiting (exposed communication).
+  // Waits for every launched bucket and averages the gradients. Throws, naming the parameters,
+  // when some gradient never became ready. Returns the seconds spent waiting (exposed
+  // communication).
   double finish();
-  // Sets every gradient to zero (one fill per bucket).
+  // Sets every gradient to zero (one fill of the flat buffer).
   void zero_grad();
 
-  const std::vector<BucketLayout>& buckets() const { return layout_; }
-  std::size_t num_buckets() const { return layout_.size(); }
+  const std::vector<optim::FlatBucket>& buckets() const { return flat_->layout().buckets(); }
+  std::size_t num_buckets() const { return buckets().size(); }
+  const std::shared_ptr<optim::FlatParams>& flat_params() const { return flat_; }
 
  private:
   void launch_ready_buckets();
 
   ops::Context& ctx_;
   comm::Communicator& comm_;
-  std::vector<nn::Parameter*> params_;
-  std::vector<BucketLayout> layout_;
-  std::vector<Tensor> bucket_tensors_;
+  std::shared_ptr<optim::FlatParams> flat_;
+  std::vector<Tensor> bucket_tensors_;  // views of flat_'s gradient buffer
   std::vector<std::size_t> bucket_of_param_;
   std::vector<int> pending_;         // per bucket: gradients not yet ready this backward
   std::vector<bool> ready_;          // per parameter
@@ -85,6 +84,9 @@ class Reducer {
 // Makes every replica start identical whatever its seed: rank 0's parameters and buffers are
 // broadcast to all ranks (PyTorch DDP does the same at construction).
 void broadcast_state(comm::Communicator& comm, const std::vector<nn::Parameter*>& params,
+                     const std::vector<nn::Buffer*>& buffers);
+// The same for flat parameters: one broadcast per bucket of values.
+void broadcast_state(comm::Communicator& comm, optim::FlatParams& flat,
                      const std::vector<nn::Buffer*>& buffers);
 
 }  // namespace lockstep::dist

@@ -71,6 +71,18 @@ class Backend {
                           const SgdParams& p) = 0;
   virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                             const AdamWParams& p) = 0;
+
+  // Fused ops over flat buffers; the plan passed in is always one this backend made.
+  virtual std::shared_ptr<const FlatPlan> make_flat_plan(std::vector<FlatSegment> segments,
+                                                         std::int64_t numel) = 0;
+  virtual void flat_sgd_update(const FlatPlan& plan, FlatRange range, Tensor& param,
+                               const Tensor& grad, Tensor& momentum_buf, std::int64_t state_origin,
+                               const SgdParams& p) = 0;
+  virtual void flat_adamw_update(const FlatPlan& plan, FlatRange range, Tensor& param,
+                                 const Tensor& grad, Tensor& m, Tensor& v,
+                                 std::int64_t state_origin, const AdamWParams& p) = 0;
+  virtual void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x,
+                                Tensor& sums, FlatSums what) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(Context& ctx);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "lockstep/core/tensor.hpp"
@@ -132,5 +133,68 @@ void sgd_update(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentu
 // param -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
 void adamw_update(Context& ctx, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                   const AdamWParams& p);
+
+// ---- fused ops over flat buffers: one launch (GPU) or one parallel loop (CPU) for many tensors.
+// A flat buffer holds tensors ("segments") back to back, each starting on a kFlatAlignBytes
+// boundary of the buffer; the elements between segments are padding, which these ops never read
+// or write. They work on the segment elements in a range [begin, end) of the buffer, so a
+// ZeRO-1 shard update is the same call as the whole-model update, with the shard's range.
+inline constexpr std::int64_t kFlatAlignBytes = 256;  // cuBLAS/cuDNN's preferred alignment
+
+struct FlatSegment {
+  std::int64_t offset = 0;  // first element; a multiple of kFlatAlignBytes / 4
+  std::int64_t numel = 0;   // > 0
+  std::int32_t slot = 0;    // where flat_sum_squares reports it (the parameter's index)
+  bool decay = true;        // whether the optimizer updates apply weight decay to it
+};
+
+struct FlatRange {
+  std::int64_t begin = 0, end = 0;  // elements of the flat buffer
+};
+
+// The backend's preparation of one list of segments (chunk tables, on the device for CUDA):
+// made once per layout by make_flat_plan, used by every step on contexts of the same device.
+class FlatPlan {
+ public:
+  virtual ~FlatPlan() = default;
+  const std::vector<FlatSegment>& segments() const { return segments_; }  // by offset
+  std::int64_t numel() const { return numel_; }  // of the flat buffers it describes
+  std::int32_t slots() const { return slots_; }  // largest slot + 1
+  Device device() const { return device_; }
+
+ protected:
+  FlatPlan(std::vector<FlatSegment> segments, std::int64_t numel, Device device);
+
+ private:
+  std::vector<FlatSegment> segments_;
+  std::int64_t numel_;
+  std::int32_t slots_ = 0;
+  Device device_;
+};
+
+// Checks the segments (aligned, in order, disjoint, inside numel, distinct slots) and builds the
+// plan for ctx's backend.
+std::shared_ptr<const FlatPlan> make_flat_plan(Context& ctx, std::vector<FlatSegment> segments,
+                                               std::int64_t numel);
+// sgd_update / adamw_update on every segment element in `range` of the flat buffers, with
+// weight_decay 0 where the segment says decay = false: on the CPU bit for bit what the
+// per-tensor ops give. param and grad span the plan's numel; the state tensors hold the
+// elements [state_origin, state_origin + numel) of the layout (0 and the whole layout, or a
+// ZeRO-1 shard that covers the range).
+void flat_sgd_update(Context& ctx, const FlatPlan& plan, FlatRange range, Tensor& param,
+                     const Tensor& grad, Tensor& momentum_buf, std::int64_t state_origin,
+                     const SgdParams& p);
+void flat_adamw_update(Context& ctx, const FlatPlan& plan, FlatRange range, Tensor& param,
+                       const Tensor& grad, Tensor& m, Tensor& v, std::int64_t state_origin,
+                       const AdamWParams& p);
+// What flat_sum_squares adds up: the squares (in double), or only whether every element is
+// finite (x * 0 in float: 0 where finite, NaN where not; half the work on a CPU without AVX).
+enum class FlatSums { Squares, FinitenessOnly };
+// sums (f64 [slots + 1] on ctx's device) receives the sum of squares of each segment's elements
+// in `range` at its slot (0 for slots without any), and at [slots] their total, added in slot
+// order; accumulated in double, so the total is finite exactly when every element is.
+// Does not synchronise: read sums when the value is needed.
+void flat_sum_squares(Context& ctx, const FlatPlan& plan, FlatRange range, const Tensor& x,
+                      Tensor& sums, FlatSums what = FlatSums::Squares);
 
 }  // namespace lockstep::ops

@@ -1,5 +1,6 @@
 // AdamW (decoupled weight decay, Loshchilov & Hutter 2019) exactly as torch.optim.AdamW with
-// amsgrad off. Kernel: ops::adamw_update; bias correction uses the 1-based step count.
+// amsgrad off. Kernel: ops::flat_adamw_update, bit for bit ops::adamw_update on each parameter;
+// bias correction uses the 1-based step count.
 #pragma once
 
 #include "lockstep/optim/optimizer.hpp"
@@ -11,21 +12,25 @@ struct AdamWOptions {
   float beta1 = 0.9f, beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 1e-2f;
+  DecayScope decay = DecayScope::All;  // which parameters weight_decay applies to
 };
 
 class AdamW final : public Optimizer {
  public:
+  AdamW(std::shared_ptr<FlatParams> flat, const AdamWOptions& options);
+  // Lays the parameters out in a FlatParams of its own (one bucket).
   AdamW(std::vector<nn::Parameter*> params, const AdamWOptions& options);
 
   std::string type() const override { return "adamw"; }
-  void step(ops::Context& ctx) override;
   // "<param>.exp_avg" and "<param>.exp_avg_sq" per parameter (PyTorch's names).
   std::vector<StateTensor> state() override;
   const AdamWOptions& options() const { return options_; }
 
  private:
+  void update(ops::Context& ctx, std::span<const ops::FlatRange> ranges) override;
+
   AdamWOptions options_;
-  std::vector<Tensor> m_, v_;
+  Tensor m_, v_;  // flat
 };
 
 }  // namespace lockstep::optim

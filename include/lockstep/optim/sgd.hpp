@@ -1,5 +1,6 @@
 // SGD with momentum, dampening, Nesterov momentum and (coupled, L2) weight decay, exactly as
-// torch.optim.SGD (the momentum buffer starts as the first gradient). Kernel: ops::sgd_update.
+// torch.optim.SGD (the momentum buffer starts as the first gradient). Kernel:
+// ops::flat_sgd_update, bit for bit ops::sgd_update on each parameter.
 #pragma once
 
 #include "lockstep/optim/optimizer.hpp"
@@ -12,21 +13,25 @@ struct SgdOptions {
   float dampening = 0.0f;
   float weight_decay = 0.0f;
   bool nesterov = false;
+  DecayScope decay = DecayScope::All;  // which parameters weight_decay applies to
 };
 
 class Sgd final : public Optimizer {
  public:
+  Sgd(std::shared_ptr<FlatParams> flat, const SgdOptions& options);
+  // Lays the parameters out in a FlatParams of its own (one bucket).
   Sgd(std::vector<nn::Parameter*> params, const SgdOptions& options);
 
   std::string type() const override { return "sgd"; }
-  void step(ops::Context& ctx) override;
   // "<param>.momentum_buffer" per parameter when momentum != 0, else nothing.
   std::vector<StateTensor> state() override;
   const SgdOptions& options() const { return options_; }
 
  private:
+  void update(ops::Context& ctx, std::span<const ops::FlatRange> ranges) override;
+
   SgdOptions options_;
-  std::vector<Tensor> momentum_;  // empty tensors when momentum == 0
+  Tensor momentum_;  // flat, undefined when momentum == 0
 };
 
 }  // namespace lockstep::optim

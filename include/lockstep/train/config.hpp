@@ -49,6 +49,7 @@ struct Config {
   double optim_gamma = 0.1;
   double optim_min_lr = 0.0;
   double optim_clip_norm = 0.0;
+  std::string optim_decay = "all";
   // [dist]
   double dist_bucket_mb = 25.0;
   double dist_first_bucket_mb = 1.0;

@@ -87,6 +87,18 @@ class CpuBackend final : public Backend {
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                     const AdamWParams& p) override;
 
+  // cpu_flat.cpp
+  std::shared_ptr<const FlatPlan> make_flat_plan(std::vector<FlatSegment> segments,
+                                                 std::int64_t numel) override;
+  void flat_sgd_update(const FlatPlan& plan, FlatRange range, Tensor& param, const Tensor& grad,
+                       Tensor& momentum_buf, std::int64_t state_origin,
+                       const SgdParams& p) override;
+  void flat_adamw_update(const FlatPlan& plan, FlatRange range, Tensor& param, const Tensor& grad,
+                         Tensor& m, Tensor& v, std::int64_t state_origin,
+                         const AdamWParams& p) override;
+  void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x, Tensor& sums,
+                        FlatSums what) override;
+
  private:
   // Scratch that grows to the largest request and is then reused (no allocation per call).
   double* scratch_doubles(std::size_t n);

@@ -2,12 +2,10 @@
 // Reductions over many elements go in fixed blocks (kReduceBlock elements, kLossRows rows) whose
 // partial sums are added in block order, so they are independent of the thread count.
 #include <cmath>
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
 
 #include "lockstep/core/error.hpp"
 #include "ops/cpu/cpu_backend.hpp"
+#include "ops/cpu/optim_loops.hpp"
 #include "ops/cpu/parallel.hpp"
 #include "ops/cpu/reduce.hpp"
 
@@ -117,9 +115,7 @@ double CpuBackend::sum_squares(const Tensor& x) {
                  [&](std::int64_t b0, std::int64_t b1) {
                    for (std::int64_t blk = b0; blk < b1; ++blk) {
                      const std::int64_t s = blk * kReduceBlock, e = std::min(n, s + kReduceBlock);
-                     double unused, sq;
-                     sum_and_squares(px + s, e - s, unused, sq);
-                     partial[blk] = sq;
+                     partial[blk] = sum_of_squares(px + s, e - s);
                    }
                  });
   double total = 0.0;
@@ -133,24 +129,11 @@ bool CpuBackend::all_finite(const Tensor& x) {
   const float* px = x.data<float>();
   const std::int64_t blocks = (n + kReduceBlock - 1) / kReduceBlock;
   double* partial = scratch_doubles(static_cast<std::size_t>(blocks));
-  // x * 0 is 0 for finite x and NaN for Inf or NaN, and NaN survives any sum: a branch-free,
-  // vectorisable test.
   parallel_range(ctx_.pool(), blocks, std::max<std::int64_t>(1, kParallelGrain / kReduceBlock),
                  [&](std::int64_t b0, std::int64_t b1) {
                    for (std::int64_t blk = b0; blk < b1; ++blk) {
                      const std::int64_t s = blk * kReduceBlock, e = std::min(n, s + kReduceBlock);
-                     float acc[kLanes] = {};
-                     std::int64_t i = s;
-                     for (; i + kLanes <= e; i += kLanes) {
-                       for (int j = 0; j < kLanes; ++j)
-                         acc[j] += px[i + j] * 0.0f;
-                     }
-                     for (; i < e; ++i)
-                       acc[0] += px[i] * 0.0f;
-                     float t = 0.0f;
-                     for (int j = 0; j < kLanes; ++j)
-                       t += acc[j];
-                     partial[blk] = t;
+                     partial[blk] = nonfinite_probe(px + s, e - s);
                    }
                  });
   for (std::int64_t blk = 0; blk < blocks; ++blk) {
@@ -163,25 +146,10 @@ void CpuBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& momentum_
                             const SgdParams& p) {
   float* pw = param.data<float>();
   const float* pg = grad.data<float>();
-  const float lr = p.lr, wd = p.weight_decay, mu = p.momentum, damp = 1.0f - p.dampening;
-  if (mu == 0.0f) {
-    parallel_range(ctx_.pool(), param.numel(), kParallelGrain, [&](std::int64_t b, std::int64_t e) {
-      LOCKSTEP_IVDEP
-      for (std::int64_t i = b; i < e; ++i)
-        pw[i] -= lr * (pg[i] + wd * pw[i]);
-    });
-    return;
-  }
-  float* pbuf = momentum_buf.data<float>();
-  const bool first = p.first_step, nesterov = p.nesterov;
+  float* pbuf = p.momentum != 0.0f ? momentum_buf.data<float>() : nullptr;
+  const SgdLoop loop(p, /*decay=*/true);
   parallel_range(ctx_.pool(), param.numel(), kParallelGrain, [&](std::int64_t b, std::int64_t e) {
-    LOCKSTEP_IVDEP
-    for (std::int64_t i = b; i < e; ++i) {
-      const float g = pg[i] + wd * pw[i];
-      const float buf = first ? g : mu * pbuf[i] + damp * g;
-      pbuf[i] = buf;
-      pw[i] -= lr * (nesterov ? g + mu * buf : buf);
-    }
+    loop(pw + b, pg + b, pbuf ? pbuf + b : nullptr, e - b);
   });
 }
 
@@ -191,47 +159,10 @@ void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tens
   const float* pg = grad.data<float>();
   float* pm = m.data<float>();
   float* pv = v.data<float>();
-  const double t = static_cast<double>(p.step);
-  const float decay = 1.0f - p.lr * p.weight_decay;
-  const float b1 = p.beta1, b2 = p.beta2, eps = p.eps;
-  // As torch.optim.AdamW: step_size = lr / bc1, denom = sqrt(v) / sqrt(bc2) + eps.
-  const float step_size = static_cast<float>(p.lr / (1.0 - std::pow(static_cast<double>(b1), t)));
-  const float inv_sqrt_bc2 =
-      static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)));
-  const float one_b1 = 1.0f - b1, one_b2 = 1.0f - b2;
+  const AdamWLoop loop(p, /*apply_decay=*/true);
   parallel_range(
-      ctx_.pool(), param.numel(), kParallelGrain / 4, [&](std::int64_t b, std::int64_t e) {
-        std::int64_t i = b;
-#if defined(__SSE2__)
-        // std::sqrt keeps errno semantics, which stops GCC from vectorising this loop; _mm_sqrt_ps
-        // is the same correctly rounded square root four at a time, and the operations below are
-        // the scalar loop's, in the same order, so every element gets the same bits on either path.
-        const __m128 vb1 = _mm_set1_ps(b1), vb2 = _mm_set1_ps(b2), v1b1 = _mm_set1_ps(one_b1);
-        const __m128 v1b2 = _mm_set1_ps(one_b2), vdecay = _mm_set1_ps(decay);
-        const __m128 vstep = _mm_set1_ps(step_size), vbc2 = _mm_set1_ps(inv_sqrt_bc2);
-        const __m128 veps = _mm_set1_ps(eps);
-        for (; i + 4 <= e; i += 4) {
-          const __m128 g = _mm_loadu_ps(pg + i);
-          const __m128 mi = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(pm + i)), _mm_mul_ps(v1b1, g));
-          const __m128 vi =
-              _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(pv + i)), _mm_mul_ps(_mm_mul_ps(v1b2, g), g));
-          _mm_storeu_ps(pm + i, mi);
-          _mm_storeu_ps(pv + i, vi);
-          const __m128 denom = _mm_add_ps(_mm_mul_ps(_mm_sqrt_ps(vi), vbc2), veps);
-          const __m128 w = _mm_sub_ps(_mm_mul_ps(_mm_loadu_ps(pw + i), vdecay),
-                                      _mm_div_ps(_mm_mul_ps(vstep, mi), denom));
-          _mm_storeu_ps(pw + i, w);
-        }
-#endif
-        for (; i < e; ++i) {
-          const float g = pg[i];
-          const float mi = b1 * pm[i] + one_b1 * g;
-          const float vi = b2 * pv[i] + one_b2 * g * g;
-          pm[i] = mi;
-          pv[i] = vi;
-          pw[i] = pw[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
-        }
-      });
+      ctx_.pool(), param.numel(), kParallelGrain / 4,
+      [&](std::int64_t b, std::int64_t e) { loop(pw + b, pg + b, pm + b, pv + b, e - b); });
 }
 
 }  // namespace lockstep::ops::cpu

@@ -22,6 +22,7 @@
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/conv.hpp"
 #include "ops/cuda/cuda_backend.hpp"
+#include "ops/cuda/flat.hpp"
 #include "ops/cuda/kernels.hpp"
 
 namespace lockstep::ops {
@@ -349,16 +350,32 @@ class CudaBackend final : public Backend {
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                     const AdamWParams& p) override {
     activate();
-    const double t = static_cast<double>(p.step);
-    AdamWArgs a{
-        p.beta1,
-        p.beta2,
-        p.eps,
-        1.0f - p.lr * p.weight_decay,
-        static_cast<float>(p.lr / (1.0 - std::pow(static_cast<double>(p.beta1), t))),
-        static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(p.beta2), t)))};
     cuda::adamw_update(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
-                       param.numel(), a, stream_);
+                       param.numel(), adamw_args(p), stream_);
+  }
+
+  // ---- fused ops over flat buffers (flat.cpp)
+  std::shared_ptr<const FlatPlan> make_flat_plan(std::vector<FlatSegment> segments,
+                                                 std::int64_t numel) override {
+    activate();
+    return cuda::make_flat_plan(device_, std::move(segments), numel, stream_);
+  }
+  void flat_sgd_update(const FlatPlan& plan, FlatRange range, Tensor& param, const Tensor& grad,
+                       Tensor& momentum_buf, std::int64_t state_origin,
+                       const SgdParams& p) override {
+    activate();
+    cuda::flat_sgd_update(plan, range, param, grad, momentum_buf, state_origin, p, stream_);
+  }
+  void flat_adamw_update(const FlatPlan& plan, FlatRange range, Tensor& param, const Tensor& grad,
+                         Tensor& m, Tensor& v, std::int64_t state_origin,
+                         const AdamWParams& p) override {
+    activate();
+    cuda::flat_adamw_update(plan, range, param, grad, m, v, state_origin, p, stream_);
+  }
+  void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x, Tensor& sums,
+                        FlatSums what) override {
+    activate();
+    cuda::flat_sum_squares(plan, range, x, sums, what == FlatSums::Squares, stream_);
   }
 
  private:

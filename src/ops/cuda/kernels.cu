@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/kernels.hpp"
 #include "ops/cuda/philox.hpp"
@@ -36,40 +37,6 @@ unsigned blocks_for(i64 n) {
 #define LOCKSTEP_GRID_STRIDE(i, n)                                               \
   for (i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<i64>(blockDim.x) * gridDim.x)
-
-template <class T>
-__device__ T warp_sum(T v) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v += __shfl_down_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-template <class T>
-__device__ T warp_max(T v) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// Sum over the block, returned to every thread. Safe to call several times in a row.
-template <class T>
-__device__ T block_sum(T v) {
-  __shared__ T partial[32];
-  __shared__ T total;
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum(v);
-  __syncthreads();  // a previous call may still be reading `total`/`partial`
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    int warps = (blockDim.x + 31) >> 5;
-    T w = lane < warps ? partial[lane] : T(0);
-    w = warp_sum(w);
-    if (lane == 0) total = w;
-  }
-  __syncthreads();
-  return total;
-}
 
 // ---------------------------------------------------------------- memory and elementwise
 
