@@ -80,6 +80,12 @@ const std::vector<Key>& keys() {
        &Config::train_device,
        "cpu, cuda (one GPU per local rank) or auto",
        {"auto", "cpu", "cuda"}},
+      {"train.precision",
+       &Config::train_precision,
+       "GEMM and convolution arithmetic: fp32; tf32 (CUDA tensor cores; on a CPU exactly fp32); "
+       "or bf16 (bf16 inputs, f32 accumulation and outputs; a CPU needs AMX or AVX512-BF16). "
+       "Weights, gradients, optimizer state, loss and softmax stay f32",
+       {"fp32", "tf32", "bf16"}},
       {"train.resume", &Config::train_resume,
        "empty (start fresh), auto (newest complete checkpoint in checkpoint.dir), or a file"},
       {"train.nan_policy",

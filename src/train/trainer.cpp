@@ -208,6 +208,7 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
                                     comm.local_rank(), comm.local_size(), cuda_device_count()));
   }
   ops::Context ctx(device, threads);
+  ctx.set_precision(ops::precision_from_name(config.train_precision));
 
   auto train_set =
       data::ShardedDataset::open(config.data_train, config.data_memory_budget_mb << 20);
@@ -363,6 +364,7 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
                       model->num_parameters(), " parameters; ", train_set->size(),
                       " training samples; global batch ", per_step, " = ", world, " x ",
                       config.train_accumulation, " x ", local_batch, "; ", total_steps, " steps"));
+    if (ctx.precision() != ops::Precision::FP32) progress.line("precision " + ctx.precision_info());
   }
   metrics.write(JsonRecord()
                     .add("event", "start")
