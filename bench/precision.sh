@@ -61,6 +61,7 @@ torch_matmul() {  # PRECISION
     record torch-matmul "$1" 1
 }
 
+"$BENCH" isa --out="$OUT/isa.json" 2>/dev/null  # the per-core fp32 and bf16 arithmetic peaks
 for rep in $(seq 1 "$REPS"); do
   echo "precision: repetition $rep/$REPS (load $(cut -d' ' -f1 /proc/loadavg))" >&2
   for p in fp32 bf16; do
@@ -92,10 +93,13 @@ isa = [f for f in ("amx_bf16", "avx512_bf16", "avx512f") if re.search(rf"\b{f}\b
 info = next((r["config"]["precision_info"] for r in runs
              if r["kind"] == "lockstep-mlp" and r["prec"] == "bf16"), "?")
 blas = next((r["openblas_core"] for r in runs if r["kind"] == "lockstep-ops"), "?")
+peak = json.load(open(f"{out}/isa.json"))
 threads = sorted({r["thr"] for r in runs if r["kind"] == "lockstep-mlp"})
 s = {"machine": {"cpu": cpu, "cores": os.cpu_count(), "cpu_flags": isa,
                  "lockstep_bf16": info, "openblas_core": blas,
                  "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE", ""),
+                 "core_peak_gflops": {"avx512_fp32_fma": peak["avx512_fp32_fma_gflops"],
+                                      "avx512_bf16_dot": peak["avx512_bf16_dot_gflops"]},
                  "load_start": load_start, "load_end": load_end,
                  "date": time.strftime("%Y-%m-%d %H:%M")},
      "repetitions": len([r for r in runs if r["kind"] == "lockstep-ops" and r["prec"] == "fp32"]),
@@ -118,6 +122,8 @@ with open(f"{out}/summary.md", "w") as f:
     f.write(f"Precision on the CPU: {cpu}, {os.cpu_count()} cores, flags {' '.join(isa)}; "
             f"lockstep {info}; OpenBLAS kernels {blas}"
             f"{' (OPENBLAS_CORETYPE=' + os.environ['OPENBLAS_CORETYPE'] + ')' if os.environ.get('OPENBLAS_CORETYPE') else ''}; "
+            f"one core's peak: AVX512 fp32 FMA {peak['avx512_fp32_fma_gflops']:.0f} GFLOP/s, "
+            f"AVX512-BF16 dot {peak['avx512_bf16_dot_gflops']:.0f} GFLOP/s (lockstep-bench isa); "
             f"load {load_start} at start, {load_end} at end; "
             f"{s['repetitions']} interleaved repetitions, medians.\n\n")
     if blas in ("Prescott", "Core2", "Katmai", "Nehalem", "Dunnington", "Penryn", "Atom"):

@@ -11,7 +11,7 @@
 // tensors (the parameters during a forward+backward), converted once per window (CastCache).
 //
 // Why neither AVX512-BF16 nor AMX means an error: oneDNN then emulates bf16 on AVX512 at about a
-// fifth of its fp32 speed, and has no bf16 at all below AVX512 (docs/PERFORMANCE.md, "Precision").
+// quarter of its fp32 speed, and has no bf16 at all below AVX512 (docs/PERFORMANCE.md, "Precision").
 //
 // Conversion is round to nearest even with NaN kept NaN; where the CPU has AVX512-BF16 it is
 // vcvtneps2bf16, which flushes f32 subnormals (below 1.2e-38) to zero, as oneDNN's kernels
@@ -171,7 +171,7 @@ void CpuBackend::check_precision(Precision p) {
   LOCKSTEP_CHECK_HINT(native_bf16(), "set train.precision = fp32 on this machine",
                       "train.precision = bf16 needs a CPU with AMX or AVX512-BF16, but ",
                       onednn_version(), " finds only ", isa_name(),
-                      " on this one: it would emulate bf16 at about a fifth of its fp32 speed "
+                      " on this one: it would emulate bf16 at about a quarter of its fp32 speed "
                       "(and not run it at all below AVX512)");
 }
 
