@@ -11,7 +11,8 @@
 // tensors (the parameters during a forward+backward), converted once per window (CastCache).
 //
 // Why neither AVX512-BF16 nor AMX means an error: oneDNN then emulates bf16 on AVX512 at about a
-// quarter of its fp32 speed, and has no bf16 at all below AVX512 (docs/PERFORMANCE.md, "Precision").
+// quarter of its fp32 speed, and has no bf16 at all below AVX512 (docs/PERFORMANCE.md,
+// "Precision").
 //
 // Conversion is round to nearest even with NaN kept NaN; where the CPU has AVX512-BF16 it is
 // vcvtneps2bf16, which flushes f32 subnormals (below 1.2e-38) to zero, as oneDNN's kernels
