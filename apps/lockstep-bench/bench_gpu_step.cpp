@@ -247,11 +247,12 @@ int run(const Args& args) {
   const int reps = static_cast<int>(args.get_int("reps", 30));
   const int cpu_threads = static_cast<int>(args.get_int("cpu-threads", 0));
   const bool with_cpu = args.get_int("cpu", 1) != 0;
-  const bool tf32 = args.get_int("tf32", 0) != 0;
+  // --precision=fp32|tf32|bf16 for the GPU context (--tf32=1 is the older spelling of tf32).
+  const ops::Precision precision = ops::precision_from_name(
+      args.get("precision", args.get_int("tf32", 0) != 0 ? "tf32" : "fp32"));
+  const bool tf32 = precision == ops::Precision::TF32;
   LOCKSTEP_CHECK_HINT(cuda_available(), "run on a machine with a GPU",
                       "gpu-step needs a GPU, and none answers here");
-  // Read by the CUDA backend when a context is created (see src/ops/cuda/cuda_backend.cpp).
-  if (tf32) setenv("LOCKSTEP_CUDA_TF32", "1", 1);
 #ifdef LOCKSTEP_HAVE_CUDA
   const std::string gpu_name = ops::cuda::device_description(0);
 #else
@@ -269,7 +270,11 @@ int run(const Args& args) {
   };
   {
     ops::Context gpu(Device::cuda(0));
-    measure(gpu, tf32 ? "cuda:0 tf32" : "cuda:0", reps);
+    gpu.set_precision(precision);
+    measure(gpu,
+            precision == ops::Precision::FP32 ? "cuda:0"
+                                              : str("cuda:0 ", ops::precision_name(precision)),
+            reps);
   }
   if (with_cpu) {
     int threads = cpu_threads > 0
@@ -281,7 +286,8 @@ int run(const Args& args) {
 
   std::string json =
       str("{\"bench\": \"gpu-step\", \"machine\": ", machine_json(), ", \"gpu\": \"", gpu_name,
-          "\", \"tf32\": ", tf32 ? "true" : "false", ", \"warmup\": ", warmup, ", \"results\": [");
+          "\", \"tf32\": ", tf32 ? "true" : "false", ", \"precision\": \"",
+          ops::precision_name(precision), "\", \"warmup\": ", warmup, ", \"results\": [");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Timing& t = rows[i];
     json += str(i ? ", " : "", "{\"model\": \"", t.model, "\", \"device\": \"", t.device,
@@ -307,7 +313,9 @@ int run(const Args& args) {
 }
 
 LOCKSTEP_BENCH("gpu-step",
-               "training-step time of an MLP 784-1024-1024-10 and a small CNN, GPU vs CPU", run);
+               "training-step time of an MLP 784-1024-1024-10 and a small CNN, GPU vs CPU "
+               "(--precision=fp32|tf32|bf16 for the GPU)",
+               run);
 
 }  // namespace
 }  // namespace lockstep::bench

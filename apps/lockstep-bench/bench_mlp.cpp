@@ -9,6 +9,12 @@
 // fraction_of_3x_bound charges 3 x forward FLOPs at the measured GEMM rate instead, i.e. also
 // counts the first layer's skipped input gradient. A per-phase split from a separately timed,
 // instrumented run shows where the rest goes.
+//
+// --precision=fp32|tf32|bf16 sets the Context's precision (ops/precision.hpp). In bf16 the bound's
+// GEMMs take f32 operands as the step does: activations are cast per call, the weight operand
+// once (it sits in a reuse window, as the Model's parameters do). --reuse=0 runs the step's
+// layers without the Model's reuse window, so every GEMM casts its weight again: the difference
+// is what the weight-cast cache saves.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -66,6 +72,7 @@ int run(const Args& args) {
   const std::string spec = args.get("model", "mlp:1024,1024");
   const int reps = static_cast<int>(args.get_int("reps", 7));
   const int steps = static_cast<int>(args.get_int("steps", 10));
+  const bool reuse = args.get_int("reuse", 1) != 0;
   LOCKSTEP_CHECK(reps >= 5, "--reps must be at least 5 (medians of >= 5 repetitions), got ", reps);
   LOCKSTEP_CHECK(threads >= 1 && batch >= 1 && steps >= 1,
                  "--threads, --batch, --steps must be positive");
@@ -73,6 +80,7 @@ int run(const Args& args) {
   const Shape sample{1, 28, 28};
 
   ops::Context ctx(Device::cpu(), threads);
+  ctx.set_precision(ops::precision_from_name(args.get("precision", "fp32")));
   nn::Model model = nn::Model::build(spec, sample, classes, 1);
   optim::Sgd sgd(model.parameters(), {.lr = 0.01f, .momentum = 0.9f});
   nn::SoftmaxCrossEntropy loss;
@@ -83,11 +91,24 @@ int run(const Args& args) {
   Tensor y = Tensor::from_vector(labels, {batch});
   const float scale = 1.0f / static_cast<float>(batch);
 
+  std::vector<Tensor> weights;  // what the Model's reuse window holds
+  for (const nn::Parameter* p : model.parameters())
+    weights.push_back(p->value);
   auto step = [&] {
-    sgd.flat_params()->zero_grad(ctx);  // as the Reducer does: one fill of the flat buffer
-    Tensor logits = model.forward(ctx, x);
-    loss.forward(ctx, logits, y);
-    model.backward(ctx, loss.backward(ctx, scale));
+    sgd.flat_params()->zero_grad(ctx);
+    if (reuse) {
+      Tensor logits = model.forward(ctx, x);
+      loss.forward(ctx, logits, y);
+      model.backward(ctx, loss.backward(ctx, scale));
+    } else {  // Model::forward/backward minus the reuse window
+      Tensor h = x;
+      for (std::size_t i = 0; i < model.num_layers(); ++i)
+        h = model.layer(i).forward(ctx, h);
+      loss.forward(ctx, h, y);
+      Tensor d = loss.backward(ctx, scale);
+      for (std::size_t i = model.num_layers(); i-- > 0;)
+        d = model.layer(i).backward(ctx, d);
+    }
     sgd.step(ctx);
   };
 
@@ -114,7 +135,10 @@ int run(const Args& args) {
   }
   auto run_gemm = [&](std::size_t i) {
     const Gemm& g = gemms[i];
+    // The weight operand (b of forward and input-gradient GEMMs) in a reuse window, as in a step.
+    if (!g.trans_a) ctx.begin_reuse({operands[i].b});
     ops::gemm(ctx, g.trans_a, g.trans_b, 1.0f, operands[i].a, operands[i].b, g.beta, operands[i].c);
+    ctx.end_reuse();
   };
 
   // Repetitions interleave the step and its GEMMs, so that a change in the load from other
@@ -171,6 +195,7 @@ int run(const Args& args) {
   for (int rep = -1; rep < reps * steps; ++rep) {  // rep -1 warms up and is not recorded
     timed(
         "zero_grad", [&] { sgd.flat_params()->zero_grad(ctx); }, rep);
+    if (reuse) ctx.begin_reuse(weights);  // as Model::forward does
     Tensor h = x;
     for (std::size_t i = 0; i < model.num_layers(); ++i) {
       timed(
@@ -190,6 +215,7 @@ int run(const Args& args) {
           str(i, ".", model.layer(i).type(), ".backward"),
           [&] { d = model.layer(i).backward(ctx, d); }, rep);
     }
+    ctx.end_reuse();
     timed(
         "sgd.step", [&] { sgd.step(ctx); }, rep);
   }
@@ -198,7 +224,9 @@ int run(const Args& args) {
   json << "{\"benchmark\": \"mlp\", \"machine\": " << machine_json() << ",\n"
        << " \"config\": {\"model\": \"" << spec << "\", \"layers\": \"" << model.layer_spec()
        << "\", \"batch\": " << batch << ", \"threads\": " << threads << ", \"reps\": " << reps
-       << ", \"steps_per_rep\": " << steps << "},\n"
+       << ", \"steps_per_rep\": " << steps << ", \"precision\": \""
+       << ops::precision_name(ctx.precision()) << "\", \"precision_info\": \""
+       << ctx.precision_info() << "\", \"reuse\": " << (reuse ? "true" : "false") << "},\n"
        << " \"step_ms_per_rep\": [" << join_ms(step_times) << "],\n"
        << " \"gemm_bound_ms_per_rep\": [" << join_ms(bound_times) << "],\n"
        << " \"step_ms\": " << step_s * 1e3 << ", \"samples_per_s\": " << batch / step_s << ",\n"
@@ -226,10 +254,11 @@ int run(const Args& args) {
   write_output(args, json.str());
 
   std::fprintf(stderr,
-               "mlp %s batch %lld threads %d: %.2f ms/step, %.0f samples/s; GEMMs alone %.2f ms "
-               "(%.1f GFLOP/s) -> %.3f of bound (%.3f of the 3x-forward bound)\n",
-               spec.c_str(), static_cast<long long>(batch), threads, step_s * 1e3, batch / step_s,
-               bound_s * 1e3, gemm_rate * 1e-9, fraction, bound_3x_s / step_s);
+               "mlp %s batch %lld threads %d %s: %.2f ms/step, %.0f samples/s; GEMMs alone %.2f "
+               "ms (%.1f GFLOP/s) -> %.3f of bound (%.3f of the 3x-forward bound)\n",
+               spec.c_str(), static_cast<long long>(batch), threads,
+               ops::precision_name(ctx.precision()), step_s * 1e3, batch / step_s, bound_s * 1e3,
+               gemm_rate * 1e-9, fraction, bound_3x_s / step_s);
   for (auto& [name, t] : phases) {
     std::fprintf(stderr, "  %-28s %8.3f ms\n", name.c_str(), median(t) * 1e3);
   }
@@ -238,8 +267,9 @@ int run(const Args& args) {
 
 }  // namespace
 
-LOCKSTEP_BENCH(
-    "mlp", "MLP training step vs the GEMM bound (--threads=2 --batch=256 --model=mlp:1024,1024)",
-    run);
+LOCKSTEP_BENCH("mlp",
+               "MLP training step vs the GEMM bound (--threads=2 --batch=256 --model=mlp:1024,1024 "
+               "--precision=fp32|tf32|bf16 --reuse=1)",
+               run);
 
 }  // namespace lockstep::bench

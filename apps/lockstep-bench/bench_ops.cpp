@@ -5,7 +5,9 @@
 //   relu, loss, optimizer) in microseconds and GB/s, plus a conv/batchnorm/relu mix that shows
 //   the cost of OpenMP workers spinning next to the pool (compare OMP_WAIT_POLICY settings).
 // Each figure is the median of --reps repetitions; each repetition runs the op enough times to
-// take about --min-ms milliseconds.
+// take about --min-ms milliseconds. --precision=bf16 (or tf32) runs the GEMMs and convolutions in
+// that precision (ops/precision.hpp); in bf16 the GEMM group adds the same GEMMs on operands
+// already in bf16 and the f32 -> bf16 cast, which together show what per-op casting costs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -73,6 +75,13 @@ int run_ops_bench(const Args& args) {
   const double min_ms = args.get_double("min-ms", 100.0);
   const std::string only = args.get("only", "");  // gemm, conv, cheap, mix (empty: all)
   ops::Context ctx(Device::cpu(), threads);
+  ctx.set_precision(ops::precision_from_name(args.get("precision", "fp32")));
+  const bool bf16 = ctx.precision() == ops::Precision::BF16;
+  auto bf16_copy = [&](const Tensor& t) {
+    Tensor out = Tensor::empty(t.shape(), DType::BF16);
+    ops::cast(ctx, t, out);
+    return out;
+  };
   std::vector<Result> results;
   auto want = [&](const char* group) { return only.empty() || only == group; };
   auto add = [&](const std::string& name, const std::string& kind, double flops, double bytes,
@@ -89,7 +98,8 @@ int run_ops_bench(const Args& args) {
     std::fprintf(stderr, "\n");
     results.push_back(std::move(r));
   };
-  std::fprintf(stderr, "lockstep-bench ops: threads=%d reps=%d (median per call)\n", threads, reps);
+  std::fprintf(stderr, "lockstep-bench ops: threads=%d reps=%d precision %s (median per call)\n",
+               threads, reps, ctx.precision_info().c_str());
 
   if (want("gemm")) {
     const std::int64_t batch = 256;
@@ -106,11 +116,27 @@ int run_ops_bench(const Args& args) {
           [&] { ops::gemm(ctx, false, false, 1.0f, y, w, 0.0f, dx); });
       add("gemm bwd-weights " + layer + " (dY^T X)", "gemm", flops, 0,
           [&] { ops::gemm(ctx, true, false, 1.0f, y, x, 1.0f, dw); });
+      if (bf16) {  // the same GEMMs without the per-op casts of their operands
+        Tensor x16 = bf16_copy(x), w16 = bf16_copy(w), y16 = bf16_copy(y);
+        add("gemm fwd " + layer + " [bf16 operands]", "gemm-bf16-operands", flops, 0,
+            [&] { ops::gemm(ctx, false, true, 1.0f, x16, w16, 0.0f, y); });
+        add("gemm bwd-data " + layer + " [bf16 operands]", "gemm-bf16-operands", flops, 0,
+            [&] { ops::gemm(ctx, false, false, 1.0f, y16, w16, 0.0f, dx); });
+        add("gemm bwd-weights " + layer + " [bf16 operands]", "gemm-bf16-operands", flops, 0,
+            [&] { ops::gemm(ctx, true, false, 1.0f, y16, x16, 1.0f, dw); });
+      }
     }
     Tensor a = random({1024, 1024}, 6), b = random({1024, 1024}, 7), c = random({1024, 1024}, 8);
     add("gemm square 1024^3", "gemm", 2.0 * 1024 * 1024 * 1024, 0,
         [&] { ops::gemm(ctx, false, false, 1.0f, a, b, 0.0f, c); });
-    if (threads > 1) {
+    if (bf16) {
+      Tensor a16 = bf16_copy(a), b16 = bf16_copy(b);
+      add("gemm square 1024^3 [bf16 operands]", "gemm-bf16-operands", 2.0 * 1024 * 1024 * 1024, 0,
+          [&] { ops::gemm(ctx, false, false, 1.0f, a16, b16, 0.0f, c); });
+      add("cast f32->bf16 1024x1024", "cast", 0, 6.0 * 1024 * 1024,
+          [&] { ops::cast(ctx, a, a16); });
+    }
+    if (threads > 1 && !bf16) {
       // The alternative threading: one context thread, OpenBLAS's own pthreads (process-global,
       // which is why the backend does not use them). Same shapes, same run, for the ratio.
       ops::Context single(Device::cpu(), 1);
@@ -207,7 +233,8 @@ int run_ops_bench(const Args& args) {
   std::string json =
       "{\"benchmark\": \"ops\", \"machine\": " + machine_json() +
       ", \"threads\": " + std::to_string(threads) + ", \"reps\": " + std::to_string(reps) +
-      ", \"openblas_core\": \"" + openblas_get_corename() +
+      ", \"precision\": \"" + ops::precision_name(ctx.precision()) + "\", \"precision_info\": \"" +
+      ctx.precision_info() + "\"" + ", \"openblas_core\": \"" + openblas_get_corename() +
       "\", \"omp_wait_policy\": " + json_escape_free(wait_policy ? wait_policy : "unset") +
       ", \"results\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
@@ -231,7 +258,7 @@ int run_ops_bench(const Args& args) {
 
 LOCKSTEP_BENCH("ops",
                "CPU kernel throughput: GEMM/conv GFLOP/s, cheap kernels; --threads=2 --reps=7 "
-               "--min-ms=100 --only=gemm|conv|cheap|mix",
+               "--min-ms=100 --only=gemm|conv|cheap|mix --precision=fp32|tf32|bf16",
                run_ops_bench);
 
 }  // namespace

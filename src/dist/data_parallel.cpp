@@ -36,6 +36,7 @@ DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& mast
   for (std::size_t r = 1; r < replicas_.size(); ++r) {
     Device device = options_.devices.empty() ? Device::cpu() : options_.devices[r];
     replicas_[r].own = std::make_unique<ops::Context>(device, options_.threads_per_replica);
+    replicas_[r].own->set_precision(master_ctx_.precision());  // one policy for all replicas
     replicas_[r].ctx = replicas_[r].own.get();
     // The seed does not matter: the master's values are copied in before every step.
     replicas_[r].own_model =

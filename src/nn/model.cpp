@@ -438,9 +438,18 @@ Tensor Model::forward(ops::Context& ctx, const Tensor& x) {
   }
   LOCKSTEP_CHECK(fits, "model input must be [N, ", shape_str(sample_shape_).substr(1),
                  " (the sample shape it was built for), got ", x.describe());
+  // The parameters stay as they are until this forward's backward has run, so a context that
+  // computes in bf16 may convert each one once for both (ops::Context::begin_reuse). An
+  // evaluation forward has no backward: its window closes at once.
+  std::vector<Tensor> unchanged;
+  unchanged.reserve(parameters_.size());
+  for (const Parameter* p : parameters_)
+    unchanged.push_back(p->value);
+  ctx.begin_reuse(unchanged);
   Tensor h = x;
   for (auto& layer : layers_)
     h = layer->forward(ctx, h);
+  if (!training_) ctx.end_reuse();
   return h;
 }
 
@@ -457,6 +466,7 @@ void Model::backward(ops::Context& ctx, const Tensor& dlogits) {
         grad_ready_(**it);
     }
   }
+  ctx.end_reuse();  // the optimizer may change the parameters from here on
 }
 
 void Model::set_grad_ready_hook(GradReadyFn fn) {

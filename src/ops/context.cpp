@@ -1,5 +1,7 @@
 #include "lockstep/ops/context.hpp"
 
+#include <algorithm>
+
 #include "lockstep/core/error.hpp"
 #include "lockstep/ops/backend.hpp"
 #ifdef LOCKSTEP_HAVE_CUDA
@@ -39,6 +41,34 @@ void Context::wait_for(Context& producer) {
   }
   cuda::order_after(*this, producer);
 #endif
+void Context::set_precision(Precision p) {
+  backend_->check_precision(p);
+  precision_ = p;
+}
+
+std::string Context::precision_info() {
+  return backend_->precision_info(precision_);
+}
+
+void Context::begin_reuse(const std::vector<Tensor>& unchanged) {
+  reuse_.clear();  // keeps its capacity: no allocation per step
+  for (const Tensor& t : unchanged) {
+    if (t.defined()) reuse_.emplace_back(reinterpret_cast<std::uintptr_t>(t.raw_data()), t.numel());
+  }
+  std::sort(reuse_.begin(), reuse_.end());
+  reuse_window_ = ++reuse_windows_opened_;
+}
+
+void Context::end_reuse() {
+  reuse_.clear();
+  reuse_window_ = 0;
+}
+
+std::uint64_t Context::reuse_id(const Tensor& t) const {
+  if (reuse_window_ == 0 || !t.defined()) return 0;
+  const std::pair<std::uintptr_t, std::int64_t> key(reinterpret_cast<std::uintptr_t>(t.raw_data()),
+                                                    t.numel());
+  return std::binary_search(reuse_.begin(), reuse_.end(), key) ? reuse_window_ : 0;
 }
 
 }  // namespace lockstep::ops

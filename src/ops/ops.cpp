@@ -94,12 +94,31 @@ void copy(Context& ctx, const Tensor& src, Tensor& dst) {
   }
 }
 
+void cast(Context& ctx, const Tensor& src, Tensor& dst) {
+  check_defined("cast", "src", src);
+  check_defined("cast", "dst", dst);
+  const bool down = src.dtype() == DType::F32 && dst.dtype() == DType::BF16;
+  const bool up = src.dtype() == DType::BF16 && dst.dtype() == DType::F32;
+  LOCKSTEP_CHECK(down || up, "cast: src is ", src.describe(), " and dst is ", dst.describe(),
+                 " (casts go f32 -> bf16 or bf16 -> f32)");
+  LOCKSTEP_CHECK(src.numel() == dst.numel(), "cast: src is ", src.describe(), " but dst is ",
+                 dst.describe(), " (need the same number of elements)");
+  check_tensor(ctx, "cast", "src", src, src.dtype());
+  check_tensor(ctx, "cast", "dst", dst, dst.dtype());
+  ctx.backend().cast(src, dst);
+}
+
 // ---- dense linear algebra
 
 void gemm(Context& ctx, bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
           float beta, Tensor& c) {
-  check_f32(ctx, "gemm", "a", a);
-  check_f32(ctx, "gemm", "b", b);
+  // bf16 operands are the precision policy's own format: accepted only where it is bf16.
+  const DType ab =
+      ctx.precision() == Precision::BF16 && a.dtype() == DType::BF16 ? DType::BF16 : DType::F32;
+  const DType bb =
+      ctx.precision() == Precision::BF16 && b.dtype() == DType::BF16 ? DType::BF16 : DType::F32;
+  check_tensor(ctx, "gemm", "a", a, ab);
+  check_tensor(ctx, "gemm", "b", b, bb);
   check_f32(ctx, "gemm", "c", c);
   check_ndim("gemm", "a", a, 2);
   check_ndim("gemm", "b", b, 2);

@@ -84,6 +84,12 @@ const std::vector<Key>& keys() {
       {"train.gpu", &Config::train_gpu,
        "which GPU a rank drives: auto (local rank among the ranks that see the same GPUs, so both "
        "mpirun and srun --gpus-per-task work), local_rank, first_visible, or a device index"},
+      {"train.precision",
+       &Config::train_precision,
+       "GEMM and convolution arithmetic: fp32; tf32 (CUDA tensor cores; on a CPU exactly fp32); "
+       "or bf16 (bf16 inputs, f32 accumulation and outputs; a CPU needs AMX or AVX512-BF16). "
+       "Weights, gradients, optimizer state, loss and softmax stay f32",
+       {"fp32", "tf32", "bf16"}},
       {"train.resume", &Config::train_resume,
        "empty (start fresh), auto (newest complete checkpoint in checkpoint.dir), or a file"},
       {"train.nan_policy",

@@ -212,6 +212,7 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
     device = parallel == "dp" ? Device::cuda(0) : comm::select_gpu(comm, config.train_gpu);
   }
   ops::Context ctx(device, threads);
+  ctx.set_precision(ops::precision_from_name(config.train_precision));
 
   auto train_set =
       data::ShardedDataset::open(config.data_train, config.data_memory_budget_mb << 20);
@@ -391,6 +392,7 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
                       model->num_parameters(), " parameters; ", train_set->size(),
                       " training samples; global batch ", per_step, " = ", world, " x ",
                       config.train_accumulation, " x ", local_batch, "; ", total_steps, " steps"));
+    if (ctx.precision() != ops::Precision::FP32) progress.line("precision " + ctx.precision_info());
   }
   metrics.write(JsonRecord()
                     .add("event", "start")

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "lockstep/ops/ops.hpp"
 
@@ -83,6 +84,11 @@ class Backend {
                                  std::int64_t state_origin, const AdamWParams& p) = 0;
   virtual void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x,
                                 Tensor& sums, FlatSums what) = 0;
+  // ---- precision (ops/precision.hpp). The policy lives in the Context, which the backend reads
+  // at every GEMM and convolution; check_precision throws when this device cannot compute in p.
+  virtual void check_precision(Precision p) = 0;
+  virtual std::string precision_info(Precision p) = 0;
+  virtual void cast(const Tensor& src, Tensor& dst) = 0;  // f32 <-> bf16
 };
 
 std::unique_ptr<Backend> make_cpu_backend(Context& ctx);

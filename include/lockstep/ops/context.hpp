@@ -1,14 +1,21 @@
 // Context: everything one replica needs to run ops on its device: the device, a thread pool (CPU)
 // or a compute stream with cuBLAS/cuDNN handles (CUDA), and the backend that owns the kernels.
 // One Context per replica and per thread; two Contexts may run ops concurrently from two threads
-// (the DataParallel baseline does), so nothing here is process-global.
+// (the DataParallel baseline does), so nothing here is process-global. The Context also carries
+// the precision policy of its GEMMs and convolutions (ops/precision.hpp), set once from the
+// config, so layer code never sees it.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "lockstep/core/device.hpp"
+#include "lockstep/core/tensor.hpp"
 #include "lockstep/core/thread_pool.hpp"
+#include "lockstep/ops/precision.hpp"
 
 namespace lockstep::ops {
 
@@ -38,9 +45,35 @@ class Context {
   // A no-op when producer is a CPU context (CPU ops are done when they return).
   void wait_for(Context& producer);
 
+  // The compute precision of GEMMs and convolutions (fp32 until set). set_precision throws
+  // lockstep::Error naming the device and what it lacks when the backend cannot compute in p
+  // (bf16 on a CPU with neither AMX nor AVX512-BF16).
+  Precision precision() const { return precision_; }
+  void set_precision(Precision p);
+  // One line on how this context computes in its precision, for logs and benchmark records,
+  // e.g. "bf16 GEMMs and convolutions with f32 accumulation: oneDNN 2.6.3 on avx512_core_bf16
+  // (AVX512-BF16, no AMX)".
+  std::string precision_info();
+
+  // Parameter reuse window. Between begin_reuse(tensors) and end_reuse() the caller promises
+  // that `tensors` are not written: a Model opens a window at forward and closes it when its
+  // backward ends (the weights a backward uses must be the forward's anyway). A backend that
+  // computes in bf16 then converts each of them once per window and reuses the copy, as
+  // PyTorch autocast's weight-cast cache does; outside a window every op converts its operands
+  // afresh, which is always correct. Opening a window invalidates every earlier copy.
+  void begin_reuse(const std::vector<Tensor>& unchanged);
+  void end_reuse();
+  // The open window's id when t is one of its tensors (same data pointer and size), else 0.
+  // Ids are never reused within a Context.
+  std::uint64_t reuse_id(const Tensor& t) const;
+
  private:
   Device device_;
   int threads_;
+  Precision precision_ = Precision::FP32;
+  std::uint64_t reuse_window_ = 0;  // id of the open window, 0 when none is open
+  std::uint64_t reuse_windows_opened_ = 0;
+  std::vector<std::pair<std::uintptr_t, std::int64_t>> reuse_;  // sorted (address, numel)
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Backend> backend_;
 };

@@ -52,8 +52,13 @@ struct AdamWParams {
 // ---- memory
 void fill(Context& ctx, Tensor& t, float value);          // f32 or i32
 void copy(Context& ctx, const Tensor& src, Tensor& dst);  // same dtype and numel; any devices
+// f32 -> bf16 (round to nearest even; NaN stays NaN; f32 subnormals may flush to zero, as
+// AVX512-BF16 does) or bf16 -> f32 (exact); same numel, same device.
+void cast(Context& ctx, const Tensor& src, Tensor& dst);
 
 // ---- dense linear algebra (2-D f32): c = alpha * op(a) @ op(b) + beta * c
+// In the context's precision (ops/precision.hpp); c is always f32. On a bf16 context a and b may
+// also be bf16 tensors, used as they are (f32 ones are rounded to bf16 first).
 void gemm(Context& ctx, bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
           float beta, Tensor& c);
 void add_row_bias(Context& ctx, Tensor& y, const Tensor& bias);  // y[n,f] += bias[f]
@@ -80,6 +85,7 @@ void normalize_input(Context& ctx, const Tensor& x, const std::vector<float>& me
                      const std::vector<float>& stddev, Tensor& y);
 
 // ---- convolution and pooling (NCHW f32); w is [O, I, KH, KW], b is [O] or undefined.
+// Convolutions compute in the context's precision (ops/precision.hpp); tensors stay f32.
 void conv2d_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                     const Conv2dParams& p);
 void conv2d_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, Tensor& dx,

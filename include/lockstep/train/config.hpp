@@ -31,6 +31,7 @@ struct Config {
   std::int64_t train_threads = 0;
   std::string train_device = "cpu";
   std::string train_gpu = "auto";
+  std::string train_precision = "fp32";
   std::string train_resume = "";
   std::string train_nan_policy = "stop";
   bool train_eval = true;

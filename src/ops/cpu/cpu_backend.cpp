@@ -87,18 +87,22 @@ void CpuBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, 
                       float beta, Tensor& c) {
   const std::int64_t m = c.dim(0), n = c.dim(1);
   const std::int64_t k = trans_a ? a.dim(0) : a.dim(1);
-  const float* pa = a.data<float>();
-  const float* pb = b.data<float>();
   float* pc = c.data<float>();
-  const std::int64_t lda = a.dim(1), ldb = b.dim(1), ldc = n;
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
   if (m == 0 || n == 0) return;
   if (k == 0) {  // BLAS would leave C untouched for beta=1, but define it for all betas
     for (std::int64_t i = 0; i < m * n; ++i)
       pc[i] = beta == 0.0f ? 0.0f : beta * pc[i];
     return;
   }
+  if (ctx_.precision() == Precision::BF16) {
+    gemm_bf16(trans_a, trans_b, alpha, a, b, beta, c);
+    return;
+  }
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  const std::int64_t lda = a.dim(1), ldb = b.dim(1), ldc = n;
+  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
 
   auto block = [&](std::int64_t m0, std::int64_t m1, std::int64_t n0, std::int64_t n1) {
     const float* a0 = trans_a ? pa + m0 : pa + m0 * lda;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lockstep/ops/backend.hpp"
+#include "ops/cast_cache.hpp"
 
 namespace lockstep::ops::cpu {
 
@@ -21,7 +22,11 @@ inline constexpr std::int64_t kParallelGrain = 1 << 16;
 // added in block order, so the result does not depend on how many threads ran the blocks.
 inline constexpr std::int64_t kReduceBlock = 1 << 14;
 
-struct DnnlState;  // oneDNN engine, stream and primitive caches (cpu_dnnl.cpp)
+struct DnnlState;         // oneDNN engine, stream and primitive caches (cpu_conv.cpp)
+struct Bf16Gemm;          // oneDNN bf16 matmul primitives (cpu_precision.cpp)
+struct Bf16GemmDeleter {  // in cpu_precision.cpp, where Bf16Gemm is complete
+  void operator()(Bf16Gemm* g) const;
+};
 
 // Sets OpenBLAS to one thread, once per process (cpu_backend.cpp).
 void init_openblas_once();
@@ -98,14 +103,22 @@ class CpuBackend final : public Backend {
                          const AdamWParams& p) override;
   void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x, Tensor& sums,
                         FlatSums what) override;
+  void check_precision(Precision p) override;
+  std::string precision_info(Precision p) override;
+  void cast(const Tensor& src, Tensor& dst) override;
 
  private:
+  void gemm_bf16(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                 float beta, Tensor& c);
+
   // Scratch that grows to the largest request and is then reused (no allocation per call).
   double* scratch_doubles(std::size_t n);
 
   Context& ctx_;
   std::vector<double> scratch_;
   std::unique_ptr<DnnlState> dnnl_;
+  std::unique_ptr<Bf16Gemm, Bf16GemmDeleter> bf16_;  // created by the first bf16 GEMM
+  CastCache casts_;                                  // bf16 copies of GEMM operands
 };
 
 }  // namespace lockstep::ops::cpu

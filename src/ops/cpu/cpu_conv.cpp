@@ -11,6 +11,11 @@
 // LOCKSTEP_ONEDNN_PLAIN=1 in the environment forces plain layouts, for that comparison.
 // Parameter gradients accumulate (dw += ...): oneDNN writes its weight/bias gradients to
 // buffers owned by the cache entry, which are then added into dw/db.
+// Precision bf16 (ops/precision.hpp): the same primitives with bf16 inputs (src, weights,
+// diff_dst) and f32 outputs (dst, diff_src, diff_weights, bias), accumulating in f32; the input
+// reorders above then also convert f32 -> bf16, so a bf16 convolution costs no extra pass. The
+// weights are converted per call: convolution weights are small next to the activations (18K
+// elements against 1.6M for fashion_cnn's second layer at batch 256).
 #include <omp.h>
 
 #include <array>
@@ -69,8 +74,8 @@ memory::desc plain(const memory::dims& d, Tag tag) {
 // Below this many input channels forward and backward-data use plain NCHW (see the top).
 constexpr std::int64_t kBlockedMinChannels = 8;
 
-memory::desc chosen(const memory::dims& d, Tag tag, bool blocked) {
-  return memory::desc(d, Dt::f32, blocked && !force_plain_layout() ? Tag::any : tag);
+memory::desc chosen(const memory::dims& d, Tag tag, bool blocked, Dt dt = Dt::f32) {
+  return memory::desc(d, dt, blocked && !force_plain_layout() ? Tag::any : tag);
 }
 
 // Right padding that makes oneDNN's output size equal ours: the exact value can be below the
@@ -182,7 +187,8 @@ ConvGeom conv_geom(const Shape& x, const Shape& w, const Shape& y, const Conv2dP
              pad_right(x[3], y[3], static_cast<int>(w[3]), p.stride_w, p.pad_w)};
   return g;
 }
-Key conv_key(PrimKind kind, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias) {
+Key conv_key(PrimKind kind, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias,
+             bool bf16) {
   return {static_cast<std::int64_t>(kind),
           x[0],
           x[1],
@@ -196,20 +202,22 @@ Key conv_key(PrimKind kind, const Shape& x, const Shape& w, const Conv2dParams& 
           p.pad_h,
           p.pad_w,
           bias ? 1 : 0,
-          0,
+          bf16 ? 1 : 0,
           0,
           0};
 }
+// Inputs (src, weights) are bf16 when `in` is; dst and bias stay f32.
 dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, bool bias, bool blocked,
-                                                      const dnnl::engine& eng) {
+                                                      Dt in, const dnnl::engine& eng) {
   using CF = dnnl::convolution_forward;
-  auto d = bias ? CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                           chosen(g.src, Tag::nchw, blocked), chosen(g.wei, Tag::oihw, blocked),
-                           plain(g.bias, Tag::x), chosen(g.dst, Tag::nchw, blocked), g.strides,
-                           g.pad_l, g.pad_r)
-                : CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                           chosen(g.src, Tag::nchw, blocked), chosen(g.wei, Tag::oihw, blocked),
-                           chosen(g.dst, Tag::nchw, blocked), g.strides, g.pad_l, g.pad_r);
+  auto d =
+      bias ? CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                      chosen(g.src, Tag::nchw, blocked, in), chosen(g.wei, Tag::oihw, blocked, in),
+                      plain(g.bias, Tag::x), chosen(g.dst, Tag::nchw, blocked), g.strides, g.pad_l,
+                      g.pad_r)
+           : CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                      chosen(g.src, Tag::nchw, blocked, in), chosen(g.wei, Tag::oihw, blocked, in),
+                      chosen(g.dst, Tag::nchw, blocked), g.strides, g.pad_l, g.pad_r);
   return CF::primitive_desc(d, user_scratchpad(), eng);
 }
 
@@ -219,16 +227,18 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
                                 const Conv2dParams& p) {
   const bool bias = b.defined();
   DnnlState& s = *dnnl_;
-  Prim& prim = s.get(conv_key(PrimKind::ConvFwd, x.shape(), w.shape(), p, bias), [&](Prim& e) {
-    ConvGeom g = conv_geom(x.shape(), w.shape(), y.shape(), p);
-    auto pd = conv_fwd_pd(g, bias, g.src[1] >= kBlockedMinChannels, s.engine);
-    e.prim = dnnl::convolution_forward(pd);
-    s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, Tag::nchw), pd.src_desc());
-    s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
-    if (bias) s.add_port(e, DNNL_ARG_BIAS, false, plain(g.bias, Tag::x), pd.bias_desc());
-    s.add_port(e, DNNL_ARG_DST, true, plain(g.dst, Tag::nchw), pd.dst_desc());
-    s.add_scratchpad(e, pd);
-  });
+  const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
+  Prim& prim = s.get(
+      conv_key(PrimKind::ConvFwd, x.shape(), w.shape(), p, bias, in == Dt::bf16), [&](Prim& e) {
+        ConvGeom g = conv_geom(x.shape(), w.shape(), y.shape(), p);
+        auto pd = conv_fwd_pd(g, bias, g.src[1] >= kBlockedMinChannels, in, s.engine);
+        e.prim = dnnl::convolution_forward(pd);
+        s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, Tag::nchw), pd.src_desc());
+        s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
+        if (bias) s.add_port(e, DNNL_ARG_BIAS, false, plain(g.bias, Tag::x), pd.bias_desc());
+        s.add_port(e, DNNL_ARG_DST, true, plain(g.dst, Tag::nchw), pd.dst_desc());
+        s.add_scratchpad(e, pd);
+      });
   s.set(prim, DNNL_ARG_SRC, x.data<float>());
   s.set(prim, DNNL_ARG_WEIGHTS, w.data<float>());
   if (bias) s.set(prim, DNNL_ARG_BIAS, b.data<float>());
@@ -239,22 +249,24 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
                                       const Conv2dParams& p) {
   DnnlState& s = *dnnl_;
+  const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
   Prim& prim =
-      s.get(conv_key(PrimKind::ConvBwdData, dx.shape(), w.shape(), p, false), [&](Prim& e) {
-        ConvGeom g = conv_geom(dx.shape(), w.shape(), dy.shape(), p);
-        const bool blocked = g.src[1] >= kBlockedMinChannels;
-        auto fwd = conv_fwd_pd(g, false, blocked, s.engine);
-        using CB = dnnl::convolution_backward_data;
-        CB::desc d(dnnl::algorithm::convolution_direct, chosen(g.src, Tag::nchw, blocked),
-                   chosen(g.wei, Tag::oihw, blocked), chosen(g.dst, Tag::nchw, blocked), g.strides,
-                   g.pad_l, g.pad_r);
-        CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
-        e.prim = CB(pd);
-        s.add_port(e, DNNL_ARG_DIFF_DST, false, plain(g.dst, Tag::nchw), pd.diff_dst_desc());
-        s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
-        s.add_port(e, DNNL_ARG_DIFF_SRC, true, plain(g.src, Tag::nchw), pd.diff_src_desc());
-        s.add_scratchpad(e, pd);
-      });
+      s.get(conv_key(PrimKind::ConvBwdData, dx.shape(), w.shape(), p, false, in == Dt::bf16),
+            [&](Prim& e) {
+              ConvGeom g = conv_geom(dx.shape(), w.shape(), dy.shape(), p);
+              const bool blocked = g.src[1] >= kBlockedMinChannels;
+              auto fwd = conv_fwd_pd(g, false, blocked, in, s.engine);
+              using CB = dnnl::convolution_backward_data;
+              CB::desc d(dnnl::algorithm::convolution_direct, chosen(g.src, Tag::nchw, blocked),
+                         chosen(g.wei, Tag::oihw, blocked, in),
+                         chosen(g.dst, Tag::nchw, blocked, in), g.strides, g.pad_l, g.pad_r);
+              CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
+              e.prim = CB(pd);
+              s.add_port(e, DNNL_ARG_DIFF_DST, false, plain(g.dst, Tag::nchw), pd.diff_dst_desc());
+              s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
+              s.add_port(e, DNNL_ARG_DIFF_SRC, true, plain(g.src, Tag::nchw), pd.diff_src_desc());
+              s.add_scratchpad(e, pd);
+            });
   s.set(prim, DNNL_ARG_DIFF_DST, dy.data<float>());
   s.set(prim, DNNL_ARG_WEIGHTS, w.data<float>());
   s.set(prim, DNNL_ARG_DIFF_SRC, dx.data<float>());
@@ -265,19 +277,23 @@ void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tens
                                          const Conv2dParams& p) {
   const bool bias = db.defined();
   DnnlState& s = *dnnl_;
-  Prim& prim =
-      s.get(conv_key(PrimKind::ConvBwdWeights, x.shape(), dw.shape(), p, bias), [&](Prim& e) {
+  const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
+  Prim& prim = s.get(
+      conv_key(PrimKind::ConvBwdWeights, x.shape(), dw.shape(), p, bias, in == Dt::bf16),
+      [&](Prim& e) {
         ConvGeom g = conv_geom(x.shape(), dw.shape(), dy.shape(), p);
         const bool blocked = true;  // fastest for every shape measured
-        auto fwd = conv_fwd_pd(g, bias, blocked, s.engine);
+        auto fwd = conv_fwd_pd(g, bias, blocked, in, s.engine);
         using CB = dnnl::convolution_backward_weights;
         auto d =
-            bias ? CB::desc(dnnl::algorithm::convolution_direct, chosen(g.src, Tag::nchw, blocked),
-                            chosen(g.wei, Tag::oihw, blocked), plain(g.bias, Tag::x),
-                            chosen(g.dst, Tag::nchw, blocked), g.strides, g.pad_l, g.pad_r)
-                 : CB::desc(dnnl::algorithm::convolution_direct, chosen(g.src, Tag::nchw, blocked),
-                            chosen(g.wei, Tag::oihw, blocked), chosen(g.dst, Tag::nchw, blocked),
-                            g.strides, g.pad_l, g.pad_r);
+            bias
+                ? CB::desc(dnnl::algorithm::convolution_direct,
+                           chosen(g.src, Tag::nchw, blocked, in), chosen(g.wei, Tag::oihw, blocked),
+                           plain(g.bias, Tag::x), chosen(g.dst, Tag::nchw, blocked, in), g.strides,
+                           g.pad_l, g.pad_r)
+                : CB::desc(dnnl::algorithm::convolution_direct,
+                           chosen(g.src, Tag::nchw, blocked, in), chosen(g.wei, Tag::oihw, blocked),
+                           chosen(g.dst, Tag::nchw, blocked, in), g.strides, g.pad_l, g.pad_r);
         CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
         e.prim = CB(pd);
         s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, Tag::nchw), pd.src_desc());

@@ -13,10 +13,10 @@ int as_int(std::int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-void set_tensor(cudnnTensorDescriptor_t desc, const Shape& s) {
-  LOCKSTEP_CHECK_CUDNN(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                                  as_int(s[0], "N"), as_int(s[1], "C"),
-                                                  as_int(s[2], "H"), as_int(s[3], "W")));
+void set_tensor(cudnnTensorDescriptor_t desc, const Shape& s, cudnnDataType_t type) {
+  LOCKSTEP_CHECK_CUDNN(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, type, as_int(s[0], "N"),
+                                                  as_int(s[1], "C"), as_int(s[2], "H"),
+                                                  as_int(s[3], "W")));
 }
 
 // cudnnFind returns its results fastest first: take the first that ran, is deterministic (the
@@ -54,14 +54,25 @@ struct ConvPlans::Plan {
   }
 };
 
-ConvPlans::ConvPlans(cudnnHandle_t handle, Device device, bool tf32)
-    : handle_(handle), device_(device), tf32_(tf32) {}
+ConvPlans::ConvPlans(cudnnHandle_t handle, Device device) : handle_(handle), device_(device) {}
 
 ConvPlans::~ConvPlans() = default;
 
 ConvPlans::Plan& ConvPlans::plan_for(const Shape& x, const Shape& w, const Shape& y,
-                                     const Conv2dParams& p) {
-  Key key{x[0], x[1], x[2], x[3], w[0], w[1], w[2], w[3], p.stride_h, p.stride_w, p.pad_h, p.pad_w};
+                                     const Conv2dParams& p, Precision precision) {
+  Key key{x[0],
+          x[1],
+          x[2],
+          x[3],
+          w[0],
+          w[1],
+          w[2],
+          w[3],
+          p.stride_h,
+          p.stride_w,
+          p.pad_h,
+          p.pad_w,
+          static_cast<std::int64_t>(precision)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
@@ -69,17 +80,21 @@ ConvPlans::Plan& ConvPlans::plan_for(const Shape& x, const Shape& w, const Shape
   LOCKSTEP_CHECK_CUDNN(cudnnCreateTensorDescriptor(&plan->y));
   LOCKSTEP_CHECK_CUDNN(cudnnCreateFilterDescriptor(&plan->w));
   LOCKSTEP_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&plan->conv));
-  set_tensor(plan->x, x);
-  set_tensor(plan->y, y);
-  LOCKSTEP_CHECK_CUDNN(cudnnSetFilter4dDescriptor(plan->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+  const cudnnDataType_t data =
+      precision == Precision::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  set_tensor(plan->x, x, data);
+  set_tensor(plan->y, y, data);
+  LOCKSTEP_CHECK_CUDNN(cudnnSetFilter4dDescriptor(plan->w, data, CUDNN_TENSOR_NCHW,
                                                   as_int(w[0], "O"), as_int(w[1], "I"),
                                                   as_int(w[2], "KH"), as_int(w[3], "KW")));
   LOCKSTEP_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(plan->conv, p.pad_h, p.pad_w, p.stride_h,
                                                        p.stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
                                                        CUDNN_DATA_FLOAT));
-  // FMA math excludes TF32 tensor cores, so cudnnFind only offers true f32 algorithms.
-  LOCKSTEP_CHECK_CUDNN(
-      cudnnSetConvolutionMathType(plan->conv, tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  // The compute type stays f32 (bf16: accumulation in f32). FMA math excludes TF32 tensor cores,
+  // so cudnnFind offers fp32 plans true f32 algorithms only; tf32 and bf16 plans may use tensor
+  // cores. cudnnFind reports each algorithm's math type, which forward() etc. then set.
+  LOCKSTEP_CHECK_CUDNN(cudnnSetConvolutionMathType(
+      plan->conv, precision == Precision::FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
   Plan& ref = *plan;
   plans_.emplace(key, std::move(plan));
   return ref;
@@ -90,8 +105,9 @@ Tensor ConvPlans::workspace(std::size_t bytes) {
   return Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::U8, device_);
 }
 
-void ConvPlans::forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2dParams& p) {
-  Plan& plan = plan_for(x.shape(), w.shape(), y.shape(), p);
+void ConvPlans::forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2dParams& p,
+                        Precision precision) {
+  Plan& plan = plan_for(x.shape(), w.shape(), y.shape(), p, precision);
   if (!plan.have_fwd) {
     cudnnConvolutionFwdAlgoPerf_t perfs[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int count = 0;
@@ -115,9 +131,9 @@ void ConvPlans::forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2
       ws.defined() ? ws.raw_data() : nullptr, plan.fwd_bytes, &zero, plan.y, y.raw_data()));
 }
 
-void ConvPlans::backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
-                              const Conv2dParams& p) {
-  Plan& plan = plan_for(dx.shape(), w.shape(), dy.shape(), p);
+void ConvPlans::backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, const Conv2dParams& p,
+                              Precision precision) {
+  Plan& plan = plan_for(dx.shape(), w.shape(), dy.shape(), p, precision);
   if (!plan.have_bwd_data) {
     cudnnConvolutionBwdDataAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int count = 0;
@@ -142,8 +158,8 @@ void ConvPlans::backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
 }
 
 void ConvPlans::backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw,
-                                const Conv2dParams& p) {
-  Plan& plan = plan_for(x.shape(), dw.shape(), dy.shape(), p);
+                                const Conv2dParams& p, Precision precision, bool accumulate) {
+  Plan& plan = plan_for(x.shape(), dw.shape(), dy.shape(), p, precision);
   if (!plan.have_bwd_filter) {
     cudnnConvolutionBwdFilterAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int count = 0;
@@ -161,10 +177,10 @@ void ConvPlans::backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw,
   }
   LOCKSTEP_CHECK_CUDNN(cudnnSetConvolutionMathType(plan.conv, plan.bwd_filter_math));
   Tensor ws = workspace(plan.bwd_filter_bytes);
-  const float one = 1.0f;  // beta = 1: parameter gradients accumulate
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;  // parameter gradients accumulate
   LOCKSTEP_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
       handle_, &one, plan.x, x.raw_data(), plan.y, dy.raw_data(), plan.conv, plan.bwd_filter,
-      ws.defined() ? ws.raw_data() : nullptr, plan.bwd_filter_bytes, &one, plan.w, dw.raw_data()));
+      ws.defined() ? ws.raw_data() : nullptr, plan.bwd_filter_bytes, &beta, plan.w, dw.raw_data()));
 }
 
 }  // namespace lockstep::ops::cuda

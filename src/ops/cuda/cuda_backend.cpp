@@ -11,6 +11,14 @@
 // Batch norm uses own kernels (kernels.cu) with PyTorch's semantics: batch statistics with the
 // biased variance for normalisation, running_var updated with the unbiased variance,
 // running = (1 - momentum) * running + momentum * batch_stat.
+//
+// Precision (ops/precision.hpp), read from the Context at every GEMM and convolution: fp32 is
+// cublasSgemm with cuBLAS's default math (no TF32) and FMA-only cuDNN algorithms, so CUDA
+// matches the CPU to float rounding; tf32 is cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 and
+// tensor-core cuDNN algorithms on the same f32 tensors; bf16 converts the operands (CastCache:
+// parameters once per reuse window) and runs cuBLASLt (gemm_lt.cpp, f32 accumulation and f32
+// output) or cuDNN's bf16 convolutions, whose bf16 outputs are widened back to f32 (the weight
+// gradient is added into dw in f32).
 #include <algorithm>
 #include <bit>
 #include <climits>
@@ -19,22 +27,22 @@
 #include <cstring>
 
 #include "lockstep/ops/backend.hpp"
+#include "lockstep/ops/cuda.hpp"
+#include "ops/cast_cache.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/conv.hpp"
 #include "ops/cuda/cuda_backend.hpp"
 #include "ops/cuda/flat.hpp"
+#include "ops/cuda/gemm_lt.hpp"
 #include "ops/cuda/kernels.hpp"
+#include "ops/cuda/precision_kernels.hpp"
 
 namespace lockstep::ops {
 namespace cuda {
 namespace {
 
-// TF32 tensor cores make f32 GEMMs and convolutions several times faster on Ampere and later, at
-// ~1e-3 relative error: off by default so CUDA matches the CPU to float rounding; benchmarks may
-// turn it on with LOCKSTEP_CUDA_TF32=1.
-bool tf32_from_environment() {
-  const char* v = std::getenv("LOCKSTEP_CUDA_TF32");
-  return v && std::strcmp(v, "1") == 0;
+std::uint16_t* bf16_data(const Tensor& t) {
+  return static_cast<std::uint16_t*>(t.raw_data());
 }
 
 int as_int(std::int64_t v, const char* what) {
@@ -55,16 +63,16 @@ static_assert(sizeof(DeviceResults) == 32);
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(Context& ctx) : device_(ctx.device()), tf32_(tf32_from_environment()) {
+  explicit CudaBackend(Context& ctx) : ctx_(ctx), device_(ctx.device()) {
     activate_device(device_.index);
     LOCKSTEP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     LOCKSTEP_CHECK_CUBLAS(cublasCreate(&cublas_));
     LOCKSTEP_CHECK_CUBLAS(cublasSetStream(cublas_, stream_));
-    LOCKSTEP_CHECK_CUBLAS(
-        cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    // Default math: cublasSgemm stays true f32 (TF32 only where the policy asks, per call).
+    LOCKSTEP_CHECK_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
     LOCKSTEP_CHECK_CUDNN(cudnnCreate(&cudnn_));
     LOCKSTEP_CHECK_CUDNN(cudnnSetStream(cudnn_, stream_));
-    conv_ = std::make_unique<ConvPlans>(cudnn_, device_, tf32_);
+    conv_ = std::make_unique<ConvPlans>(cudnn_, device_);
     results_ =
         Tensor::empty({static_cast<std::int64_t>(sizeof(DeviceResults))}, DType::U8, device_);
     partials_ = Tensor::empty({kReducePartials}, DType::F64, device_);
@@ -76,6 +84,8 @@ class CudaBackend final : public Backend {
     // Destructors must not throw; a failure here has nobody left to report to.
     (void)cudaSetDevice(device_.index);
     (void)cudaStreamSynchronize(stream_);
+    casts_ = CastCache();
+    lt_.reset();
     conv_.reset();
     cudnnDestroy(cudnn_);
     cublasDestroy(cublas_);
@@ -130,10 +140,29 @@ class CudaBackend final : public Backend {
         cuda::scale(c.data<float>(), beta, c.numel(), stream_);
       return;
     }
-    LOCKSTEP_CHECK_CUBLAS(cublasSgemm(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                      trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha,
-                                      b.data<float>(), as_int(b.dim(1), "ldb"), a.data<float>(),
-                                      as_int(a.dim(1), "lda"), &beta, c.data<float>(), n));
+    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    switch (ctx_.precision()) {
+      case Precision::FP32:
+        LOCKSTEP_CHECK_CUBLAS(cublasSgemm(cublas_, op_b, op_a, n, m, k, &alpha, b.data<float>(),
+                                          as_int(b.dim(1), "ldb"), a.data<float>(),
+                                          as_int(a.dim(1), "lda"), &beta, c.data<float>(), n));
+        return;
+      case Precision::TF32:
+        LOCKSTEP_CHECK_CUBLAS(cublasGemmEx(
+            cublas_, op_b, op_a, n, m, k, &alpha, b.data<float>(), CUDA_R_32F,
+            as_int(b.dim(1), "ldb"), a.data<float>(), CUDA_R_32F, as_int(a.dim(1), "lda"), &beta,
+            c.data<float>(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+        return;
+      case Precision::BF16: {
+        Tensor a16 = casts_.get(ctx_, a, 0, to_bf16());
+        Tensor b16 = casts_.get(ctx_, b, 1, to_bf16());
+        if (!lt_) lt_ = std::make_unique<LtGemm>(device_, stream_);
+        lt_->bf16(trans_a, trans_b, m, n, k, alpha, a16.raw_data(), b16.raw_data(), beta,
+                  c.data<float>());
+        return;
+      }
+    }
   }
 
   void add_row_bias(Tensor& y, const Tensor& bias) override {
@@ -220,7 +249,14 @@ class CudaBackend final : public Backend {
   void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                       const Conv2dParams& p) override {
     activate();
-    conv_->forward(x, w, y, p);
+    if (ctx_.precision() == Precision::BF16) {
+      Tensor x16 = casts_.get(ctx_, x, 0, to_bf16()), w16 = casts_.get(ctx_, w, 1, to_bf16());
+      Tensor y16 = casts_.scratch(ctx_, 2, y.shape());
+      conv_->forward(x16, w16, y16, p, Precision::BF16);
+      bf16_to_f32(bf16_data(y16), y.data<float>(), y.numel(), stream_);
+    } else {
+      conv_->forward(x, w, y, p, ctx_.precision());
+    }
     if (b.defined())
       add_channel_bias(y.data<float>(), b.data<float>(), y.dim(0), y.dim(1), y.dim(2) * y.dim(3),
                        stream_);
@@ -228,12 +264,28 @@ class CudaBackend final : public Backend {
   void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
                             const Conv2dParams& p) override {
     activate();
-    conv_->backward_data(dy, w, dx, p);
+    if (ctx_.precision() == Precision::BF16) {
+      Tensor dy16 = casts_.get(ctx_, dy, 0, to_bf16()), w16 = casts_.get(ctx_, w, 1, to_bf16());
+      Tensor dx16 = casts_.scratch(ctx_, 2, dx.shape());
+      conv_->backward_data(dy16, w16, dx16, p, Precision::BF16);
+      bf16_to_f32(bf16_data(dx16), dx.data<float>(), dx.numel(), stream_);
+    } else {
+      conv_->backward_data(dy, w, dx, p, ctx_.precision());
+    }
   }
   void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
                                const Conv2dParams& p) override {
     activate();
-    conv_->backward_filter(x, dy, dw, p);
+    if (ctx_.precision() == Precision::BF16) {
+      // cuDNN's bf16 convolutions write bf16 (no f32-output configuration in its legacy API),
+      // so this micro-step's weight gradient is rounded once, then accumulated in f32.
+      Tensor x16 = casts_.get(ctx_, x, 0, to_bf16()), dy16 = casts_.get(ctx_, dy, 1, to_bf16());
+      Tensor dw16 = casts_.scratch(ctx_, 2, dw.shape());
+      conv_->backward_filter(x16, dy16, dw16, p, Precision::BF16, /*accumulate=*/false);
+      add_bf16_to_f32(bf16_data(dw16), dw.data<float>(), dw.numel(), stream_);
+    } else {
+      conv_->backward_filter(x, dy, dw, p, ctx_.precision(), /*accumulate=*/true);
+    }
     if (db.defined())
       sum_channels_acc(dy.data<float>(), db.data<float>(), dy.dim(0), dy.dim(1),
                        dy.dim(2) * dy.dim(3), stream_);
@@ -378,8 +430,52 @@ class CudaBackend final : public Backend {
     cuda::flat_sum_squares(plan, range, x, sums, what == FlatSums::Squares, stream_);
   }
 
+  // ---- precision
+  void check_precision(Precision p) override {
+    if (p == Precision::FP32) return;
+    int major = 0;
+    LOCKSTEP_CHECK_CUDA(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_.index));
+    LOCKSTEP_CHECK_HINT(major >= 8, "set train.precision = fp32 on this GPU",
+                        "train.precision = ", precision_name(p),
+                        " needs tensor cores of compute capability 8.0 or "
+                        "later (Ampere), but ",
+                        device_description(device_.index), " has ", major, ".x");
+  }
+  std::string precision_info(Precision p) override {
+    const std::string gpu = " on " + device_description(device_.index);
+    switch (p) {
+      case Precision::FP32:
+        return "fp32: cublasSgemm and FMA-only cuDNN convolutions" + gpu;
+      case Precision::TF32:
+        return "tf32: cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 and tensor-core cuDNN "
+               "convolutions" +
+               gpu;
+      case Precision::BF16:
+        return "bf16: cuBLASLt with CUBLAS_COMPUTE_32F (f32 output) and cuDNN bf16 convolutions" +
+               gpu;
+    }
+    return "?";
+  }
+  void cast(const Tensor& src, Tensor& dst) override {
+    activate();
+    if (src.dtype() == DType::F32)
+      f32_to_bf16(src.data<float>(), bf16_data(dst), src.numel(), stream_);
+    else
+      bf16_to_f32(bf16_data(src), dst.data<float>(), src.numel(), stream_);
+  }
+
  private:
   void activate() { activate_device(device_.index); }
+
+  // The conversion CastCache runs for operands that are not bf16 yet.
+  struct ToBf16 {
+    cudaStream_t stream;
+    void operator()(const Tensor& src, Tensor& dst) const {
+      f32_to_bf16(src.data<float>(), bf16_data(dst), src.numel(), stream);
+    }
+  };
+  ToBf16 to_bf16() const { return {stream_}; }
 
   DeviceResults* results() { return static_cast<DeviceResults*>(results_.raw_data()); }
 
@@ -419,12 +515,14 @@ class CudaBackend final : public Backend {
     return {n, c, n * c > 0 ? x.numel() / (n * c) : 1};
   }
 
+  Context& ctx_;
   Device device_;
-  bool tf32_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::unique_ptr<ConvPlans> conv_;
+  std::unique_ptr<LtGemm> lt_;             // bf16 GEMMs, created by the first one
+  CastCache casts_;                        // bf16 copies of GEMM and convolution operands
   Tensor results_;                         // DeviceResults on the device
   Tensor partials_;                        // f64[kReducePartials] for sum_squares
   DeviceResults* host_results_ = nullptr;  // pinned

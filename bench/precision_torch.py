@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""PyTorch side of bench/precision.sh (bench-only; Debian's python3-torch 1.13).
+
+  precision_torch.py mlp --threads T --precision fp32|bf16 [--batch 256] [--steps 10] [--reps 5]
+      Training steps of the MLP 784-1024-1024-10 (the model of `lockstep-bench mlp`: same
+      widths, batch, SGD lr 0.01 momentum 0.9, random inputs in [-1, 1), labels i % 10). bf16 is
+      torch.autocast('cpu', dtype=torch.bfloat16) around forward and loss, PyTorch's own
+      mixed-precision recipe: bf16 matmuls on oneDNN, fp32 weights and optimizer.
+  precision_torch.py matmul --threads T --precision fp32|bf16
+      A 1024^3 matmul, for the GFLOP/s next to `lockstep-bench ops`.
+
+Each prints one JSON line: the median over --reps of the mean step (or call) time.
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+
+def mlp(args):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(784, 1024), torch.nn.ReLU(),
+        torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+        torch.nn.Linear(1024, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    x = torch.rand(args.batch, 1, 28, 28) * 2 - 1
+    y = torch.arange(args.batch) % 10
+    bf16 = args.precision == "bf16"
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(3):  # warm-up: allocations, oneDNN primitive creation
+        step()
+    times = []
+    for _ in range(args.reps):
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            loss = step()
+        times.append((time.perf_counter() - t0) / args.steps)
+    ms = statistics.median(times) * 1e3
+    return {"bench": "torch-mlp", "precision": args.precision, "threads": args.threads,
+            "batch": args.batch, "step_ms": ms, "step_ms_per_rep": [t * 1e3 for t in times],
+            "samples_per_s": args.batch / (ms / 1e3), "final_loss": float(loss)}
+
+
+def matmul(args):
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    a = (torch.rand(1024, 1024) * 2 - 1).to(dtype)
+    b = (torch.rand(1024, 1024) * 2 - 1).to(dtype)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(args.reps):
+        n = 10
+        t0 = time.perf_counter()
+        for _ in range(n):
+            a @ b
+        times.append((time.perf_counter() - t0) / n)
+    s = statistics.median(times)
+    return {"bench": "torch-matmul-1024", "precision": args.precision, "threads": args.threads,
+            "ms": s * 1e3, "gflops": 2 * 1024 ** 3 / s * 1e-9}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=["mlp", "matmul"])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--reps", type=int, default=5)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    out = mlp(args) if args.what == "mlp" else matmul(args)
+    out["torch"] = torch.__version__
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+#include "ops/cuda/gemm_lt.hpp"
+
+#include <climits>
+
+#include "ops/cuda/check.hpp"
+
+namespace lockstep::ops::cuda {
+namespace {
+
+std::uint64_t as_u64(std::int64_t v, const char* what) {
+  LOCKSTEP_CHECK(v >= 0 && v <= INT_MAX, "bf16 gemm ", what, " = ", v,
+                 " exceeds cuBLASLt's 32-bit dimension limit");
+  return static_cast<std::uint64_t>(v);
+}
+
+// The largest power of two (up to 256) dividing the address: cuBLASLt must be told the real
+// alignment, since its heuristic otherwise assumes 256 bytes and may pick a kernel that faults
+// on a view (a gradient inside a bucket, say).
+std::uint32_t alignment(const void* p) {
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t align = 256;
+  while (align > 1 && a % align != 0)
+    align >>= 1;
+  return align;
+}
+
+}  // namespace
+
+struct LtGemm::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  ~Plan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+LtGemm::LtGemm(Device device, cudaStream_t stream) : device_(device), stream_(stream) {
+  LOCKSTEP_CHECK_CUBLAS(cublasLtCreate(&handle_));
+}
+
+LtGemm::~LtGemm() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+void LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                  float alpha, const void* a, const void* b, float beta, float* c) {
+  const std::uint32_t align_a = alignment(a), align_b = alignment(b), align_c = alignment(c);
+  const Key key{m, n, k, trans_a, trans_b, beta != 0.0f, align_a, align_b, align_c};
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    auto plan = std::make_unique<Plan>();
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix
+    // read as column-major is its transpose: cuBLASLt's "A" is our b and its "B" our a, each
+    // with its own transpose flag (the same trick as cublasSgemm in cuda_backend.cpp).
+    const std::uint64_t um = as_u64(m, "M"), un = as_u64(n, "N"), uk = as_u64(k, "K");
+    LOCKSTEP_CHECK_CUBLAS(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LOCKSTEP_CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    LOCKSTEP_CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    // Stored (column-major) shapes: b is [k, n] row-major = n x k column-major (ld n), or
+    // [n, k] = k x n (ld k) when transposed; likewise a.
+    if (trans_b)
+      LOCKSTEP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, uk, un, uk));
+    else
+      LOCKSTEP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, un, uk, un));
+    if (trans_a)
+      LOCKSTEP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, um, uk, um));
+    else
+      LOCKSTEP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, uk, um, uk));
+    LOCKSTEP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, un, um, un));
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    LOCKSTEP_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    const std::uint64_t ws = kLtWorkspaceBytes;
+    // cuBLASLt's "A" is b and its "B" is a (see above).
+    const std::uint32_t lt_align_a = align_b, lt_align_b = align_a;
+    cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &lt_align_a, sizeof(lt_align_a));
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &lt_align_b, sizeof(lt_align_b));
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c));
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c, plan->c,
+                                              pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    LOCKSTEP_CHECK_CUBLAS(status);
+    LOCKSTEP_CHECK(found > 0, "cuBLASLt has no bf16 algorithm for C[", m, ", ", n, "] = op(A)[", m,
+                   ", ", k, "] op(B)[", k, ", ", n, "] (trans_a=", trans_a, ", trans_b=", trans_b,
+                   ", alignments ", align_a, "/", align_b, "/", align_c, " bytes)");
+    plan->algo = result.algo;
+    it = plans_.emplace(key, std::move(plan)).first;
+  }
+  if (!workspace_.defined())
+    workspace_ = Tensor::empty({static_cast<std::int64_t>(kLtWorkspaceBytes)}, DType::U8, device_);
+  const Plan& p = *it->second;
+  LOCKSTEP_CHECK_CUBLAS(cublasLtMatmul(handle_, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, c, p.c,
+                                       &p.algo, workspace_.raw_data(), kLtWorkspaceBytes, stream_));
+}
+
+}  // namespace lockstep::ops::cuda
