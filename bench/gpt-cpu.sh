@@ -20,6 +20,13 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 OUT=${OUT:-results/gpt-cpu}
 # Both sides' worker threads sleep when idle (the machine is shared; see docs/ARCHITECTURE.md).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+# Both sides run their GEMMs in the same OpenBLAS. Debian's 0.3.21 does not know CPUs newer than
+# it (this machine's Xeon, model 207) and falls back to its SSE3 "Prescott" kernels, ~3x slower
+# than the AVX-512 ones: unless the caller chose, give both the AVX-512 kernels when the CPU has
+# them. The core each side used is in its record (openblas_core for lockstep).
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo; then
+  export OPENBLAS_CORETYPE=SkylakeX
+fi
 [ -x build/apps/lockstep-bench ] || scripts/build.sh
 if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
   echo "gpt-cpu: $PYTHON has no torch (apt-get install python3-torch)" >&2
@@ -52,6 +59,7 @@ summary = {
     "lockstep_median": statistics.median(ls), "torch_median": statistics.median(pt),
     "ratio": statistics.median(ls) / statistics.median(pt),
     "torch": next(r["torch"] for r in runs if r["benchmark"] == "gpt_torch"),
+    "openblas_core": first.get("openblas_core"),
     "load_start": load_start, "load_end": " ".join(open("/proc/loadavg").read().split()[:3]),
 }
 json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)

@@ -18,6 +18,11 @@
 #include "lockstep/nn/transformer.hpp"
 #include "lockstep/ops/ops.hpp"
 
+// OpenBLAS (the CPU GEMM) picks its kernels by CPU model at load time; on CPUs newer than the
+// library it falls back to an SSE3 kernel ("Prescott") about 3x slower than its AVX-512 one
+// (OPENBLAS_CORETYPE=SkylakeX overrides it). Every record says which kernel ran.
+extern "C" char* openblas_get_corename(void);
+
 namespace lockstep::bench {
 namespace {
 
@@ -138,7 +143,8 @@ int run(const Args& args) {
   const double train_flops = 3.0 * model.forward_flops() * static_cast<double>(batch);
   std::ostringstream json;
   json << "{\"benchmark\": \"gpt\", \"machine\": " << machine_json() << ",\n"
-       << " \"load_average\": \"" << load_average() << "\",\n"
+       << " \"load_average\": \"" << load_average() << "\", \"openblas_core\": \""
+       << openblas_get_corename() << "\",\n"
        << " \"config\": {\"model\": \"" << spec << "\", \"device\": \"" << device.str()
        << "\", \"batch\": " << batch << ", \"seq\": " << seq << ", \"vocab\": " << vocab
        << ", \"threads\": " << threads << ", \"steps_per_rep\": " << steps << ", \"reps\": " << reps
@@ -161,11 +167,12 @@ int run(const Args& args) {
 
   std::fprintf(stderr,
                "gpt %s (%lld parameters) batch %lld x seq %lld, vocab %lld, %s, %d thread(s): "
-               "%.2f ms/step, %.0f tokens/s, %.1f GFLOP/s (load %s)\n",
+               "%.2f ms/step, %.0f tokens/s, %.1f GFLOP/s (load %s, OpenBLAS %s)\n",
                spec.c_str(), static_cast<long long>(model.num_parameters()),
                static_cast<long long>(batch), static_cast<long long>(seq),
                static_cast<long long>(vocab), device.str().c_str(), threads, step_s * 1e3,
-               tokens / step_s, train_flops / step_s * 1e-9, load_average().c_str());
+               tokens / step_s, train_flops / step_s * 1e-9, load_average().c_str(),
+               openblas_get_corename());
   for (auto& [name, t] : phases)
     std::fprintf(stderr, "  %-28s %8.3f ms\n", name.c_str(), median(t) * 1e3);
   return 0;

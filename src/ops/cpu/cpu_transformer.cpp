@@ -520,14 +520,13 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
     float* p = scratch + slot * per_slot;
     float* ds = p + tile;
     float* delta = ds + tile;
-    // dK and dV of this head accumulate over the query blocks: clear them first.
-    for (std::int64_t r = 0; r < t; ++r) {
-      std::fill(dk + r * ld, dk + r * ld + d, 0.0f);
-      std::fill(dv + r * ld, dv + r * ld + d, 0.0f);
-    }
     row_dots(g, o, c, t, d, delta);
-    for (std::int64_t r0 = 0; r0 < t; r0 += kAttnBlock) {
+    // dK and dV accumulate over the query blocks. The last block sees every key, so going
+    // backwards it writes all of them first (beta = 0) and the others add (no zeroing pass).
+    const std::int64_t last_block = (t - 1) / kAttnBlock * kAttnBlock;
+    for (std::int64_t r0 = last_block; r0 >= 0; r0 -= kAttnBlock) {
       const std::int64_t nq = std::min(kAttnBlock, t - r0), nk = r0 + nq;
+      const float beta = r0 == last_block ? 0.0f : 1.0f;
       const float* qb = q + r0 * ld;
       const float* gb = g + r0 * c;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_int(nq), as_int(nk), as_int(d), scale,
@@ -537,11 +536,11 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
       causal_softmax_backward_rows(p, ds, nk, nq, r0, l + r0, delta + r0);
       // dV[0:nk] += P^T dO_b;  dQ_b = scale dS K[0:nk];  dK[0:nk] += scale dS^T Q_b
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, as_int(nk), as_int(d), as_int(nq), 1.0f,
-                  p, as_int(nk), gb, as_int(c), 1.0f, dv, as_int(ld));
+                  p, as_int(nk), gb, as_int(c), beta, dv, as_int(ld));
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, as_int(nq), as_int(d), as_int(nk),
                   scale, ds, as_int(nk), k, as_int(ld), 0.0f, dq + r0 * ld, as_int(ld));
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, as_int(nk), as_int(d), as_int(nq), scale,
-                  ds, as_int(nk), qb, as_int(ld), 1.0f, dk, as_int(ld));
+                  ds, as_int(nk), qb, as_int(ld), beta, dk, as_int(ld));
     }
   });
 }
