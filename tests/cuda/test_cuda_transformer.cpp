@@ -173,7 +173,7 @@ TEST_F(Gpt, FlashAttentionIsBitwiseRepeatable) {
   }
 }
 
-TEST_F(Gpt, CrossEntropyOverGpt2sVocabularyMatchesCpu) {
+TEST_F(Gpt, CrossEntropyOverGpt2sVocabularyMatchesCpuAlsoInPlace) {
   const std::int64_t n = 64, v = 50257;
   Tensor logits = random_tensor({n, v}, 50, -6, 6);
   Tensor labels = random_labels(n, static_cast<int>(v), 51);
@@ -186,6 +186,13 @@ TEST_F(Gpt, CrossEntropyOverGpt2sVocabularyMatchesCpu) {
   ops::softmax_xent_backward(cpu(), probs, labels, 1.0f / n, d);
   ops::softmax_xent_backward(gpu(), probsg, dev(labels), 1.0f / n, dg);
   EXPECT_CLOSE(dg, d, 1e-5);
+  // In place: probabilities over the logits, then the gradient over them; the same bits.
+  Tensor inplace = dev(logits), loss2 = gpu_empty({1});
+  ops::softmax_xent_forward(gpu(), inplace, dev(labels), inplace, loss2);
+  EXPECT_CLOSE(loss2, lossg, 0.0);
+  EXPECT_CLOSE(inplace, probsg, 0.0);
+  ops::softmax_xent_backward(gpu(), inplace, dev(labels), 1.0f / n, inplace);
+  EXPECT_CLOSE(inplace, dg, 0.0);
 }
 
 // The same GPT (same seed: identical initial parameters on both devices) on both backends.

@@ -109,7 +109,8 @@ void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
 
 // ---- loss: softmax cross-entropy over logits [N, C] with i32 labels [N].
 // probs [N, C] receives softmax(logits); loss [1] receives the mean over N of -log p[label].
-// Labels outside [0, C) are an error naming the first bad one.
+// Labels outside [0, C) are an error naming the first bad one. probs may be logits itself, and
+// dlogits may be probs (in place: a language model's [N, vocab] rows need not be stored twice).
 void softmax_xent_forward(Context& ctx, const Tensor& logits, const Tensor& labels, Tensor& probs,
                           Tensor& loss);
 // dlogits = (probs - onehot(labels)) * scale   (scale = 1/N for a mean over N samples)
