@@ -25,9 +25,23 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+def _threads_from_argv(default=2):
+    for arg in sys.argv[1:]:
+        if arg.startswith("--threads="):
+            return arg.split("=", 1)[1]
+    return str(default)
+
+
+# torch.set_num_threads covers PyTorch's own (OpenMP) threads, not the OpenBLAS its Debian build
+# calls for matmuls, which starts one thread per core when it loads: cap both before the import,
+# so --threads=1 means one thread, as it does for lockstep.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads_from_argv())
+os.environ.setdefault("OMP_NUM_THREADS", _threads_from_argv())
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 PRESETS = {  # as src/nn/model.cpp's kGptPresets; vocab None: from --vocab
     "gpt2-124m": (12, 12, 768, 1024, 50257),
