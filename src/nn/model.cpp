@@ -16,7 +16,9 @@ namespace {
 constexpr const char* kLayerHint =
     "layers are conv(out,k[,stride=][,pad=][,bias=]), linear(out[,bias=]), bn, relu, gelu, "
     "maxpool(k[,stride][,pad]), avgpool(k[,stride][,pad]), gap, flatten, dropout(p), "
-    "res(out[,stride]) joined by '-'; presets are mlp[:h1,h2,...], lenet, resnet[:n]";
+    "res(out[,stride]), embed(vocab,ctx,dim), block(heads[,depth]), ln, lmhead joined by '-'; "
+    "presets are mlp[:h1,h2,...], lenet, resnet[:n], gpt(layers,heads,dim[,ctx][,vocab]), "
+    "gpt2-124m, gpt2-350m, gpt-mini, gpt-tiny";
 
 struct Arg {
   std::string key;  // empty for a positional argument
@@ -209,8 +211,10 @@ int as_int(double v) {
 
 // Builds the layer of token t for input shape `in` (batch dimension included). Shape problems
 // throw plain Errors, which the caller re-throws pointing at the token.
+// `built` are the layers before this one (lmhead ties itself to the last embed among them).
 std::unique_ptr<Module> make_layer(const SpecText& spec, const LayerToken& t, const Shape& in,
-                                   Device device) {
+                                   Device device,
+                                   const std::vector<std::unique_ptr<Module>>& built) {
   auto need_rank = [&](std::size_t rank, const char* what) {
     LOCKSTEP_CHECK_HINT(
         in.size() == rank,
@@ -266,6 +270,39 @@ std::unique_ptr<Module> make_layer(const SpecText& spec, const LayerToken& t, co
     need_rank(4, "[N, C, H, W]");
     return std::make_unique<BasicBlock>(in[1], static_cast<std::int64_t>(v[0]), as_int(v[1]),
                                         device);
+  }
+  // ---- GPT layers (the gpt(...) presets expand to these)
+  if (n == "embed") {
+    auto v = bind_args(spec, t,
+                       {{"vocab", kRequired, true, 1, kInf},
+                        {"ctx", kRequired, true, 1, kInf},
+                        {"dim", kRequired, true, 1, kInf}});
+    return std::make_unique<Embedding>(static_cast<std::int64_t>(v[0]),
+                                       static_cast<std::int64_t>(v[1]),
+                                       static_cast<std::int64_t>(v[2]), device);
+  }
+  if (n == "block") {
+    auto v = bind_args(spec, t, {{"heads", kRequired, true, 1, kInf}, {"depth", 1, true, 1, kInf}});
+    LOCKSTEP_CHECK(in.size() == 3, "block expects input [N, T, C], got ", shape_str(in));
+    return std::make_unique<TransformerBlock>(in[2], as_int(v[0]), static_cast<std::int64_t>(v[1]),
+                                              device);
+  }
+  if (n == "ln") {
+    bind_args(spec, t, {});
+    LOCKSTEP_CHECK(in.size() >= 2, "ln expects input [N, ..., C], got ", shape_str(in));
+    return std::make_unique<LayerNorm>(in.back(), kLayerNormEps, device);
+  }
+  if (n == "lmhead") {
+    bind_args(spec, t, {});
+    for (auto it = built.rbegin(); it != built.rend(); ++it) {
+      if (auto* e = dynamic_cast<Embedding*>(it->get())) return std::make_unique<TiedLmHead>(*e);
+    }
+    spec.fail(t.pos, t.len, "lmhead needs an embed layer before it (it reuses its token table)",
+              "start the spec with embed(vocab, ctx, dim)");
+  }
+  if (n == "gpt") {
+    spec.fail(t.pos, t.len, "a gpt(...) model cannot be combined with other layers",
+              "a gpt spec is the whole model, e.g. gpt(layers=2,heads=2,dim=128)");
   }
   if (n == "mlp" || n == "lenet" || n == "resnet") {
     spec.fail(t.pos, t.len, str("preset '", n, "' cannot be combined with other layers"),
@@ -334,6 +371,130 @@ std::string expand_preset(const std::string& spec, std::int64_t classes, std::st
   return out + str("-gap-linear(", classes, ")");
 }
 
+// ---- GPT specs: gpt(layers, heads, dim[, ctx][, vocab]) and the named presets, which may take
+// the same arguments in parentheses to override theirs (gpt-mini(ctx=64)). ctx and vocab default
+// to the data's sequence length and vocabulary; given, they must agree with it.
+struct GptPreset {
+  const char* name;
+  std::int64_t layers, heads, dim, ctx, vocab;  // vocab 0: the data's
+};
+// GPT-2 small and medium, and two shapes for CPU runs (head width 64, as GPT-2's, which is also
+// one of the widths the CUDA flash kernels cover).
+constexpr GptPreset kGptPresets[] = {
+    {"gpt2-124m", 12, 12, 768, 1024, 50257},
+    {"gpt2-350m", 24, 16, 1024, 1024, 50257},
+    {"gpt-mini", 4, 4, 256, 256, 0},
+    {"gpt-tiny", 2, 2, 128, 128, 0},
+};
+
+std::string expand_gpt(const std::string& spec, const Shape& sample_shape, std::int64_t classes,
+                       std::string& preset) {
+  std::size_t offset = 0;
+  const std::string s = trim(spec, offset);
+  std::size_t name_end = 0;
+  while (name_end < s.size() && (is_name_char(s[name_end]) || s[name_end] == '-'))
+    ++name_end;
+  std::string name = s.substr(0, name_end);
+  for (char& c : name)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const GptPreset* found = nullptr;
+  for (const GptPreset& p : kGptPresets) {
+    if (name == p.name) found = &p;
+  }
+  if (!found && name != "gpt") return "";
+  std::string text = spec;
+  if (found) {
+    preset = found->name;
+    // Rewrite as gpt(...) with the preset's values, the user's own arguments replacing them.
+    std::vector<std::pair<std::string, std::string>> args = {{"layers", str(found->layers)},
+                                                             {"heads", str(found->heads)},
+                                                             {"dim", str(found->dim)},
+                                                             {"ctx", str(found->ctx)}};
+    if (found->vocab) args.emplace_back("vocab", str(found->vocab));
+    std::string rest = s.substr(name_end);
+    SpecText user{"gpt" + rest, preset};
+    std::vector<LayerToken> tokens = tokenize(user);
+    if (tokens.size() > 1) {
+      SpecText{spec, ""}.fail(offset + name_end, s.size() - name_end,
+                              str("preset '", preset, "' cannot be combined with other layers"),
+                              "a preset is the whole spec; override its values in parentheses, "
+                              "e.g. gpt-mini(ctx=64)");
+    }
+    for (const Arg& a : tokens[0].args) {
+      if (a.key.empty()) {
+        SpecText{spec, ""}.fail(offset + name_end, s.size() - name_end,
+                                str("preset '", preset, "' takes key=value overrides only"),
+                                "e.g. gpt-mini(ctx=64)");
+      }
+      auto it = std::find_if(args.begin(), args.end(), [&](auto& kv) { return kv.first == a.key; });
+      if (it != args.end())
+        it->second = a.value;
+      else
+        args.emplace_back(a.key, a.value);
+    }
+    text = "gpt(";
+    for (std::size_t k = 0; k < args.size(); ++k)
+      text += str(k ? "," : "", args[k].first, "=", args[k].second);
+    text += ")";
+  }
+  SpecText gpt{text, preset};
+  std::vector<LayerToken> tokens = tokenize(gpt);
+  const LayerToken& t = tokens[0];
+  if (tokens.size() > 1 || t.name != "gpt") {
+    const LayerToken& extra = tokens.size() > 1 ? tokens[1] : t;
+    gpt.fail(extra.pos, extra.len, "a gpt(...) model cannot be combined with other layers",
+             "a gpt spec is the whole model, e.g. gpt(layers=2,heads=2,dim=128)");
+  }
+  const std::vector<Formal> formals = {{"layers", kRequired, true, 1, kInf},
+                                       {"heads", kRequired, true, 1, kInf},
+                                       {"dim", kRequired, true, 1, kInf},
+                                       {"ctx", -1, true, 1, kInf},
+                                       {"vocab", -1, true, 1, kInf}};
+  auto v = bind_args(gpt, t, formals);
+  // Where argument k was written, for the caret (the whole token if it was not).
+  auto fail_at = [&](std::size_t k, const std::string& message, const std::string& hint) {
+    std::size_t positional = 0;
+    for (const Arg& a : t.args) {
+      bool match = a.key.empty() ? positional++ == k : a.key == formals[k].name;
+      if (match) gpt.fail(a.pos, a.len, message, hint);
+    }
+    gpt.fail(t.pos, t.len, message, hint);
+  };
+  const auto layers = static_cast<std::int64_t>(v[0]), heads = static_cast<std::int64_t>(v[1]);
+  const auto dim = static_cast<std::int64_t>(v[2]);
+  if (sample_shape.size() != 1) {
+    gpt.fail(t.pos, t.len,
+             str("gpt models read token sequences: the data's sample shape must be [T], got ",
+                 shape_str(sample_shape)),
+             "train on token shards (lockstep-shard text)");
+  }
+  const std::int64_t seq = sample_shape[0];
+  if (dim % heads != 0) {
+    fail_at(1, str("dim = ", dim, " is not a multiple of heads = ", heads),
+            "each head gets dim / heads features");
+  }
+  std::int64_t ctx = static_cast<std::int64_t>(v[3]);
+  if (ctx < 0) ctx = seq;
+  if (seq > ctx) {
+    fail_at(
+        3,
+        str("the data's sequences have T = ", seq, " tokens but the model's context is ctx = ", ctx,
+            " positions"),
+        str("raise ctx to at least ", seq, " or train on sequences of at most ", ctx, " tokens"));
+  }
+  std::int64_t vocab = static_cast<std::int64_t>(v[4]);
+  if (vocab < 0) vocab = classes;
+  if (vocab != classes) {
+    fail_at(4,
+            str("vocab = ", vocab, " but the data has ", classes, " classes (its vocabulary size)"),
+            "make vocab the data's vocabulary size, or leave it out to take it from the data");
+  }
+  std::string out = str("embed(vocab=", vocab, ",ctx=", ctx, ",dim=", dim, ")");
+  for (std::int64_t k = 0; k < layers; ++k)
+    out += str("-block(heads=", heads, ",depth=", layers, ")");
+  return out + "-ln-lmhead";
+}
+
 std::string batch_shape_str(const Shape& shape) {
   std::string s = "[N";
   for (std::size_t i = 1; i < shape.size(); ++i)
@@ -361,13 +522,14 @@ Model Model::build(const std::string& spec, const Shape& sample_shape, std::int6
 
   SpecText text{spec, ""};
   std::string preset;
-  std::string expanded = expand_preset(spec, num_classes, preset);
+  std::string expanded = expand_gpt(spec, sample_shape, num_classes, preset);
+  if (expanded.empty()) expanded = expand_preset(spec, num_classes, preset);
   if (!expanded.empty()) text = SpecText{expanded, preset};
   std::vector<LayerToken> tokens = tokenize(text);
 
   // The classifier head (see model.hpp): validate an explicit final linear, else append one.
   const LayerToken& last = tokens.back();
-  bool explicit_head = last.name == "linear";
+  bool explicit_head = last.name == "linear" || last.name == "lmhead";
   Shape shape{1};
   shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
   std::vector<Shape> out_shapes;
@@ -389,7 +551,7 @@ Model Model::build(const std::string& spec, const Shape& sample_shape, std::int6
     std::unique_ptr<Module> layer;
     Shape out;
     try {
-      layer = make_layer(text, t, shape, device);
+      layer = make_layer(text, t, shape, device, m.layers_);
       out = layer->output_shape(shape);
     } catch (const Error& e) {
       if (e.message().rfind("model spec", 0) == 0) throw;  // already points at the spec
@@ -403,7 +565,18 @@ Model Model::build(const std::string& spec, const Shape& sample_shape, std::int6
     out_shapes.push_back(out);
     shape = out;
   }
-  if (shape != Shape{1, num_classes}) {
+  // A language model's head gives one row of logits per position: [T, classes] per sample.
+  const bool per_position = tokens.back().name == "lmhead";
+  if (per_position && shape.size() == 2 && shape[1] != num_classes) {
+    const LayerToken& t = tokens.back();
+    text.fail(t.pos, t.len,
+              str("the LM head outputs ", shape[1],
+                  " logits per position (the embedding's vocab) "
+                  "but the data has ",
+                  num_classes, " classes"),
+              "make the embedding's vocab the data's vocabulary size");
+  }
+  if (!per_position && shape != Shape{1, num_classes}) {
     const LayerToken& t = tokens.back();
     text.fail(t.pos, t.len,
               str("the last layer outputs ", batch_shape_str(shape), " but the data has ",
@@ -427,6 +600,7 @@ Model Model::build(const std::string& spec, const Shape& sample_shape, std::int6
     m.layers_[k]->set_input_grad(false);
     if (!m.layer_params_[k].empty()) break;
   }
+  m.outputs_per_sample_ = shape[0];
   m.out_shapes_ = std::move(out_shapes);
   return m;
 }

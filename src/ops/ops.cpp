@@ -588,6 +588,145 @@ void flat_sum_squares(Context& ctx, const FlatPlan& plan, FlatRange range, const
                  ": sums must have slots + 1 = ", plan.slots() + 1, " elements, got ",
                  sums.describe());
   ctx.backend().flat_sum_squares(plan, range, x, sums, what);
+
+// ---- transformer (GPT) ops
+
+namespace {
+// tokens [B, T] i32 against wte [V, C] and wpe [P, C]; returns C.
+std::int64_t check_embedding(Context& ctx, const char* op, const Tensor& tokens, const Tensor& wte,
+                             const Tensor& wpe, const char* wte_name, const char* wpe_name) {
+  check_tensor(ctx, op, "tokens", tokens, DType::I32);
+  check_ndim(op, "tokens", tokens, 2);
+  check_f32(ctx, op, wte_name, wte);
+  check_f32(ctx, op, wpe_name, wpe);
+  check_ndim(op, wte_name, wte, 2);
+  check_ndim(op, wpe_name, wpe, 2);
+  LOCKSTEP_CHECK(wte.dim(1) == wpe.dim(1), op, ": ", wte_name, " is ", wte.describe(), " but ",
+                 wpe_name, " is ", wpe.describe(), " (both must be [*, C])");
+  LOCKSTEP_CHECK_HINT(
+      tokens.dim(1) <= wpe.dim(0), "use sequences no longer than the model's context (its ctx)", op,
+      ": tokens ", tokens.describe(), " have ", tokens.dim(1),
+      " positions but the position embedding ", wpe.describe(), " has only ", wpe.dim(0));
+  return wte.dim(1);
+}
+
+void check_layernorm_params(Context& ctx, const char* op, const Tensor& x, const Tensor& weight,
+                            const Tensor& mean, const Tensor& rstd) {
+  check_f32(ctx, op, "x", x);
+  LOCKSTEP_CHECK(x.ndim() >= 1, op, ": x must have a feature dimension, got ", x.describe());
+  const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+  check_channel_vector(ctx, op, "weight", weight, c);
+  check_channel_vector(ctx, op, "mean", mean, rows);
+  check_channel_vector(ctx, op, "rstd", rstd, rows);
+}
+
+// qkv [B, T, 3C] with C divisible by heads; returns C.
+std::int64_t check_qkv(Context& ctx, const char* op, const Tensor& qkv, int heads) {
+  check_f32(ctx, op, "qkv", qkv);
+  check_ndim(op, "qkv", qkv, 3);
+  LOCKSTEP_CHECK(heads >= 1, op, ": heads must be positive, got ", heads);
+  LOCKSTEP_CHECK(qkv.dim(2) % 3 == 0 && (qkv.dim(2) / 3) % heads == 0, op, ": qkv ", qkv.describe(),
+                 " must be [B, T, 3C] with C divisible by heads = ", heads);
+  return qkv.dim(2) / 3;
+}
+}  // namespace
+
+void embedding_forward(Context& ctx, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       Tensor& y) {
+  const char* op = "embedding_forward";
+  const std::int64_t c = check_embedding(ctx, op, tokens, wte, wpe, "wte", "wpe");
+  check_f32(ctx, op, "y", y);
+  check_shape(op, "y", y, {tokens.dim(0), tokens.dim(1), c});
+  ctx.backend().embedding_forward(tokens, wte, wpe, y);
+}
+
+void embedding_backward(Context& ctx, const Tensor& tokens, const Tensor& dy, Tensor& dwte,
+                        Tensor& dwpe) {
+  const char* op = "embedding_backward";
+  const std::int64_t c = check_embedding(ctx, op, tokens, dwte, dwpe, "dwte", "dwpe");
+  check_f32(ctx, op, "dy", dy);
+  check_shape(op, "dy", dy, {tokens.dim(0), tokens.dim(1), c});
+  ctx.backend().embedding_backward(tokens, dy, dwte, dwpe);
+}
+
+void layernorm_forward(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       float eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  const char* op = "layernorm_forward";
+  check_layernorm_params(ctx, op, x, weight, mean, rstd);
+  check_channel_vector(ctx, op, "bias", bias, x.dim(-1));
+  check_f32(ctx, op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  LOCKSTEP_CHECK(eps > 0.0f, op, ": eps ", eps, " must be positive");
+  ctx.backend().layernorm_forward(x, weight, bias, eps, y, mean, rstd);
+}
+
+void layernorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& weight,
+                        const Tensor& mean, const Tensor& rstd, const Tensor& dresidual, Tensor& dx,
+                        Tensor& dweight, Tensor& dbias) {
+  const char* op = "layernorm_backward";
+  check_layernorm_params(ctx, op, x, weight, mean, rstd);
+  check_f32(ctx, op, "dy", dy);
+  check_f32(ctx, op, "dx", dx);
+  check_same_shape(op, "x", x, "dy", dy);
+  check_same_shape(op, "x", x, "dx", dx);
+  if (dresidual.defined()) {
+    check_f32(ctx, op, "dresidual", dresidual);
+    check_same_shape(op, "x", x, "dresidual", dresidual);
+  }
+  check_channel_vector(ctx, op, "dweight", dweight, x.dim(-1));
+  check_channel_vector(ctx, op, "dbias", dbias, x.dim(-1));
+  LOCKSTEP_CHECK(!dx.shares_storage(x) && !dx.shares_storage(dy), op,
+                 ": dx must not share storage with x or dy");
+  ctx.backend().layernorm_backward(x, dy, weight, mean, rstd, dresidual, dx, dweight, dbias);
+}
+
+void gelu_tanh_forward(Context& ctx, const Tensor& x, Tensor& y) {
+  check_f32(ctx, "gelu_tanh_forward", "x", x);
+  check_f32(ctx, "gelu_tanh_forward", "y", y);
+  check_same_shape("gelu_tanh_forward", "x", x, "y", y);
+  ctx.backend().gelu_tanh_forward(x, y);
+}
+
+void gelu_tanh_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) {
+  check_f32(ctx, "gelu_tanh_backward", "x", x);
+  check_f32(ctx, "gelu_tanh_backward", "dy", dy);
+  check_f32(ctx, "gelu_tanh_backward", "dx", dx);
+  check_same_shape("gelu_tanh_backward", "x", x, "dy", dy);
+  check_same_shape("gelu_tanh_backward", "x", x, "dx", dx);
+  ctx.backend().gelu_tanh_backward(x, dy, dx);
+}
+
+void attention_forward(Context& ctx, const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
+                       AttentionKernel kernel) {
+  const char* op = "attention_forward";
+  const std::int64_t c = check_qkv(ctx, op, qkv, heads);
+  const std::int64_t b = qkv.dim(0), t = qkv.dim(1);
+  check_f32(ctx, op, "out", out);
+  check_shape(op, "out", out, {b, t, c});
+  check_f32(ctx, op, "lse", lse);
+  check_shape(op, "lse", lse, {b, heads, t});
+  LOCKSTEP_CHECK(!out.shares_storage(qkv) && !lse.shares_storage(qkv), op,
+                 ": out and lse must not share storage with qkv");
+  ctx.backend().attention_forward(qkv, heads, out, lse, kernel);
+}
+
+void attention_backward(Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& dout,
+                        const Tensor& lse, int heads, Tensor& dqkv, AttentionKernel kernel) {
+  const char* op = "attention_backward";
+  const std::int64_t c = check_qkv(ctx, op, qkv, heads);
+  const std::int64_t b = qkv.dim(0), t = qkv.dim(1);
+  check_f32(ctx, op, "out", out);
+  check_f32(ctx, op, "dout", dout);
+  check_shape(op, "out", out, {b, t, c});
+  check_shape(op, "dout", dout, {b, t, c});
+  check_f32(ctx, op, "lse", lse);
+  check_shape(op, "lse", lse, {b, heads, t});
+  check_f32(ctx, op, "dqkv", dqkv);
+  check_same_shape(op, "qkv", qkv, "dqkv", dqkv);
+  LOCKSTEP_CHECK(!dqkv.shares_storage(qkv) && !dqkv.shares_storage(out) &&
+                     !dqkv.shares_storage(dout) && !dqkv.shares_storage(lse),
+                 op, ": dqkv must not share storage with the other arguments");
+  ctx.backend().attention_backward(qkv, out, dout, lse, heads, dqkv, kernel);
 }
 
 }  // namespace lockstep::ops

@@ -15,6 +15,9 @@ namespace lockstep::nn {
 // Overwrites t (in place, so views of it stay valid) with U(-bound, bound) drawn from
 // Philox(seed, hash_string(name)), element i from draw i.
 void init_uniform(Tensor& t, float bound, std::uint64_t seed, const std::string& name);
+// Overwrites t with N(0, stddev^2) drawn from Philox(seed, hash_string(name)), element i from
+// Philox::normal(i) (GPT-2's initialisation).
+void init_normal(Tensor& t, float stddev, std::uint64_t seed, const std::string& name);
 // Overwrites every element of t with value.
 void init_constant(Tensor& t, float value);
 // A parameter of `shape` with value and gradient zero (layers fill the value in

@@ -11,3 +11,4 @@
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/nn/pool.hpp"
 #include "lockstep/nn/residual.hpp"
+#include "lockstep/nn/transformer.hpp"

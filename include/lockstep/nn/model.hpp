@@ -15,6 +15,13 @@
 //   flatten                                       [N, ...] -> [N, features]
 //   dropout(p)                                    inverted dropout, 0 <= p < 1
 //   res(out[, stride=1])                          ResNet basic block (identity or 1x1 shortcut)
+//   embed(vocab, ctx, dim)                        token + position embedding, i32 [N, T] ->
+//                                                 [N, T, dim]; T > ctx is an error
+//   block(heads[, depth=1])                       pre-LN transformer block (GPT-2); depth, the
+//                                                 number of blocks, scales the residual init
+//   ln                                            LayerNorm over the last dimension
+//   lmhead                                        logits [N*T, vocab] tied to the last embed's
+//                                                 token table (no parameter of its own)
 // Presets (the whole spec):
 //   mlp[:h1,h2,...]   flatten-linear(h1)-relu-...-linear(hk)-relu-linear(classes);
 //                     default 1024,1024
@@ -23,7 +30,16 @@
 //   resnet[:n]        CIFAR-style ResNet-(6n+2), n blocks per stage (default 2): conv(16,3,pad=1,
 //                     bias=0)-bn-relu, stages res(16), res(32,2), res(64,2), then
 //                     gap-linear(classes)
-// Classifier head: a spec whose last layer is linear(out) must have out == num_classes. A spec
+//   gpt(layers, heads, dim[, ctx][, vocab])
+//                     GPT-2: embed(vocab,ctx,dim)-block(heads,depth=layers) x layers-ln-lmhead,
+//                     GPT-2/llm.c initialisation. The data's sample shape is [T] (i32 tokens):
+//                     ctx defaults to T and must be >= T; vocab defaults to num_classes and must
+//                     equal it. The output is one row of logits per position, [N*T, vocab].
+//   gpt2-124m | gpt2-350m | gpt-mini | gpt-tiny
+//                     gpt(12,12,768,ctx=1024,vocab=50257), gpt(24,16,1024,ctx=1024,vocab=50257),
+//                     gpt(4,4,256,ctx=256), gpt(2,2,128,ctx=128); key=value arguments in
+//                     parentheses override the preset's (gpt-mini(ctx=64), gpt2-124m(vocab=256))
+// Classifier head: a spec whose last layer is linear(out) (or lmhead) must have out == num_classes. A spec
 // that ends in any other layer gets a head appended: `flatten` if the output is not yet
 // [N, features], then `linear(num_classes)` (so `conv(8,3)-relu-gap` is a valid model).
 // Errors (unknown layer, bad argument, shapes that do not fit the sample shape) throw
@@ -50,7 +66,8 @@ class Model {
   Model& operator=(Model&&) noexcept;
   ~Model();
 
-  // x: [N, sample_shape...] f32 on the model's device -> logits [N, num_classes].
+  // x: [N, sample_shape...] on the model's device (f32 images, i32 tokens) -> logits
+  // [N * outputs_per_sample(), num_classes].
   Tensor forward(ops::Context& ctx, const Tensor& x);
   // Runs every layer's backward in reverse order, accumulating parameter gradients. Right after a
   // layer's backward, the hook (if set) is called for each of that layer's parameters, last
@@ -77,6 +94,9 @@ class Model {
 
   const Shape& sample_shape() const { return sample_shape_; }
   std::int64_t num_classes() const { return num_classes_; }
+  // Rows of logits per sample: 1 for a classifier, T (one per position, each predicting the next
+  // token) for a language model. Labels are [N * outputs_per_sample()].
+  std::int64_t outputs_per_sample() const { return outputs_per_sample_; }
   std::uint64_t seed() const { return seed_; }
   Device device() const { return device_; }
   std::size_t num_layers() const { return layers_.size(); }
@@ -94,6 +114,7 @@ class Model {
   std::string spec_, layer_spec_;
   Shape sample_shape_;
   std::int64_t num_classes_ = 0;
+  std::int64_t outputs_per_sample_ = 1;
   std::uint64_t seed_ = 0;
   Device device_;
   std::vector<std::unique_ptr<Module>> layers_;

@@ -89,6 +89,24 @@ class Backend {
   virtual void check_precision(Precision p) = 0;
   virtual std::string precision_info(Precision p) = 0;
   virtual void cast(const Tensor& src, Tensor& dst) = 0;  // f32 <-> bf16
+
+  // ---- transformer (GPT) ops
+  virtual void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                 Tensor& y) = 0;
+  virtual void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
+                                  Tensor& dwpe) = 0;
+  virtual void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 float eps, Tensor& y, Tensor& mean, Tensor& rstd) = 0;
+  virtual void layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& weight,
+                                  const Tensor& mean, const Tensor& rstd, const Tensor& dresidual,
+                                  Tensor& dx, Tensor& dweight, Tensor& dbias) = 0;
+  virtual void gelu_tanh_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void gelu_tanh_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  virtual void attention_forward(const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
+                                 AttentionKernel kernel) = 0;
+  virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& dout,
+                                  const Tensor& lse, int heads, Tensor& dqkv,
+                                  AttentionKernel kernel) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(Context& ctx);

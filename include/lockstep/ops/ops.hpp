@@ -116,7 +116,8 @@ void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
 
 // ---- loss: softmax cross-entropy over logits [N, C] with i32 labels [N].
 // probs [N, C] receives softmax(logits); loss [1] receives the mean over N of -log p[label].
-// Labels outside [0, C) are an error naming the first bad one.
+// Labels outside [0, C) are an error naming the first bad one. probs may be logits itself, and
+// dlogits may be probs (in place: a language model's [N, vocab] rows need not be stored twice).
 void softmax_xent_forward(Context& ctx, const Tensor& logits, const Tensor& labels, Tensor& probs,
                           Tensor& loss);
 // dlogits = (probs - onehot(labels)) * scale   (scale = 1/N for a mean over N samples)
@@ -202,5 +203,46 @@ enum class FlatSums { Squares, FinitenessOnly };
 // Does not synchronise: read sums when the value is needed.
 void flat_sum_squares(Context& ctx, const FlatPlan& plan, FlatRange range, const Tensor& x,
                       Tensor& sums, FlatSums what = FlatSums::Squares);
+
+// ---- transformer (GPT) ops. Activations are [B, T, C] row-major: a token's C features are
+// contiguous. Reductions are deterministic (fixed blocking, no float atomics), as everywhere.
+//
+// Token + learned position embedding: y[b, t, :] = wte[tokens[b, t], :] + wpe[t, :] for i32
+// tokens [B, T], wte [V, C], wpe [P, C] with T <= P. A token id outside [0, V) is an error naming
+// the first one (on a GPU: reported by the next call that waits for the device, as bad labels).
+void embedding_forward(Context& ctx, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       Tensor& y);
+// dwte[tokens[b, t], :] += dy[b, t, :] (a scatter-add: repeated tokens sum) and
+// dwpe[t, :] += sum_b dy[b, t, :]; both accumulate, as parameter gradients do.
+void embedding_backward(Context& ctx, const Tensor& tokens, const Tensor& dy, Tensor& dwte,
+                        Tensor& dwpe);
+// LayerNorm over the last dimension C of x [..., C]: y = (x - mean) * rstd * weight + bias with
+// rstd = 1 / sqrt(biased variance + eps). mean and rstd (f32, one per row) are saved for the
+// backward.
+void layernorm_forward(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       float eps, Tensor& y, Tensor& mean, Tensor& rstd);
+// dx = dresidual + dL/dx (dresidual may be undefined, meaning zero, or the same tensor as dx: a
+// pre-LN block adds its residual gradient in the same pass); dweight and dbias accumulate.
+void layernorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& weight,
+                        const Tensor& mean, const Tensor& rstd, const Tensor& dresidual, Tensor& dx,
+                        Tensor& dweight, Tensor& dbias);
+// GELU, tanh form (GPT-2's): y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_tanh_forward(Context& ctx, const Tensor& x, Tensor& y);
+void gelu_tanh_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
+// Causal multi-head self-attention core, from the fused projection qkv [B, T, 3C] (q, k, v are
+// features [0, C), [C, 2C), [2C, 3C); head h uses features [h D, (h + 1) D) of each, D = C / heads)
+// to out [B, T, C]: out_t = sum_{s <= t} softmax_s(q_t . k_s / sqrt(D)) v_s per head.
+// lse [B, heads, T] receives each row's log-sum-exp of the scaled scores, all the backward needs
+// to rebuild the probabilities: no [T, T] matrix is kept between the passes.
+enum class AttentionKernel {
+  Auto,   // the fast path: blocked causal attention (CPU), a flash-style kernel (CUDA)
+  Naive,  // CUDA: materialises the [B, heads, T, T] scores; the measured reference
+};
+void attention_forward(Context& ctx, const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
+                       AttentionKernel kernel = AttentionKernel::Auto);
+// dqkv (overwritten) from dout, with qkv, out and lse from the forward.
+void attention_backward(Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& dout,
+                        const Tensor& lse, int heads, Tensor& dqkv,
+                        AttentionKernel kernel = AttentionKernel::Auto);
 
 }  // namespace lockstep::ops

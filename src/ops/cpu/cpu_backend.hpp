@@ -107,12 +107,35 @@ class CpuBackend final : public Backend {
   std::string precision_info(Precision p) override;
   void cast(const Tensor& src, Tensor& dst) override;
 
+  // ---- transformer (GPT) ops: cpu_transformer.cpp
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                         Tensor& y) override;
+  void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
+                          Tensor& dwpe) override;
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                         Tensor& y, Tensor& mean, Tensor& rstd) override;
+  void layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& weight,
+                          const Tensor& mean, const Tensor& rstd, const Tensor& dresidual,
+                          Tensor& dx, Tensor& dweight, Tensor& dbias) override;
+  void gelu_tanh_forward(const Tensor& x, Tensor& y) override;
+  void gelu_tanh_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+  void attention_forward(const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
+                         AttentionKernel kernel) override;
+  void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& dout,
+                          const Tensor& lse, int heads, Tensor& dqkv,
+                          AttentionKernel kernel) override;
+
  private:
   void gemm_bf16(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                  float beta, Tensor& c);
 
   // Scratch that grows to the largest request and is then reused (no allocation per call).
   double* scratch_doubles(std::size_t n);
+
+  // Float scratch for the transformer kernels (per-thread attention tiles, LayerNorm partial
+  // sums): grown on the calling thread before a parallel region, then reused.
+  float* scratch_floats(std::size_t n);
+  std::vector<float> float_scratch_;
 
   Context& ctx_;
   std::vector<double> scratch_;

@@ -8,6 +8,7 @@
 #include "ops/cpu/optim_loops.hpp"
 #include "ops/cpu/parallel.hpp"
 #include "ops/cpu/reduce.hpp"
+#include "ops/cpu/simd.hpp"
 
 namespace lockstep::ops::cpu {
 namespace {
@@ -24,6 +25,41 @@ void check_labels(const char* op, const std::int32_t* labels, std::int64_t n,
                         "num_classes against the model's output layer",
                         op, ": label ", labels[i], " in row ", i, " is outside [0, ", classes, ")");
   }
+}
+
+// probs = softmax(row) and returns -log p[label]. Vectorised (a GPT's vocabulary makes this
+// 50257 exponentials per token); probs may be the logits row itself (in place): the label's logit
+// is read before anything is written.
+LOCKSTEP_SIMD_CLONES
+double softmax_row(const float* row, float* prow, std::int64_t c, std::int32_t label) {
+  using simd::kWidth;
+  const float x_label = row[label];
+  simd::vf vm = simd::splat(-INFINITY);
+  std::int64_t j = 0;
+  for (; j + kWidth <= c; j += kWidth)
+    vm = simd::vmax(vm, simd::load(row + j));
+  float mx = simd::hmax(vm);
+  for (; j < c; ++j)
+    mx = std::max(mx, row[j]);
+  simd::vf vs = simd::splat(0.0f);
+  for (j = 0; j + kWidth <= c; j += kWidth) {
+    simd::vf e = simd::exp(simd::load(row + j) - mx);
+    simd::store(prow + j, e);
+    vs += e;
+  }
+  float tail = 0.0f;
+  for (; j < c; ++j) {
+    prow[j] = simd::exp(simd::splat(row[j] - mx))[0];
+    tail += prow[j];
+  }
+  const float sum = simd::hsum(vs) + tail;
+  const float inv = 1.0f / sum;
+  for (j = 0; j + kWidth <= c; j += kWidth)
+    simd::store(prow + j, simd::load(prow + j) * inv);
+  for (; j < c; ++j)
+    prow[j] *= inv;
+  // -log p[label] = log(sum) - (x[label] - max): finite even when p underflows.
+  return std::log(static_cast<double>(sum)) - (x_label - mx);
 }
 
 }  // namespace
@@ -43,23 +79,8 @@ void CpuBackend::softmax_xent_forward(const Tensor& logits, const Tensor& labels
       [&](std::int64_t b0, std::int64_t b1) {
         for (std::int64_t blk = b0; blk < b1; ++blk) {
           double block_loss = 0.0;
-          for (std::int64_t i = blk * kLossRows; i < std::min(n, (blk + 1) * kLossRows); ++i) {
-            const float* row = px + i * c;
-            float* prow = pp + i * c;
-            float mx = row[0];
-            for (std::int64_t j = 1; j < c; ++j)
-              mx = std::max(mx, row[j]);
-            float sum = 0.0f;
-            for (std::int64_t j = 0; j < c; ++j) {
-              prow[j] = std::exp(row[j] - mx);
-              sum += prow[j];
-            }
-            const float inv = 1.0f / sum;
-            for (std::int64_t j = 0; j < c; ++j)
-              prow[j] *= inv;
-            // -log p[label] = log(sum) - (x[label] - max): finite even when p underflows.
-            block_loss += std::log(static_cast<double>(sum)) - (row[pl[i]] - mx);
-          }
+          for (std::int64_t i = blk * kLossRows; i < std::min(n, (blk + 1) * kLossRows); ++i)
+            block_loss += softmax_row(px + i * c, pp + i * c, c, pl[i]);
           partial[blk] = block_loss;
         }
       });
@@ -82,9 +103,11 @@ void CpuBackend::softmax_xent_backward(const Tensor& probs, const Tensor& labels
                    for (std::int64_t i = r0; i < r1; ++i) {
                      const float* prow = pp + i * c;
                      float* drow = pd + i * c;
+                     const float p_label = prow[pl[i]];  // before drow (maybe prow) changes
+                     LOCKSTEP_IVDEP
                      for (std::int64_t j = 0; j < c; ++j)
                        drow[j] = prow[j] * scale;
-                     drow[pl[i]] = (prow[pl[i]] - 1.0f) * scale;
+                     drow[pl[i]] = (p_label - 1.0f) * scale;
                    }
                  });
 }

@@ -36,6 +36,7 @@
 #include "ops/cuda/gemm_lt.hpp"
 #include "ops/cuda/kernels.hpp"
 #include "ops/cuda/precision_kernels.hpp"
+#include "ops/cuda/transformer.hpp"
 
 namespace lockstep::ops {
 namespace cuda {
@@ -92,6 +93,7 @@ class CudaBackend final : public Backend {
     (void)cudaFreeHost(host_results_);
     results_ = Tensor();
     partials_ = Tensor();
+    bad_token_ = Tensor();
     (void)cudaStreamDestroy(stream_);
   }
 
@@ -465,6 +467,97 @@ class CudaBackend final : public Backend {
       bf16_to_f32(bf16_data(src), dst.data<float>(), src.numel(), stream_);
   }
 
+  // ---- transformer (GPT) ops: transformer.cu. Workspaces come from the caching allocator per
+  // call (the stream orders their reuse).
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                         Tensor& y) override {
+    activate();
+    if (!bad_token_.defined()) {
+      bad_token_ = Tensor::empty({1}, DType::F64, device_);  // 8 bytes: one device word
+      LOCKSTEP_CHECK_CUDA(cudaMemsetAsync(bad_token_.raw_data(), 0xFF, 8, stream_));
+    }
+    token_positions_ = tokens.dim(1);
+    token_vocab_ = wte.dim(0);
+    cuda::embedding_forward(tokens.data<std::int32_t>(), wte.data<float>(), wpe.data<float>(),
+                            y.data<float>(), tokens.dim(0), tokens.dim(1), wte.dim(1), wte.dim(0),
+                            static_cast<unsigned long long*>(bad_token_.raw_data()), stream_);
+  }
+  void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
+                          Tensor& dwpe) override {
+    activate();
+    const std::int64_t n = tokens.numel();
+    const std::size_t bytes = embedding_backward_workspace(n, dwte.dim(0));
+    Tensor ws = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::U8, device_);
+    cuda::embedding_backward(tokens.data<std::int32_t>(), dy.data<float>(), dwte.data<float>(),
+                             dwpe.data<float>(), tokens.dim(0), tokens.dim(1), dwte.dim(1),
+                             dwte.dim(0), ws.raw_data(), bytes, stream_);
+  }
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                         Tensor& y, Tensor& mean, Tensor& rstd) override {
+    activate();
+    const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+    cuda::layernorm_forward(x.data<float>(), weight.data<float>(), bias.data<float>(), eps,
+                            y.data<float>(), mean.data<float>(), rstd.data<float>(), rows, c,
+                            stream_);
+  }
+  void layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& weight,
+                          const Tensor& mean, const Tensor& rstd, const Tensor& dresidual,
+                          Tensor& dx, Tensor& dweight, Tensor& dbias) override {
+    activate();
+    const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+    Tensor ws = Tensor::empty({std::max<std::int64_t>(layernorm_backward_workspace(rows, c), 1)},
+                              DType::F32, device_);
+    cuda::layernorm_backward(x.data<float>(), dy.data<float>(), weight.data<float>(),
+                             mean.data<float>(), rstd.data<float>(),
+                             dresidual.defined() ? dresidual.data<float>() : nullptr,
+                             dx.data<float>(), dweight.data<float>(), dbias.data<float>(), rows, c,
+                             ws.data<float>(), stream_);
+  }
+  void gelu_tanh_forward(const Tensor& x, Tensor& y) override {
+    activate();
+    cuda::gelu_tanh_forward(x.data<float>(), y.data<float>(), x.numel(), stream_);
+  }
+  void gelu_tanh_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+    activate();
+    cuda::gelu_tanh_backward(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(),
+                             stream_);
+  }
+  // Head widths the flash kernels do not cover fall back to the naive path.
+  void attention_forward(const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
+                         AttentionKernel kernel) override {
+    activate();
+    const std::int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
+    if (kernel == AttentionKernel::Auto && flash_attention_supported(c / heads)) {
+      flash_attention_forward(qkv.data<float>(), out.data<float>(), lse.data<float>(), b, t, c,
+                              heads, stream_);
+      return;
+    }
+    Tensor ws =
+        Tensor::empty({std::max<std::int64_t>(naive_attention_workspace(b, t, heads, false), 1)},
+                      DType::F32, device_);
+    naive_attention_forward(qkv.data<float>(), out.data<float>(), lse.data<float>(),
+                            ws.data<float>(), b, t, c, heads, stream_);
+  }
+  void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& dout,
+                          const Tensor& lse, int heads, Tensor& dqkv,
+                          AttentionKernel kernel) override {
+    activate();
+    const std::int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
+    if (kernel == AttentionKernel::Auto && flash_attention_supported(c / heads)) {
+      Tensor delta = Tensor::empty({std::max<std::int64_t>(b * heads * t, 1)}, DType::F32, device_);
+      flash_attention_backward(qkv.data<float>(), out.data<float>(), dout.data<float>(),
+                               lse.data<float>(), dqkv.data<float>(), delta.data<float>(), b, t, c,
+                               heads, stream_);
+      return;
+    }
+    Tensor ws =
+        Tensor::empty({std::max<std::int64_t>(naive_attention_workspace(b, t, heads, true), 1)},
+                      DType::F32, device_);
+    naive_attention_backward(qkv.data<float>(), out.data<float>(), dout.data<float>(),
+                             lse.data<float>(), dqkv.data<float>(), ws.data<float>(), b, t, c,
+                             heads, stream_);
+  }
+
  private:
   void activate() { activate_device(device_.index); }
 
@@ -491,6 +584,7 @@ class CudaBackend final : public Backend {
                                         cudaMemcpyDeviceToHost, stream_));
     LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
     DeviceResults r = *host_results_;
+    check_bad_token();
     if (r.bad_label != ~0ull) {
       reset_bad_label();
       auto row = static_cast<std::int64_t>(r.bad_label >> 32);
@@ -500,6 +594,26 @@ class CudaBackend final : public Backend {
                          row, " is outside [0, ", label_classes_, ")");
     }
     return r;
+  }
+
+  // The embedding's out-of-range token word, read after the stream is synchronised (by
+  // read_results): raises the first bad token and resets the word.
+  void check_bad_token() {
+    if (!bad_token_.defined()) return;
+    unsigned long long word = 0;
+    LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(&word, bad_token_.raw_data(), sizeof word,
+                                        cudaMemcpyDeviceToHost, stream_));
+    LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    if (word == ~0ull) return;
+    LOCKSTEP_CHECK_CUDA(cudaMemsetAsync(bad_token_.raw_data(), 0xFF, 8, stream_));
+    const auto pos = static_cast<std::int64_t>(word >> 32);
+    const auto token = static_cast<std::int32_t>(static_cast<std::uint32_t>(word));
+    const std::int64_t t = std::max<std::int64_t>(token_positions_, 1);
+    LOCKSTEP_FAIL_HINT(
+        "token ids must be below the model's vocab: check the data's vocabulary "
+        "size (num_classes) against the model spec",
+        "embedding_forward on ", device_.str(), ": token id ", token, " at [", pos / t, ", ",
+        pos % t, "] is outside [0, ", token_vocab_, ")");
   }
 
   static PoolShape pool_shape(const Shape& in, const Shape& out, const Pool2dParams& p) {
@@ -527,6 +641,8 @@ class CudaBackend final : public Backend {
   Tensor partials_;                        // f64[kReducePartials] for sum_squares
   DeviceResults* host_results_ = nullptr;  // pinned
   std::int64_t label_classes_ = 0;
+  Tensor bad_token_;  // u64 word on the device, ~0 when no bad token was seen
+  std::int64_t token_positions_ = 0, token_vocab_ = 0;
 };
 
 }  // namespace

@@ -359,6 +359,12 @@ __global__ void softmax_xent_forward_kernel(const float* logits, const std::int3
   if (row >= rows) return;
   const float* x = logits + row * classes;
   float* p = probs + row * classes;
+  // The label's logit is read before any lane writes p (the __syncwarp orders them): probs may
+  // be the logits themselves (a GPT's [B*T, 50257] logits need not be stored twice).
+  const std::int32_t label = labels[row];
+  const bool label_ok = label >= 0 && label < classes;
+  const float x_label = lane == 0 && label_ok ? x[label] : 0.0f;
+  __syncwarp();  // orders that read before every lane's writes below
   float mx = -INFINITY;
   for (i64 j = lane; j < classes; j += 32)
     mx = fmaxf(mx, x[j]);
@@ -372,12 +378,11 @@ __global__ void softmax_xent_forward_kernel(const float* logits, const std::int3
   for (i64 j = lane; j < classes; j += 32)
     p[j] = expf(x[j] - mx) * inv;
   if (lane == 0) {
-    std::int32_t label = labels[row];
-    if (label < 0 || label >= classes) {
+    if (!label_ok) {
       record_bad_label(bad, row, label);
       row_loss[row] = NAN;
     } else {
-      row_loss[row] = logf(sum) - (x[label] - mx);
+      row_loss[row] = logf(sum) - (x_label - mx);
     }
   }
 }

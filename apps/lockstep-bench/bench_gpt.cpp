@@ -1,0 +1,188 @@
+// lockstep-bench gpt: training throughput of a GPT (forward, cross-entropy, backward) in tokens/s,
+// the figure bench/gpt_torch.py measures for the same model in PyTorch. One step is zero_grad,
+// forward of a [batch, seq] token batch, the loss over all batch * seq positions and backward,
+// ending in Context::synchronize(); no optimizer step (the peer script does none either).
+// Reported: the median over --reps repetitions of the mean step time over --steps steps, after
+// one warm-up step, and a per-layer split from a separately timed, synchronised run.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "bench.hpp"
+#include "lockstep/core/rng.hpp"
+#include "lockstep/nn/loss.hpp"
+#include "lockstep/nn/model.hpp"
+#include "lockstep/nn/transformer.hpp"
+#include "lockstep/ops/ops.hpp"
+
+// OpenBLAS (the CPU GEMM) picks its kernels by CPU model at load time; on CPUs newer than the
+// library it falls back to an SSE3 kernel ("Prescott") about 3x slower than its AVX-512 one
+// (OPENBLAS_CORETYPE=SkylakeX overrides it). Every record says which kernel ran.
+extern "C" char* openblas_get_corename(void);
+
+namespace lockstep::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
+}
+
+Tensor random_tokens(const Shape& shape, std::int64_t vocab, std::uint64_t stream) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(shape_numel(shape)));
+  Philox rng(7, stream);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<std::int32_t>(rng.u32(i) % static_cast<std::uint32_t>(vocab));
+  return Tensor::from_vector(v, shape);
+}
+
+int run(const Args& args) {
+  const std::string spec = args.get("model", "gpt-mini");
+  const std::int64_t batch = args.get_int("batch", 8);
+  const std::int64_t seq = args.get_int("seq", 256);
+  const std::int64_t vocab = args.get_int("vocab", 256);
+  const int threads = static_cast<int>(args.get_int("threads", 2));
+  const int steps = static_cast<int>(args.get_int("steps", 5));
+  const int reps = static_cast<int>(args.get_int("reps", 5));
+  const Device device = parse_device(args.get("device", "cpu"));
+  const std::string attention = args.get("attention", "auto");
+  LOCKSTEP_CHECK(reps >= 3 && steps >= 1 && batch >= 1 && seq >= 1 && threads >= 1,
+                 "--reps must be >= 3 and --steps, --batch, --seq, --threads positive");
+  LOCKSTEP_CHECK(attention == "auto" || attention == "naive", "--attention must be auto or naive");
+
+  ops::Context ctx(device, threads);
+  nn::Model model = nn::Model::build(spec, {seq}, vocab, 1, device);
+  if (attention == "naive")
+    for (std::size_t k = 0; k < model.num_layers(); ++k)
+      if (auto* block = dynamic_cast<nn::TransformerBlock*>(&model.layer(k)))
+        block->attention().set_kernel(ops::AttentionKernel::Naive);
+  nn::SoftmaxCrossEntropy loss;
+  // Inputs live on the device for the whole run: the benchmark is the model, not the loader.
+  Tensor x = random_tokens({batch, seq}, vocab, 1).to(device);
+  Tensor y = random_tokens({batch * seq}, vocab, 2).to(device);
+  const float scale = 1.0f / static_cast<float>(batch * seq);
+  float last_loss = 0.0f;
+
+  auto step = [&] {
+    model.zero_grad(ctx);
+    Tensor logits = model.forward(ctx, x);
+    loss.forward(ctx, logits, y);
+    model.backward(ctx, loss.backward(ctx, scale));
+  };
+  step();
+  ctx.synchronize();
+  std::vector<double> step_times;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i)
+      step();
+    ctx.synchronize();
+    step_times.push_back(seconds_since(t0) / steps);
+  }
+  last_loss = loss.forward(ctx, model.forward(ctx, x), y).item();
+  model.backward(ctx, loss.backward(ctx, scale));  // consume the forward's cached inputs
+
+  // Where the time goes: each layer's forward and backward, synchronised.
+  std::vector<std::pair<std::string, std::vector<double>>> phases;
+  auto timed = [&](const std::string& name, const std::function<void()>& fn, bool record) {
+    auto t0 = Clock::now();
+    fn();
+    ctx.synchronize();
+    double t = seconds_since(t0);
+    auto it = std::find_if(phases.begin(), phases.end(), [&](auto& p) { return p.first == name; });
+    if (it == phases.end()) {
+      phases.push_back({name, {}});
+      it = phases.end() - 1;
+    }
+    if (record) it->second.push_back(t);
+  };
+  for (int rep = -1; rep < reps; ++rep) {
+    const bool record = rep >= 0;
+    timed(
+        "zero_grad", [&] { model.zero_grad(ctx); }, record);
+    Tensor h = x;
+    for (std::size_t i = 0; i < model.num_layers(); ++i)
+      timed(
+          str(i, ".", model.layer(i).type(), ".forward"),
+          [&] { h = model.layer(i).forward(ctx, h); }, record);
+    Tensor d;
+    timed(
+        "loss.forward+backward",
+        [&] {
+          loss.forward(ctx, h, y);
+          d = loss.backward(ctx, scale);
+        },
+        record);
+    for (std::size_t i = model.num_layers(); i-- > 0;)
+      timed(
+          str(i, ".", model.layer(i).type(), ".backward"),
+          [&] { d = model.layer(i).backward(ctx, d); }, record);
+  }
+
+  const double step_s = median(step_times);
+  const double tokens = static_cast<double>(batch * seq);
+  // Training FLOPs: 3x the forward's multiply-adds (backward = 2x forward), attention over the
+  // causal prefix only, as Module::forward_flops counts it.
+  const double train_flops = 3.0 * model.forward_flops() * static_cast<double>(batch);
+  std::ostringstream json;
+  json << "{\"benchmark\": \"gpt\", \"machine\": " << machine_json() << ",\n"
+       << " \"load_average\": \"" << load_average() << "\", \"openblas_core\": \""
+       << openblas_get_corename() << "\",\n"
+       << " \"config\": {\"model\": \"" << spec << "\", \"device\": \"" << device.str()
+       << "\", \"batch\": " << batch << ", \"seq\": " << seq << ", \"vocab\": " << vocab
+       << ", \"threads\": " << threads << ", \"steps_per_rep\": " << steps << ", \"reps\": " << reps
+       << ", \"attention\": \"" << attention << "\", \"parameters\": " << model.num_parameters()
+       << "},\n \"step_ms_per_rep\": [";
+  for (std::size_t i = 0; i < step_times.size(); ++i)
+    json << (i ? ", " : "") << step_times[i] * 1e3;
+  json << "],\n \"step_ms\": " << step_s * 1e3 << ", \"tokens_per_s\": " << tokens / step_s
+       << ", \"train_gflop_per_step\": " << train_flops * 1e-9
+       << ", \"gflops\": " << train_flops / step_s * 1e-9 << ", \"loss\": " << last_loss
+       << ",\n \"phases_ms\": {";
+  double phase_total = 0.0;
+  for (std::size_t i = 0; i < phases.size(); ++i) {
+    const double ms = median(phases[i].second) * 1e3;
+    phase_total += ms;
+    json << (i ? ",\n   " : "\n   ") << "\"" << phases[i].first << "\": " << ms;
+  }
+  json << "},\n \"phases_total_ms\": " << phase_total << "}\n";
+  write_output(args, json.str());
+
+  std::fprintf(stderr,
+               "gpt %s (%lld parameters) batch %lld x seq %lld, vocab %lld, %s, %d thread(s): "
+               "%.2f ms/step, %.0f tokens/s, %.1f GFLOP/s (load %s, OpenBLAS %s)\n",
+               spec.c_str(), static_cast<long long>(model.num_parameters()),
+               static_cast<long long>(batch), static_cast<long long>(seq),
+               static_cast<long long>(vocab), device.str().c_str(), threads, step_s * 1e3,
+               tokens / step_s, train_flops / step_s * 1e-9, load_average().c_str(),
+               openblas_get_corename());
+  for (auto& [name, t] : phases)
+    std::fprintf(stderr, "  %-28s %8.3f ms\n", name.c_str(), median(t) * 1e3);
+  return 0;
+}
+
+}  // namespace
+
+LOCKSTEP_BENCH("gpt",
+               "GPT forward+backward tokens/s (--model=gpt-mini --batch=8 --seq=256 --vocab=256 "
+               "--threads=2 [--device=cuda:0 --attention=naive])",
+               run);
+
+}  // namespace lockstep::bench

@@ -1,0 +1,38 @@
+// Layer normalisation over the last dimension (torch.nn.LayerNorm(dim), eps 1e-5): weight 1 and
+// bias 0 at initialisation. backward_add folds a residual gradient into the same pass, which is
+// what a pre-LN transformer block needs at both of its LayerNorms.
+#pragma once
+
+#include "lockstep/nn/module.hpp"
+
+namespace lockstep::nn {
+
+inline constexpr float kLayerNormEps = 1e-5f;
+
+class LayerNorm final : public Module {
+ public:
+  explicit LayerNorm(std::int64_t dim, float eps = kLayerNormEps, Device device = Device::cpu());
+
+  std::string type() const override { return "ln"; }
+  std::string describe() const override;
+  Shape output_shape(const Shape& input) const override;
+  Tensor forward(ops::Context& ctx, const Tensor& x) override;
+  Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+  // dL/dx + dresidual (an undefined dresidual means zero), in one pass.
+  Tensor backward_add(ops::Context& ctx, const Tensor& dy, const Tensor& dresidual);
+  void reset_parameters(std::uint64_t seed, const std::string& prefix) override;
+  void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
+
+  Parameter& weight() { return weight_; }
+  Parameter& bias() { return bias_; }
+
+ private:
+  std::int64_t dim_;
+  float eps_;
+  Parameter weight_, bias_;
+  Tensor x_;                // input cached for backward
+  Tensor y_, mean_, rstd_;  // output and per-row statistics (reused buffers)
+  Tensor dx_;
+};
+
+}  // namespace lockstep::nn

@@ -1,0 +1,65 @@
+// The GPT-2 transformer pieces above the single layers: the pre-LN block
+//   x1 = x + attn(ln_1(x)),  y = x1 + mlp(ln_2(x1))
+// and the language-model head tied to the token embedding, logits = ln_f(h) wte^T, which turns
+// [N, T, C] into one row of vocabulary logits per position, [N * T, V].
+#pragma once
+
+#include "lockstep/nn/attention.hpp"
+#include "lockstep/nn/embedding.hpp"
+#include "lockstep/nn/layernorm.hpp"
+#include "lockstep/nn/mlp.hpp"
+
+namespace lockstep::nn {
+
+class TransformerBlock final : public Module {
+ public:
+  // depth: the number of blocks in the model (scales the residual projections' initialisation).
+  TransformerBlock(std::int64_t dim, int heads, std::int64_t depth = 1,
+                   Device device = Device::cpu());
+
+  std::string type() const override { return "block"; }
+  std::string describe() const override;
+  Shape output_shape(const Shape& input) const override;
+  Tensor forward(ops::Context& ctx, const Tensor& x) override;
+  // The residual sums pass their gradient to both branches; each LayerNorm backward adds the
+  // skip path's gradient in the same pass (ops::layernorm_backward's dresidual).
+  Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+  void reset_parameters(std::uint64_t seed, const std::string& prefix) override;
+  void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
+  void set_input_grad(bool needed) override;
+  double forward_flops(const Shape& input) const override;
+
+  CausalSelfAttention& attention() { return attn_; }
+
+ private:
+  std::int64_t dim_;
+  int heads_;
+  LayerNorm ln_1_;
+  CausalSelfAttention attn_;
+  LayerNorm ln_2_;
+  Mlp mlp_;
+  Tensor x1_, y_;  // residual stream after attention, and the output (reused buffers)
+};
+
+// Logits [N * T, V] = h [N * T, C] wte^T with the embedding's own token table: no parameter of
+// its own (collect_parameters adds nothing), so the table is listed, bucketed and reported ready
+// once, by the embedding. Its backward adds dlogits^T h into the table's gradient before the
+// embedding (earlier in the model, later in backward) adds its scatter.
+class TiedLmHead final : public Module {
+ public:
+  explicit TiedLmHead(Embedding& embedding);
+
+  std::string type() const override { return "lmhead"; }
+  std::string describe() const override;
+  Shape output_shape(const Shape& input) const override;
+  Tensor forward(ops::Context& ctx, const Tensor& x) override;
+  Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+  double forward_flops(const Shape& input) const override;
+
+ private:
+  Parameter& wte_;  // the embedding's; survives moves of the Model (layers are heap-allocated)
+  Tensor x_;        // [N * T, C], cached for backward
+  Tensor y_, dx_;
+};
+
+}  // namespace lockstep::nn

@@ -1,0 +1,548 @@
+// CPU kernels of the GPT layers: token + position embedding, LayerNorm, GELU (tanh form) and
+// causal multi-head attention.
+//
+// Attention is blocked and causal: for each (batch, head) the queries go in blocks of
+// kAttnBlock rows, and a block's scores are computed only against the keys it may see (the
+// prefix up to its last row), so the GEMMs do about half the work of a full [T, T] product and
+// no [T, T] matrix is ever stored. The forward keeps each row's log-sum-exp; the backward
+// rebuilds the probabilities from it (one extra Q K^T per block) instead of saving them:
+// FlashAttention's trade, which here also saves the memory traffic of a [B, H, T, T] tensor.
+// All GEMMs are single-threaded OpenBLAS calls on strided views of qkv (row stride 3C, no
+// transposes or copies); the pool's threads take whole (batch, head) pairs, each with its own
+// scratch tile, so dK and dV of a head are accumulated by one thread in a fixed order.
+//
+// Determinism: every reduction is over a fixed blocking (rows of a LayerNorm block, a head's
+// query blocks in order, the batch in order for the position gradient, all positions in order
+// for one column range of the token gradient), so results do not depend on the thread count.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "lockstep/core/error.hpp"
+#include "ops/cpu/cpu_backend.hpp"
+#include "ops/cpu/parallel.hpp"
+#include "ops/cpu/simd.hpp"
+
+namespace lockstep::ops::cpu {
+
+float* CpuBackend::scratch_floats(std::size_t n) {
+  if (float_scratch_.size() < n) float_scratch_.resize(n);
+  return float_scratch_.data();
+}
+
+namespace {
+
+using simd::kWidth;
+using simd::vf;
+
+// Query rows per attention block: 64 keeps a block's score tile (64 x T floats, 256 KB at
+// T = 1024) in L2 while the GEMMs are still wide enough for OpenBLAS's kernels.
+constexpr std::int64_t kAttnBlock = 64;
+// Rows per LayerNorm-backward block: the unit of the deterministic weight-gradient reduction.
+constexpr std::int64_t kLnRows = 32;
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+
+int as_int(std::int64_t v) {
+  return static_cast<int>(v);
+}
+
+// Token ids are checked on the host before any parallel work, so the error names the first bad
+// position whatever the thread count.
+void check_tokens(const char* op, const std::int32_t* tokens, std::int64_t b, std::int64_t t,
+                  std::int64_t vocab) {
+  for (std::int64_t i = 0; i < b * t; ++i) {
+    LOCKSTEP_CHECK_HINT(tokens[i] >= 0 && tokens[i] < vocab,
+                        "token ids must be below the model's vocab: check the data's vocabulary "
+                        "size (num_classes) against the model spec",
+                        op, ": token id ", tokens[i], " at [", i / t, ", ", i % t,
+                        "] is outside [0, ", vocab, ")");
+  }
+}
+
+// ---- row kernels (compiled per SIMD level)
+
+LOCKSTEP_SIMD_CLONES
+void add_rows(const float* a, const float* b, float* y, std::int64_t n) {
+  std::int64_t j = 0;
+  for (; j + kWidth <= n; j += kWidth)
+    simd::store(y + j, simd::load(a + j) + simd::load(b + j));
+  for (; j < n; ++j)
+    y[j] = a[j] + b[j];
+}
+
+LOCKSTEP_SIMD_CLONES
+void accumulate_row(const float* x, float* y, std::int64_t n) {
+  std::int64_t j = 0;
+  for (; j + kWidth <= n; j += kWidth)
+    simd::store(y + j, simd::load(y + j) + simd::load(x + j));
+  for (; j < n; ++j)
+    y[j] += x[j];
+}
+
+LOCKSTEP_SIMD_CLONES
+void layernorm_rows(const float* x, const float* w, const float* bias, float eps, float* y,
+                    float* mean, float* rstd, std::int64_t r0, std::int64_t r1, std::int64_t c) {
+  const float inv_c = 1.0f / static_cast<float>(c);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * c;
+    float* yr = y + r * c;
+    vf acc = simd::splat(0.0f);
+    std::int64_t j = 0;
+    for (; j + kWidth <= c; j += kWidth)
+      acc += simd::load(xr + j);
+    if (j < c) acc += simd::load_partial(xr + j, c - j, 0.0f);
+    const float m = simd::hsum(acc) * inv_c;
+    // Two passes (mean, then squared deviations): no cancellation for rows far from zero.
+    acc = simd::splat(0.0f);
+    for (j = 0; j + kWidth <= c; j += kWidth) {
+      vf d = simd::load(xr + j) - m;
+      acc += d * d;
+    }
+    if (j < c) {
+      vf d = simd::load_partial(xr + j, c - j, m) - m;
+      acc += d * d;
+    }
+    const float s = 1.0f / std::sqrt(simd::hsum(acc) * inv_c + eps);
+    for (j = 0; j + kWidth <= c; j += kWidth) {
+      vf v = (simd::load(xr + j) - m) * s * simd::load(w + j) + simd::load(bias + j);
+      simd::store(yr + j, v);
+    }
+    for (; j < c; ++j)
+      yr[j] = (xr[j] - m) * s * w[j] + bias[j];
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+// dx for rows [r0, r1) and this block's weight/bias gradient sums into part_w/part_b
+// (overwritten), rows added in order.
+LOCKSTEP_SIMD_CLONES
+void layernorm_backward_rows(const float* x, const float* dy, const float* w, const float* mean,
+                             const float* rstd, const float* dres, float* dx, float* part_w,
+                             float* part_b, std::int64_t r0, std::int64_t r1, std::int64_t c) {
+  const float inv_c = 1.0f / static_cast<float>(c);
+  for (std::int64_t j = 0; j < c; ++j) {
+    part_w[j] = 0.0f;
+    part_b[j] = 0.0f;
+  }
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * c;
+    const float* gr = dy + r * c;
+    float* dxr = dx + r * c;
+    const float m = mean[r], s = rstd[r];
+    // a = mean(dy w), b = mean(dy w xhat)
+    vf sa = simd::splat(0.0f), sb = simd::splat(0.0f);
+    std::int64_t j = 0;
+    for (; j + kWidth <= c; j += kWidth) {
+      vf g = simd::load(gr + j) * simd::load(w + j);
+      vf xh = (simd::load(xr + j) - m) * s;
+      sa += g;
+      sb += g * xh;
+      simd::store(part_w + j, simd::load(part_w + j) + simd::load(gr + j) * xh);
+      simd::store(part_b + j, simd::load(part_b + j) + simd::load(gr + j));
+    }
+    float ta = 0.0f, tb = 0.0f;
+    for (std::int64_t k = j; k < c; ++k) {
+      float g = gr[k] * w[k], xh = (xr[k] - m) * s;
+      ta += g;
+      tb += g * xh;
+      part_w[k] += gr[k] * xh;
+      part_b[k] += gr[k];
+    }
+    const float a = (simd::hsum(sa) + ta) * inv_c, b = (simd::hsum(sb) + tb) * inv_c;
+    for (j = 0; j + kWidth <= c; j += kWidth) {
+      vf g = simd::load(gr + j) * simd::load(w + j);
+      vf xh = (simd::load(xr + j) - m) * s;
+      vf v = (g - a - xh * b) * s;
+      if (dres) v += simd::load(dres + r * c + j);
+      simd::store(dxr + j, v);
+    }
+    for (; j < c; ++j) {
+      float g = gr[j] * w[j], xh = (xr[j] - m) * s;
+      float v = (g - a - xh * b) * s;
+      dxr[j] = dres ? v + dres[r * c + j] : v;
+    }
+  }
+}
+
+// With u = sqrt(2/pi) (x + 0.044715 x^3) and s = sigmoid(2u) = 1 / (1 + e^{-2u}):
+// 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s) with 1 - s = s e^{-2u}. Written this way
+// neither the value nor the derivative subtracts nearly equal numbers in the tails, where
+// 1 - tanh^2 would lose all its digits.
+LOCKSTEP_SIMD_INLINE vf gelu_tanh(vf x) {
+  vf u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
+  return x / (1.0f + simd::exp(-2.0f * u));
+}
+
+// d/dx of gelu_tanh, times the incoming gradient g.
+LOCKSTEP_SIMD_INLINE vf gelu_tanh_grad(vf x, vf g) {
+  vf x2 = x * x;
+  vf e = simd::exp(-2.0f * kSqrt2OverPi * (x + kGeluCoeff * x2 * x));
+  vf s = 1.0f / (1.0f + e);
+  vf du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x2);
+  return g * (s + 2.0f * x * s * (s * e) * du);
+}
+
+LOCKSTEP_SIMD_CLONES
+void gelu_tanh_range(const float* x, float* y, std::int64_t b, std::int64_t e) {
+  std::int64_t i = b;
+  for (; i + kWidth <= e; i += kWidth)
+    simd::store(y + i, gelu_tanh(simd::load(x + i)));
+  if (i < e) simd::store_partial(y + i, gelu_tanh(simd::load_partial(x + i, e - i, 0.0f)), e - i);
+}
+
+LOCKSTEP_SIMD_CLONES
+void gelu_tanh_backward_range(const float* x, const float* dy, float* dx, std::int64_t b,
+                              std::int64_t e) {
+  std::int64_t i = b;
+  for (; i + kWidth <= e; i += kWidth)
+    simd::store(dx + i, gelu_tanh_grad(simd::load(x + i), simd::load(dy + i)));
+  if (i < e) {
+    vf v = gelu_tanh_grad(simd::load_partial(x + i, e - i, 0.0f),
+                          simd::load_partial(dy + i, e - i, 0.0f));
+    simd::store_partial(dx + i, v, e - i);
+  }
+}
+
+// Row i of a score tile (already scaled) is for query t = first + i and sees keys [0, t]:
+// softmax over them in place, zeros after, and lse[t] = max + log(sum).
+LOCKSTEP_SIMD_CLONES
+void causal_softmax_rows(float* s, std::int64_t ld, std::int64_t rows, std::int64_t first,
+                         float* lse) {
+  for (std::int64_t i = 0; i < rows; ++i) {
+    float* row = s + i * ld;
+    const std::int64_t valid = first + i + 1;
+    vf vm = simd::splat(-INFINITY);
+    std::int64_t j = 0;
+    for (; j + kWidth <= valid; j += kWidth)
+      vm = simd::vmax(vm, simd::load(row + j));
+    if (j < valid) vm = simd::vmax(vm, simd::load_partial(row + j, valid - j, -INFINITY));
+    const float m = simd::hmax(vm);
+    vf vs = simd::splat(0.0f);
+    for (j = 0; j + kWidth <= valid; j += kWidth) {
+      vf p = simd::exp(simd::load(row + j) - m);
+      simd::store(row + j, p);
+      vs += p;
+    }
+    if (j < valid) {
+      vf p = simd::exp(simd::load_partial(row + j, valid - j, 0.0f) - m);
+      // lanes past `valid` must not count
+      float tmp[kWidth];
+      simd::store(tmp, p);
+      for (std::int64_t k = valid - j; k < kWidth; ++k)
+        tmp[k] = 0.0f;
+      p = simd::load(tmp);
+      simd::store_partial(row + j, p, valid - j);
+      vs += p;
+    }
+    const float sum = simd::hsum(vs);
+    lse[i] = m + std::log(sum);
+    const float inv = 1.0f / sum;
+    for (j = 0; j + kWidth <= valid; j += kWidth)
+      simd::store(row + j, simd::load(row + j) * inv);
+    for (; j < valid; ++j)
+      row[j] *= inv;
+    for (j = valid; j < ld; ++j)
+      row[j] = 0.0f;
+  }
+}
+
+// Backward tile: p = exp(s - lse) on the causal prefix (0 after), written over s; then
+// ds = p * (dp - delta) written over dp.
+LOCKSTEP_SIMD_CLONES
+void causal_softmax_backward_rows(float* s, float* dp, std::int64_t ld, std::int64_t rows,
+                                  std::int64_t first, const float* lse, const float* delta) {
+  for (std::int64_t i = 0; i < rows; ++i) {
+    float* srow = s + i * ld;
+    float* drow = dp + i * ld;
+    const std::int64_t valid = first + i + 1;
+    const float l = lse[i], d = delta[i];
+    std::int64_t j = 0;
+    for (; j + kWidth <= valid; j += kWidth) {
+      vf p = simd::exp(simd::load(srow + j) - l);
+      simd::store(srow + j, p);
+      simd::store(drow + j, p * (simd::load(drow + j) - d));
+    }
+    for (; j < valid; ++j) {
+      float p = simd::exp(simd::splat(srow[j] - l))[0];
+      srow[j] = p;
+      drow[j] = p * (drow[j] - d);
+    }
+    for (j = valid; j < ld; ++j) {
+      srow[j] = 0.0f;
+      drow[j] = 0.0f;
+    }
+  }
+}
+
+// delta[t] = sum_d dout[t, d] * out[t, d] over one head's D features.
+LOCKSTEP_SIMD_CLONES
+void row_dots(const float* a, const float* b, std::int64_t ld, std::int64_t rows, std::int64_t d,
+              float* out) {
+  for (std::int64_t t = 0; t < rows; ++t) {
+    const float* ar = a + t * ld;
+    const float* br = b + t * ld;
+    vf acc = simd::splat(0.0f);
+    std::int64_t j = 0;
+    for (; j + kWidth <= d; j += kWidth)
+      acc += simd::load(ar + j) * simd::load(br + j);
+    float tail = 0.0f;
+    for (; j < d; ++j)
+      tail += ar[j] * br[j];
+    out[t] = simd::hsum(acc) + tail;
+  }
+}
+
+// The strided views of one (batch, head) pair inside qkv [B, T, 3C] and out [B, T, C].
+struct HeadView {
+  std::int64_t t, c, d;  // sequence length, model width, head width
+  std::int64_t ld_qkv() const { return 3 * c; }
+  std::int64_t q_offset(std::int64_t b, std::int64_t h) const { return b * t * 3 * c + h * d; }
+  std::int64_t o_offset(std::int64_t b, std::int64_t h) const { return b * t * c + h * d; }
+};
+
+// Runs fn(unit, slot) for units [0, n) over the pool, contiguous ranges per thread; `slot` is
+// the thread's index into per-thread scratch. When splitting is not worth it, everything runs on
+// the calling thread with slot 0.
+template <class F>
+void for_units(ThreadPool& pool, std::int64_t n, bool worth_splitting, const F& fn) {
+  const std::int64_t parts = worth_splitting ? std::min<std::int64_t>(pool.size(), n) : 1;
+  if (parts <= 1) {
+    for (std::int64_t u = 0; u < n; ++u)
+      fn(u, 0);
+    return;
+  }
+  struct Job {  // one pointer captured: std::function keeps it without allocating
+    const F* fn;
+    std::int64_t n, parts;
+  } job{&fn, n, parts};
+  const Job* jp = &job;
+  pool.run([jp](int part, int) {
+    if (part >= jp->parts) return;
+    for (std::int64_t u = jp->n * part / jp->parts; u < jp->n * (part + 1) / jp->parts; ++u)
+      (*jp->fn)(u, part);
+  });
+}
+
+// Below this many multiply-adds an attention call stays on the calling thread.
+constexpr double kAttnParallelFlops = 2.0e6;
+
+}  // namespace
+
+// ---- embedding
+
+void CpuBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                   Tensor& y) {
+  const std::int64_t b = tokens.dim(0), t = tokens.dim(1), c = wte.dim(1);
+  const std::int32_t* tok = tokens.data<std::int32_t>();
+  check_tokens("embedding_forward", tok, b, t, wte.dim(0));
+  const float* pte = wte.data<float>();
+  const float* ppe = wpe.data<float>();
+  float* py = y.data<float>();
+  parallel_range(ctx_.pool(), b * t,
+                 std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(c, 1)),
+                 [&](std::int64_t r0, std::int64_t r1) {
+                   for (std::int64_t r = r0; r < r1; ++r)
+                     add_rows(pte + tok[r] * c, ppe + (r % t) * c, py + r * c, c);
+                 });
+}
+
+void CpuBackend::embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
+                                    Tensor& dwpe) {
+  const std::int64_t b = tokens.dim(0), t = tokens.dim(1), c = dwte.dim(1);
+  const std::int32_t* tok = tokens.data<std::int32_t>();
+  check_tokens("embedding_backward", tok, b, t, dwte.dim(0));
+  const float* pdy = dy.data<float>();
+  float* pte = dwte.data<float>();
+  float* ppe = dwpe.data<float>();
+  // Positions: each row t sums the batch in order.
+  parallel_range(ctx_.pool(), t,
+                 std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(b * c, 1)),
+                 [&](std::int64_t t0, std::int64_t t1) {
+                   for (std::int64_t p = t0; p < t1; ++p)
+                     for (std::int64_t i = 0; i < b; ++i)
+                       accumulate_row(pdy + (i * t + p) * c, ppe + p * c, c);
+                 });
+  // Tokens: a scatter-add, so threads split the columns and each walks every position in
+  // order: repeated tokens never race and always sum in the same order.
+  const std::int64_t n = b * t;
+  parallel_range(ctx_.pool(), c,
+                 std::max<std::int64_t>(kWidth, kParallelGrain / std::max<std::int64_t>(n, 1)),
+                 [&](std::int64_t c0, std::int64_t c1) {
+                   for (std::int64_t r = 0; r < n; ++r)
+                     accumulate_row(pdy + r * c + c0, pte + tok[r] * c + c0, c1 - c0);
+                 });
+}
+
+// ---- LayerNorm
+
+void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                   float eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+  const float* px = x.data<float>();
+  const float* pw = weight.data<float>();
+  const float* pb = bias.data<float>();
+  float* py = y.data<float>();
+  float* pm = mean.data<float>();
+  float* pr = rstd.data<float>();
+  parallel_range(ctx_.pool(), rows,
+                 std::max<std::int64_t>(1, kParallelGrain / 4 / std::max<std::int64_t>(c, 1)),
+                 [&](std::int64_t r0, std::int64_t r1) {
+                   layernorm_rows(px, pw, pb, eps, py, pm, pr, r0, r1, c);
+                 });
+}
+
+void CpuBackend::layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& weight,
+                                    const Tensor& mean, const Tensor& rstd, const Tensor& dresidual,
+                                    Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+  if (rows == 0) return;
+  const std::int64_t blocks = (rows + kLnRows - 1) / kLnRows;
+  float* partial = scratch_floats(static_cast<std::size_t>(blocks * 2 * c));
+  const float* px = x.data<float>();
+  const float* pdy = dy.data<float>();
+  const float* pw = weight.data<float>();
+  const float* pm = mean.data<float>();
+  const float* pr = rstd.data<float>();
+  const float* pres = dresidual.defined() ? dresidual.data<float>() : nullptr;
+  float* pdx = dx.data<float>();
+  parallel_range(
+      ctx_.pool(), blocks,
+      std::max<std::int64_t>(1, kParallelGrain / 8 / std::max<std::int64_t>(kLnRows * c, 1)),
+      [&](std::int64_t b0, std::int64_t b1) {
+        for (std::int64_t blk = b0; blk < b1; ++blk) {
+          float* part = partial + blk * 2 * c;
+          layernorm_backward_rows(px, pdy, pw, pm, pr, pres, pdx, part, part + c, blk * kLnRows,
+                                  std::min(rows, (blk + 1) * kLnRows), c);
+        }
+      });
+  // Sum the block partials in block order, columns split over the threads.
+  float* pdw = dweight.data<float>();
+  float* pdb = dbias.data<float>();
+  parallel_range(ctx_.pool(), c,
+                 std::max<std::int64_t>(kWidth, kParallelGrain / std::max<std::int64_t>(blocks, 1)),
+                 [&](std::int64_t c0, std::int64_t c1) {
+                   for (std::int64_t blk = 0; blk < blocks; ++blk) {
+                     const float* part = partial + blk * 2 * c;
+                     accumulate_row(part + c0, pdw + c0, c1 - c0);
+                     accumulate_row(part + c + c0, pdb + c0, c1 - c0);
+                   }
+                 });
+}
+
+// ---- GELU (tanh form)
+
+void CpuBackend::gelu_tanh_forward(const Tensor& x, Tensor& y) {
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  parallel_range(ctx_.pool(), x.numel(), kParallelGrain / 8,
+                 [&](std::int64_t b, std::int64_t e) { gelu_tanh_range(px, py, b, e); });
+}
+
+void CpuBackend::gelu_tanh_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  const float* px = x.data<float>();
+  const float* pdy = dy.data<float>();
+  float* pdx = dx.data<float>();
+  parallel_range(ctx_.pool(), x.numel(), kParallelGrain / 8, [&](std::int64_t b, std::int64_t e) {
+    gelu_tanh_backward_range(px, pdy, pdx, b, e);
+  });
+}
+
+// ---- causal self-attention
+
+void CpuBackend::attention_forward(const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
+                                   AttentionKernel kernel) {
+  (void)kernel;  // one CPU path
+  const std::int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
+  const HeadView hv{t, c, c / heads};
+  const std::int64_t d = hv.d, ld = hv.ld_qkv();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float* pqkv = qkv.data<float>();
+  float* pout = out.data<float>();
+  float* plse = lse.data<float>();
+  const std::int64_t units = nb * heads;
+  const std::int64_t tile = std::min(kAttnBlock, t) * t;
+  const double flops = 2.0 * static_cast<double>(units) * static_cast<double>(t) * t * d;
+  const int slots = flops >= kAttnParallelFlops ? ctx_.pool().size() : 1;
+  float* scratch = scratch_floats(static_cast<std::size_t>(slots * tile));
+  for_units(ctx_.pool(), units, slots > 1, [&](std::int64_t u, int slot) {
+    const std::int64_t bi = u / heads, h = u % heads;
+    const float* q = pqkv + hv.q_offset(bi, h);
+    const float* k = q + c;
+    const float* v = q + 2 * c;
+    float* o = pout + hv.o_offset(bi, h);
+    float* l = plse + u * t;
+    float* s = scratch + slot * tile;
+    for (std::int64_t r0 = 0; r0 < t; r0 += kAttnBlock) {
+      const std::int64_t nq = std::min(kAttnBlock, t - r0), nk = r0 + nq;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_int(nq), as_int(nk), as_int(d), scale,
+                  q + r0 * ld, as_int(ld), k, as_int(ld), 0.0f, s, as_int(nk));
+      causal_softmax_rows(s, nk, nq, r0, l + r0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, as_int(nq), as_int(d), as_int(nk),
+                  1.0f, s, as_int(nk), v, as_int(ld), 0.0f, o + r0 * c, as_int(c));
+    }
+  });
+}
+
+void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& dout,
+                                    const Tensor& lse, int heads, Tensor& dqkv,
+                                    AttentionKernel kernel) {
+  (void)kernel;
+  const std::int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
+  const HeadView hv{t, c, c / heads};
+  const std::int64_t d = hv.d, ld = hv.ld_qkv();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float* pqkv = qkv.data<float>();
+  const float* pout = out.data<float>();
+  const float* pdout = dout.data<float>();
+  const float* plse = lse.data<float>();
+  float* pdqkv = dqkv.data<float>();
+  const std::int64_t units = nb * heads;
+  // Per slot: the probability tile, the dP/dS tile and delta (one value per query).
+  const std::int64_t tile = std::min(kAttnBlock, t) * t, per_slot = 2 * tile + t;
+  const double flops = 5.0 * static_cast<double>(units) * static_cast<double>(t) * t * d;
+  const int slots = flops >= kAttnParallelFlops ? ctx_.pool().size() : 1;
+  float* scratch = scratch_floats(static_cast<std::size_t>(slots * per_slot));
+  for_units(ctx_.pool(), units, slots > 1, [&](std::int64_t u, int slot) {
+    const std::int64_t bi = u / heads, h = u % heads;
+    const float* q = pqkv + hv.q_offset(bi, h);
+    const float* k = q + c;
+    const float* v = q + 2 * c;
+    const float* o = pout + hv.o_offset(bi, h);
+    const float* g = pdout + hv.o_offset(bi, h);
+    const float* l = plse + u * t;
+    float* dq = pdqkv + hv.q_offset(bi, h);
+    float* dk = dq + c;
+    float* dv = dq + 2 * c;
+    float* p = scratch + slot * per_slot;
+    float* ds = p + tile;
+    float* delta = ds + tile;
+    row_dots(g, o, c, t, d, delta);
+    // dK and dV accumulate over the query blocks. The last block sees every key, so going
+    // backwards it writes all of them first (beta = 0) and the others add (no zeroing pass).
+    const std::int64_t last_block = (t - 1) / kAttnBlock * kAttnBlock;
+    for (std::int64_t r0 = last_block; r0 >= 0; r0 -= kAttnBlock) {
+      const std::int64_t nq = std::min(kAttnBlock, t - r0), nk = r0 + nq;
+      const float beta = r0 == last_block ? 0.0f : 1.0f;
+      const float* qb = q + r0 * ld;
+      const float* gb = g + r0 * c;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_int(nq), as_int(nk), as_int(d), scale,
+                  qb, as_int(ld), k, as_int(ld), 0.0f, p, as_int(nk));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_int(nq), as_int(nk), as_int(d), 1.0f,
+                  gb, as_int(c), v, as_int(ld), 0.0f, ds, as_int(nk));
+      causal_softmax_backward_rows(p, ds, nk, nq, r0, l + r0, delta + r0);
+      // dV[0:nk] += P^T dO_b;  dQ_b = scale dS K[0:nk];  dK[0:nk] += scale dS^T Q_b
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, as_int(nk), as_int(d), as_int(nq), 1.0f,
+                  p, as_int(nk), gb, as_int(c), beta, dv, as_int(ld));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, as_int(nq), as_int(d), as_int(nk),
+                  scale, ds, as_int(nk), k, as_int(ld), 0.0f, dq + r0 * ld, as_int(ld));
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, as_int(nk), as_int(d), as_int(nq), scale,
+                  ds, as_int(nk), qb, as_int(ld), beta, dk, as_int(ld));
+    }
+  });
+}
+
+}  // namespace lockstep::ops::cpu
