@@ -6,10 +6,12 @@
 //   lockstep-shard text --input=FILE... --out=DIR [--tokenizer=bytes|gpt2] [--name=train]
 //                       [--shards=N] [--val-fraction=F] [--val-name=val] [--val-shards=N]
 //                       [--documents=file|paragraph|line] [--gpt2-dir=DIR] [--deflate=L]
+//   lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR]   (ids of each line)
 //   lockstep-shard inspect PATH    (a shard, a folder, a glob or DIR/NAME; image or token shards)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
@@ -44,6 +46,8 @@ constexpr const char* kUsage =
     "                     [--name=train] [--shards=1] [--val-fraction=0] [--val-name=val]\n"
     "                     [--val-shards=1] [--documents=file|paragraph|line] [--gpt2-dir=DIR]\n"
     "                     [--deflate=0]   (--input takes files or a quoted glob)\n"
+    "  lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR]\n"
+    "                     (prints the token ids of each line of FILE, '-' for stdin)\n"
     "  lockstep-shard inspect PATH   (a shard file, a folder, a glob, or DIR/NAME)\n";
 
 struct Args {
@@ -259,6 +263,38 @@ int cmd_text(Args& a) {
   return 0;
 }
 
+// One line of ids per line of text (its newline excluded): to see how a tokenizer cuts text, and
+// what tests/scripts/gpt2_reference.sh compares with the reference encoder.
+int cmd_tokenize(Args& a) {
+  const std::string name = a.get("tokenizer", "bytes"), gpt2_dir = a.get("gpt2-dir", "");
+  a.check_all_used();
+  LOCKSTEP_CHECK_HINT(a.positional.size() == 1, "lockstep-shard tokenize FILE",
+                      "tokenize takes one file");
+  auto tokenizer = make_tokenizer(name, gpt2_dir);
+  const std::string& path = a.positional[0];
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    LOCKSTEP_CHECK(file.good(), "cannot read ", path);
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  std::string line, out;
+  std::vector<std::int32_t> ids;
+  for (std::int64_t n = 1; std::getline(in, line); ++n) {
+    ids.clear();
+    try {
+      tokenizer->encode(line, ids);
+    } catch (const Error& e) {
+      LOCKSTEP_FAIL_HINT(e.hint(), path, ", line ", n, ": ", e.message());
+    }
+    out.clear();
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      out += (i ? " " : "") + std::to_string(ids[i]);
+    std::puts(out.c_str());
+  }
+  return 0;
+}
+
 int cmd_inspect_tokens(const std::string& spec) {
   auto ds = TokenDataset::open(spec, 1, 0);  // on demand: the preview reads only its tokens
   auto sizes = ds->shard_sizes();
@@ -357,6 +393,7 @@ int main(int argc, char** argv) {
     if (cmd == "csv") return cmd_csv(args);
     if (cmd == "fashion-mnist") return cmd_fashion_mnist(args);
     if (cmd == "text") return cmd_text(args);
+    if (cmd == "tokenize") return cmd_tokenize(args);
     if (cmd == "inspect") return cmd_inspect(args);
     std::fprintf(stderr, "lockstep-shard: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;

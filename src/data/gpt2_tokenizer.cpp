@@ -12,6 +12,7 @@
 #include <unicode/uchar.h>
 
 #include <array>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -227,8 +228,14 @@ class Gpt2Tokenizer final : public Tokenizer {
     const std::string encoder_path = dir + "/encoder.json";
     const std::string merges_path = dir + "/vocab.bpe";
     // Both are checked before either is read, so the message names every missing file.
-    LOCKSTEP_CHECK_HINT(gpt2_files_present(dir), kFileHint, "the gpt2 tokenizer needs ",
-                        encoder_path, " and ", merges_path, ", which are missing");
+    if (!gpt2_files_present(dir)) {
+      std::error_code ec;
+      std::string missing;
+      for (const auto& p : {encoder_path, merges_path})
+        if (!std::filesystem::is_regular_file(p, ec))
+          missing += (missing.empty() ? "" : " and ") + p;
+      LOCKSTEP_FAIL_HINT(kFileHint, "the gpt2 tokenizer's vocabulary is missing: no ", missing);
+    }
     const ByteCharDecoder bytes_of;
 
     token_bytes_.assign(kVocabSize, {});
