@@ -210,4 +210,15 @@ void check_fits_model(const TokenDataset& data, std::int64_t model_vocab,
                       model_context, " (data ", data.describe(), ")");
 }
 
+void check_same_tokens(const TokenDataset& a, const TokenDataset& b) {
+  auto same = [&](const char* what, const auto& x, const auto& y) {
+    LOCKSTEP_CHECK_HINT(x == y, "shard both sets with the same lockstep-shard text run",
+                        a.describe(), " and ", b.describe(), " differ in ", what, ": ", x, " vs ",
+                        y);
+  };
+  same("tokenizer", a.tokenizer(), b.tokenizer());
+  same("vocabulary size", a.vocab_size(), b.vocab_size());
+  same("end-of-text token", a.eot_token(), b.eot_token());
+}
+
 }  // namespace lockstep::data

@@ -144,6 +144,19 @@ TEST(TokenDataset, CheckFitsModelNamesVocabularyAndContextMismatches) {
       << msg;
 }
 
+TEST(TokenDataset, CheckSameTokensNamesBothSetsAndWhatDiffers) {
+  TempDir dir;
+  write_token_shards(dir.path(), "train", {50}, kVocab, "bytes");
+  write_token_shards(dir.path(), "val", {20}, kVocab, "bytes");
+  write_token_shards(dir.path(), "other", {20}, kVocab, "gpt2");
+  auto train = TokenDataset::open(dir / "train", 4);
+  EXPECT_NO_THROW(check_same_tokens(*train, *TokenDataset::open(dir / "val", 4)));
+  const std::string msg =
+      error_of([&] { check_same_tokens(*train, *TokenDataset::open(dir / "other", 4)); });
+  EXPECT_TRUE(contains(msg, "train-00000-of-00001.h5 and ")) << msg;
+  EXPECT_TRUE(contains(msg, "other-00000-of-00001.h5 differ in tokenizer: bytes vs gpt2")) << msg;
+}
+
 TEST(TokenDataset, UnigramEntropyIsThatOfTheTokenFrequencies) {
   const std::vector<std::int64_t> uniform{5, 5, 5, 5, 0};
   EXPECT_NEAR(unigram_entropy(uniform), std::log(4.0), 1e-12);

@@ -80,5 +80,8 @@ double unigram_entropy(std::span<const std::int64_t> counts);
 // set and both numbers.
 void check_fits_model(const TokenDataset& data, std::int64_t model_vocab,
                       std::int64_t model_context);
+// Checks that two sets (train and validation) hold ids of the same tokenizer, vocabulary and
+// end-of-text token; the error names both sets and what differs.
+void check_same_tokens(const TokenDataset& a, const TokenDataset& b);
 
 }  // namespace lockstep::data
