@@ -3,8 +3,15 @@
 //   lockstep-shard csv --file=F --label-column=K --shape=1,28,28 --out=DIR [--name=train]
 //                      [--dtype=f32|u8] [--classes=K] [--shards=N] [--deflate=L]
 //   lockstep-shard fashion-mnist --out=DIR [--shards=N] [--source=DIR] [--deflate=L]
-//   lockstep-shard inspect PATH    (a shard, a folder, a glob or DIR/NAME)
+//   lockstep-shard text --input=FILE... --out=DIR [--tokenizer=bytes|gpt2] [--name=train]
+//                       [--shards=N] [--val-fraction=F] [--val-name=val] [--val-shards=N]
+//                       [--documents=file|paragraph|line] [--gpt2-dir=DIR] [--deflate=L]
+//   lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR]   (ids of each line)
+//   lockstep-shard inspect PATH    (a shard, a folder, a glob or DIR/NAME; image or token shards)
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
@@ -15,6 +22,10 @@
 #include "lockstep/core/error.hpp"
 #include "lockstep/data/dataset.hpp"
 #include "lockstep/data/importers.hpp"
+#include "lockstep/data/text_corpus.hpp"
+#include "lockstep/data/token_dataset.hpp"
+#include "lockstep/data/token_shard.hpp"
+#include "lockstep/data/tokenizer.hpp"
 
 using namespace lockstep;
 using namespace lockstep::data;
@@ -31,12 +42,36 @@ constexpr const char* kUsage =
     "[--source=/usr/share/datasets/fashion-mnist]\n"
     "                     [--limit=N] [--test-limit=N]   (first N samples; 0 = all)\n"
     "                     [--deflate=0]\n"
+    "  lockstep-shard text --input=FILE [--input=FILE ...] --out=DIR [--tokenizer=bytes|gpt2]\n"
+    "                     [--name=train] [--shards=1] [--val-fraction=0] [--val-name=val]\n"
+    "                     [--val-shards=1] [--documents=file|paragraph|line] [--gpt2-dir=DIR]\n"
+    "                     [--deflate=0]   (--input takes files or a quoted glob)\n"
+    "  lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR]\n"
+    "                     (prints the token ids of each line of FILE, '-' for stdin)\n"
     "  lockstep-shard inspect PATH   (a shard file, a folder, a glob, or DIR/NAME)\n";
 
 struct Args {
   std::vector<std::string> positional;
-  std::map<std::string, std::string> options;
+  std::map<std::string, std::string> options;           // the last value of each option
+  std::map<std::string, std::vector<std::string>> all;  // every value, for repeatable options
   std::set<std::string> used;
+
+  std::vector<std::string> get_all(const std::string& key) {
+    used.insert(key);
+    auto it = all.find(key);
+    return it == all.end() ? std::vector<std::string>{} : it->second;
+  }
+  double get_double(const std::string& key, double fallback) {
+    std::string v = get(key, "");
+    if (v.empty()) return fallback;
+    try {
+      std::size_t pos = 0;
+      double r = std::stod(v, &pos);
+      if (pos == v.size()) return r;
+    } catch (const std::exception&) {
+    }
+    LOCKSTEP_FAIL("--", key, "=", v, " is not a number");
+  }
 
   std::string get(const std::string& key, const std::string& fallback) {
     used.insert(key);
@@ -172,10 +207,139 @@ int cmd_fashion_mnist(Args& a) {
   return 0;
 }
 
+// The unigram entropy of a token set, printed so a trainer's validation loss has a baseline.
+void print_token_stats(const TokenDataset& ds, const char* indent) {
+  const auto counts = token_counts(ds);
+  const double h = unigram_entropy(counts);
+  const auto used = std::count_if(counts.begin(), counts.end(), [](auto c) { return c > 0; });
+  std::printf("%sdocuments:       %lld (end-of-text tokens)\n", indent,
+              static_cast<long long>(counts[static_cast<std::size_t>(ds.eot_token())]));
+  std::printf("%sdistinct tokens: %lld of %lld\n", indent, static_cast<long long>(used),
+              static_cast<long long>(ds.vocab_size()));
+  std::printf(
+      "%sunigram entropy: %.4f nats/token (perplexity %.2f): the loss of predicting "
+      "each token by its frequency\n",
+      indent, h, std::exp(h));
+}
+
+int cmd_text(Args& a) {
+  const auto files = expand_text_inputs(a.get_all("input"));
+  const std::string tokenizer_name = a.get("tokenizer", "bytes");
+  const std::string gpt2_dir = a.get("gpt2-dir", "");
+  const std::string out = a.need("out"), name = a.get("name", "train");
+  const std::string val_name = a.get("val-name", "val");
+  const std::int64_t shards = a.get_int("shards", 1), val_shards = a.get_int("val-shards", 1);
+  TextCorpusOptions options;
+  options.val_fraction = a.get_double("val-fraction", 0);
+  options.documents = document_split_from_name(a.get("documents", "file"));
+  const int deflate = static_cast<int>(a.get_int("deflate", kDefaultDeflateLevel));
+  a.check_all_used();
+  LOCKSTEP_CHECK_HINT(options.val_fraction == 0 || val_name != name, "give another --val-name",
+                      "--val-name=", val_name, " is the name of the training split");
+
+  auto tokenizer = make_tokenizer(tokenizer_name, gpt2_dir);
+  const TokenSplits splits = tokenize_corpus(files, *tokenizer, options);
+  TokenShardMeta meta;
+  meta.tokenizer = tokenizer->name();
+  meta.vocab_size = tokenizer->vocab_size();
+  meta.eot_token = tokenizer->eot_token();
+  std::printf(
+      "read %zu file(s), %lld bytes of text in %lld documents; tokenizer %s "
+      "(vocabulary %lld, end-of-text %lld)\n",
+      files.size(), static_cast<long long>(splits.text_bytes),
+      static_cast<long long>(splits.train_documents + splits.val_documents), meta.tokenizer.c_str(),
+      static_cast<long long>(meta.vocab_size), static_cast<long long>(meta.eot_token));
+  auto write = [&](const std::vector<std::int32_t>& tokens, const std::string& set,
+                   std::int64_t count, std::int64_t docs) {
+    auto paths = write_token_set(tokens, out, set, count, meta, deflate);
+    std::printf("%s: %lld tokens, %lld documents, %zu shard(s) in %s\n", set.c_str(),
+                static_cast<long long>(tokens.size()), static_cast<long long>(docs), paths.size(),
+                out.c_str());
+    auto ds = TokenDataset::open(paths, 1);
+    print_token_stats(*ds, "  ");
+  };
+  write(splits.train, name, shards, splits.train_documents);
+  if (options.val_fraction > 0) write(splits.val, val_name, val_shards, splits.val_documents);
+  return 0;
+}
+
+// One line of ids per line of text (its newline excluded): to see how a tokenizer cuts text, and
+// what tests/scripts/gpt2_reference.sh compares with the reference encoder.
+int cmd_tokenize(Args& a) {
+  const std::string name = a.get("tokenizer", "bytes"), gpt2_dir = a.get("gpt2-dir", "");
+  a.check_all_used();
+  LOCKSTEP_CHECK_HINT(a.positional.size() == 1, "lockstep-shard tokenize FILE",
+                      "tokenize takes one file");
+  auto tokenizer = make_tokenizer(name, gpt2_dir);
+  const std::string& path = a.positional[0];
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    LOCKSTEP_CHECK(file.good(), "cannot read ", path);
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  std::string line, out;
+  std::vector<std::int32_t> ids;
+  for (std::int64_t n = 1; std::getline(in, line); ++n) {
+    ids.clear();
+    try {
+      tokenizer->encode(line, ids);
+    } catch (const Error& e) {
+      LOCKSTEP_FAIL_HINT(e.hint(), path, ", line ", n, ": ", e.message());
+    }
+    out.clear();
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      out += (i ? " " : "") + std::to_string(ids[i]);
+    std::puts(out.c_str());
+  }
+  return 0;
+}
+
+int cmd_inspect_tokens(const std::string& spec) {
+  auto ds = TokenDataset::open(spec, 1, 0);  // on demand: the preview reads only its tokens
+  auto sizes = ds->shard_sizes();
+  std::printf("set:             %s\n", spec.c_str());
+  std::printf("kind:            tokens\n");
+  std::printf("shards:          %zu\n", ds->files().size());
+  for (std::size_t s = 0; s < sizes.size(); ++s)
+    std::printf("  %-60s %lld tokens\n", ds->files()[s].c_str(), static_cast<long long>(sizes[s]));
+  std::printf("tokens:          %lld\n", static_cast<long long>(ds->num_tokens()));
+  std::printf("tokenizer:       %s\n", ds->tokenizer().c_str());
+  std::printf("vocabulary:      %lld (stored as uint%d)\n",
+              static_cast<long long>(ds->vocab_size()), ds->vocab_size() <= 65536 ? 16 : 32);
+  std::printf("end-of-text:     %d\n", ds->eot_token());
+  print_token_stats(*ds, "");
+  const std::int64_t n = std::min<std::int64_t>(ds->num_tokens(), 64);
+  std::vector<std::int32_t> head(static_cast<std::size_t>(n));
+  ds->read_tokens(0, n, head.data());
+  std::printf("first %lld ids: ", static_cast<long long>(n));
+  for (auto id : head)
+    std::printf(" %d", id);
+  std::printf("\n");
+  try {
+    const std::string text = make_tokenizer(ds->tokenizer())->decode(head);
+    std::string shown;  // control characters (the bytes tokenizer's end-of-text is NUL) escaped
+    for (unsigned char c : text) {
+      if (c == '\n')
+        shown += "\\n";
+      else if (c < 0x20 || c == 0x7f)
+        shown += str("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
+      else
+        shown += static_cast<char>(c);
+    }
+    std::printf("decoded:         %s\n", shown.c_str());
+  } catch (const Error& e) {
+    std::printf("decoded:         (cannot decode: %s)\n", e.message().c_str());
+  }
+  return 0;
+}
+
 int cmd_inspect(Args& a) {
   a.check_all_used();
   LOCKSTEP_CHECK_HINT(a.positional.size() == 1, "lockstep-shard inspect PATH",
                       "inspect takes one path");
+  if (is_token_shard(resolve_shard_files(a.positional[0]).front()))
+    return cmd_inspect_tokens(a.positional[0]);
   auto ds = ShardedDataset::open(a.positional[0], 0);  // on demand: reads labels only
   auto sizes = ds->shard_sizes();
   std::printf("set:          %s\n", a.positional[0].c_str());
@@ -218,6 +382,7 @@ int main(int argc, char** argv) {
       const auto eq = body.find('=');
       std::string key(body.substr(0, eq));
       std::string value = eq == std::string_view::npos ? "1" : std::string(body.substr(eq + 1));
+      args.all[key].push_back(value);
       args.options.insert_or_assign(std::move(key), std::move(value));
     } else {
       args.positional.push_back(s);
@@ -227,6 +392,8 @@ int main(int argc, char** argv) {
     if (cmd == "idx") return cmd_idx(args);
     if (cmd == "csv") return cmd_csv(args);
     if (cmd == "fashion-mnist") return cmd_fashion_mnist(args);
+    if (cmd == "text") return cmd_text(args);
+    if (cmd == "tokenize") return cmd_tokenize(args);
     if (cmd == "inspect") return cmd_inspect(args);
     std::fprintf(stderr, "lockstep-shard: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;

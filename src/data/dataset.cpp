@@ -136,6 +136,11 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
 
 ShardedDataset::~ShardedDataset() = default;
 
+std::string ShardedDataset::describe() const {
+  return files_.size() == 1 ? files_.front()
+                            : str(files_.front(), ", ... (", files_.size(), " shards)");
+}
+
 std::vector<std::int64_t> ShardedDataset::shard_sizes() const {
   std::vector<std::int64_t> out;
   for (std::size_t s = 0; s + 1 < offsets_.size(); ++s)

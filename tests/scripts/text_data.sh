@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Text data end to end: scripts/make-text-data.sh shards the King James Bible (Debian's bible-kjv)
+# with the bytes tokenizer, inspect reads the shards back (tokens, tokenizer, a decoded preview, the
+# unigram baseline), and lockstep-shard text refuses bad input with an error naming the file:
+# text that is not UTF-8, an empty corpus, a missing GPT-2 vocabulary.
+# Usage: bash tests/scripts/text_data.sh BUILD_DIR   Exit: 0 pass, 1 fail, 77 skipped.
+set -uo pipefail
+BUILD=$(cd "${1:?usage: text_data.sh BUILD_DIR}" && pwd)
+SOURCE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+SHARD=$BUILD/apps/lockstep-shard
+fail() { echo "FAIL: $*" >&2; exit 1; }
+command -v bible >/dev/null || { echo "SKIP: the bible-kjv package is missing (scripts/install-deps.sh)"; exit 77; }
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-text.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+LOCKSTEP_BUILD_DIR=$BUILD bash "$SOURCE/scripts/make-text-data.sh" "$WORK/data" >"$WORK/make.log" 2>&1 ||
+  { cat "$WORK/make.log"; fail "make-text-data.sh failed"; }
+cat "$WORK/make.log"
+for f in train-00000-of-00004.h5 train-00003-of-00004.h5 val-00000-of-00001.h5; do
+  [ -f "$WORK/data/kjv/$f" ] || fail "make-text-data.sh wrote no $WORK/data/kjv/$f"
+done
+grep -q '^val: .* 59 documents' "$WORK/make.log" || fail "the validation split is not 59 chapters"
+
+"$SHARD" inspect "$WORK/data/kjv/val" >"$WORK/inspect.log" 2>&1 || { cat "$WORK/inspect.log"; fail "inspect failed"; }
+cat "$WORK/inspect.log"
+grep -q '^kind: *tokens' "$WORK/inspect.log" || fail "inspect does not say the set holds tokens"
+grep -q '^tokenizer: *bytes' "$WORK/inspect.log" || fail "inspect does not name the tokenizer"
+grep -q '^vocabulary: *256' "$WORK/inspect.log" || fail "inspect does not give the vocabulary"
+grep -q '^unigram entropy: *[0-9.]* nats/token' "$WORK/inspect.log" || fail "inspect gives no unigram entropy"
+# Every chapter starts with end-of-text (shown as \x00); the validation split's first is the 20th,
+# Genesis 20, "And Abraham journeyed from thence toward the south country".
+grep -q '^decoded: *\\x00And Abraham journeyed from thence' "$WORK/inspect.log" ||
+  fail "the decoded preview is not Genesis 20"
+h=$(sed -n 's/^unigram entropy: *\([0-9.]*\).*/\1/p' "$WORK/inspect.log")
+awk -v h="$h" 'BEGIN { exit !(h > 2.5 && h < 3.5) }' || fail "unigram entropy $h of English bytes is not near 3 nats"
+
+# ---- bad input: each an error naming the file.
+expect_error() {  # description, expected text, command...
+  local what=$1 expected=$2
+  shift 2
+  if "$@" >"$WORK/err.log" 2>&1; then fail "$what: the command succeeded"; fi
+  grep -qF -- "$expected" "$WORK/err.log" || { cat "$WORK/err.log"; fail "$what: the error does not say '$expected'"; }
+  echo "ok: $what: $(head -c 300 "$WORK/err.log")"
+}
+printf 'fine\nna\xefve\n' >"$WORK/latin1.txt"
+expect_error "text that is not UTF-8" "$WORK/latin1.txt is not UTF-8: byte 0xef at byte offset 7 (line 2, column 3)" \
+  "$SHARD" text --input="$WORK/latin1.txt" --out="$WORK/bad"
+: >"$WORK/empty.txt"
+printf '\n \n' >"$WORK/blank.txt"
+expect_error "an empty corpus" "empty corpus: $WORK/empty.txt and 1 more" \
+  "$SHARD" text --input="$WORK/empty.txt" --input="$WORK/blank.txt" --out="$WORK/bad"
+expect_error "a missing GPT-2 vocabulary" "$WORK/nowhere/encoder.json" \
+  "$SHARD" text --input="$WORK/data/kjv/kjv.txt" --tokenizer=gpt2 --gpt2-dir="$WORK/nowhere" --out="$WORK/bad"
+grep -qF "scripts/install-deps.sh --gpt2" "$WORK/err.log" || fail "the missing-vocabulary error does not say how to fetch it"
+expect_error "a missing input file" "$WORK/none.txt does not exist" \
+  "$SHARD" text --input="$WORK/none.txt" --out="$WORK/bad"
+[ ! -e "$WORK/bad" ] || [ -z "$(ls -A "$WORK/bad")" ] || fail "a failed run left files in $WORK/bad"
+echo "PASS: KJV token shards made and inspected; bad text input refused naming the file"
