@@ -41,6 +41,8 @@ void Context::wait_for(Context& producer) {
   }
   cuda::order_after(*this, producer);
 #endif
+}
+
 void Context::set_precision(Precision p) {
   backend_->check_precision(p);
   precision_ = p;

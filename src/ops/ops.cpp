@@ -588,6 +588,7 @@ void flat_sum_squares(Context& ctx, const FlatPlan& plan, FlatRange range, const
                  ": sums must have slots + 1 = ", plan.slots() + 1, " elements, got ",
                  sums.describe());
   ctx.backend().flat_sum_squares(plan, range, x, sums, what);
+}
 
 // ---- transformer (GPT) ops
 

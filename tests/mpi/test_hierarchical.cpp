@@ -286,7 +286,7 @@ TEST(HierarchicalAllreduce, DdpOverSimulatedNodesMatchesSingleProcessLargeBatch)
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;
-  optim::Sgd sgd(model.parameters(), so);
+  optim::Sgd sgd(engine.flat_params(), so);
   const std::int64_t local = p.global_batch / w;
   for (int step = 0; step < p.steps; ++step) {
     SyntheticBatch b = synthetic_batch(p.global_batch, p.sample, p.classes, step);
