@@ -7,6 +7,7 @@
 #include <set>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/h5/h5.hpp"
 #include "lockstep/train/checkpoint.hpp"
 
 using namespace lockstep;
@@ -139,11 +140,11 @@ TEST_F(CheckpointTest, NamesWithSlashesDotsAndPercentSignsAreStoredAsGiven) {
   }
   // Escaping is a bijection, and an escaped name never holds a '/'.
   for (const auto& n : names) {
-    EXPECT_EQ(escape_h5_name(n).find('/'), std::string::npos) << n;
-    EXPECT_EQ(unescape_h5_name(escape_h5_name(n)), n);
+    EXPECT_EQ(h5::escape_name(n).find('/'), std::string::npos) << n;
+    EXPECT_EQ(h5::unescape_name(h5::escape_name(n)), n);
   }
-  EXPECT_EQ(escape_h5_name("param/1.w"), "param%2F1.w");
-  EXPECT_THROW(unescape_h5_name("bad%zz"), Error);
+  EXPECT_EQ(h5::escape_name("param/1.w"), "param%2F1.w");
+  EXPECT_THROW(h5::unescape_name("bad%zz"), Error);
 }
 
 TEST_F(CheckpointTest, DuplicateOrEmptyTensorNamesAreRejected) {

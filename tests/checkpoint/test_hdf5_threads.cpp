@@ -1,5 +1,5 @@
 // Debian's libhdf5 is not thread-safe; lockstep serialises every HDF5 call behind one process-wide
-// lock (lockstep/data/hdf5_lock.hpp). This runs what a training process does at once: a loader
+// lock (lockstep/h5/h5.hpp). This runs what a training process does at once: a loader
 // thread reading shards on demand while the main thread writes checkpoints and reads the test set.
 #include <gtest/gtest.h>
 

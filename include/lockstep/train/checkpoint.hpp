@@ -82,11 +82,6 @@ ExportedParameters read_exported_parameters(const std::string& path);
 std::int64_t rescale_batch_in_epoch(std::int64_t batch_in_epoch, std::int64_t old_samples_per_batch,
                                     std::int64_t new_samples_per_batch);
 
-// HDF5 link names cannot contain '/': names are stored percent-escaped ('%' -> %25, '/' -> %2F,
-// a name "." -> %2E), and each dataset also carries its real name in a "name" attribute.
-std::string escape_h5_name(const std::string& name);
-std::string unescape_h5_name(const std::string& escaped);
-
 namespace detail {
 // CRC-32 (zlib's, as Python's zlib.crc32) continued from `crc`; 0 starts a new one.
 std::uint32_t crc32(const void* data, std::size_t bytes, std::uint32_t crc = 0);
