@@ -16,25 +16,11 @@
 #include <vector>
 
 #include "lockstep/data/shard.hpp"
+#include "support/temp_dir.hpp"
 
 namespace lockstep::data::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "lockstep-data-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using TempDir = lockstep::test::TempDir;
 
 // Element k of global sample i.
 inline std::uint8_t u8_value(std::int64_t i, std::int64_t k) {
