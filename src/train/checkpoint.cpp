@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -314,29 +315,6 @@ void remove_stale_tmp_files(const fs::path& dir) {
   }
 }
 
-struct Listed {
-  std::int64_t step;
-  fs::path path;
-};
-
-// Checkpoint files in `dir` (ckpt-<digits>.h5), newest first.
-std::vector<Listed> list_checkpoints(const std::string& dir) {
-  static const std::regex pattern(R"(ckpt-(\d+)\.h5)");
-  std::vector<Listed> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file(ec) && std::regex_match(name, m, pattern)) {
-      out.push_back({std::stoll(m[1].str()), entry.path()});
-    }
-  }
-  std::sort(out.begin(), out.end(), [](const Listed& a, const Listed& b) {
-    return a.step != b.step ? a.step > b.step : a.path > b.path;
-  });
-  return out;
-}
-
 }  // namespace
 
 // ---- public API ------------------------------------------------------------------------------
@@ -475,12 +453,35 @@ CheckpointState read_checkpoint(const std::string& path) {
   return s;
 }
 
+std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
+  static const std::regex pattern(R"(ckpt-(\d+)\.h5)");
+  std::vector<CheckpointFile> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file(ec) && std::regex_match(name, m, pattern)) {
+      std::int64_t step = 0;
+      try {
+        step = std::stoll(m[1].str());
+      } catch (const std::out_of_range&) {
+        step = std::numeric_limits<std::int64_t>::max();  // a name no run writes: sorts first
+      }
+      out.push_back({step, entry.path().string()});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const CheckpointFile& a, const CheckpointFile& b) {
+    return a.step != b.step ? a.step > b.step : a.path > b.path;
+  });
+  return out;
+}
+
 std::optional<std::string> find_latest_checkpoint(
     const std::string& dir, const std::function<void(const std::string&)>& warn) {
-  for (const Listed& c : list_checkpoints(dir)) {
+  for (const CheckpointFile& c : list_checkpoints(dir)) {
     try {
-      (void)read_checkpoint(c.path.string());
-      return c.path.string();
+      (void)read_checkpoint(c.path);
+      return c.path;
     } catch (const Error& e) {
       if (warn) warn(str(e.message(), ", skipped"));
     }
@@ -494,10 +495,10 @@ void prune_checkpoints(const std::string& dir, int keep) {
   remove_stale_tmp_files(dir);
   int kept = 0;
   std::error_code ec;
-  for (const Listed& c : list_checkpoints(dir)) {
+  for (const CheckpointFile& c : list_checkpoints(dir)) {
     bool complete = true;
     try {
-      (void)verify_file(c.path.string(), /*hash_contents=*/false);
+      (void)verify_file(c.path, /*hash_contents=*/false);
     } catch (const Error&) {
       complete = false;
     }

@@ -81,7 +81,10 @@ const std::vector<Key>& keys() {
        "cpu, cuda (one GPU per local rank) or auto",
        {"auto", "cpu", "cuda"}},
       {"train.resume", &Config::train_resume,
-       "empty (start fresh), auto (newest complete checkpoint in checkpoint.dir), or a file"},
+       "empty (start fresh; refused when checkpoint.dir already holds checkpoints), auto (the "
+       "newest checkpoint in checkpoint.dir that reads back; fresh when there is none; an error "
+       "when none reads), fresh (start over: old checkpoints are moved to "
+       "checkpoint.dir/replaced-<time>/), or a checkpoint file"},
       {"train.nan_policy",
        &Config::train_nan_policy,
        "on a NaN/Inf loss or gradient: stop (error naming the step) or skip the step",

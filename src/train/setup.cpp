@@ -204,7 +204,9 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   r.prefix = config.log_rank_prefix ? "[rank " + std::to_string(r.rank) + "] " : "";
   r.replicas = r.parallel == "dp" ? static_cast<int>(config.train_replicas) : 1;
   r.threads = resolve_threads(config, control.local_size(), r.replicas);
+  // Outputs first: an unwritable metrics path or checkpoint folder fails before any work.
   if (r.rank == 0 && !config.log_metrics.empty()) r.metrics = MetricsFile(config.log_metrics);
+  if (!options.eval_only) check_checkpoint_dir_writable(config, control);
   r.ctx = std::make_unique<ops::Context>(choose_device(config, control, r.parallel), r.threads);
   const Device device = r.ctx->device();
 

@@ -26,6 +26,21 @@ constexpr const char* kDropoutCalls = "dropout_calls";
 constexpr const char* kSamplesPerLoaderBatch = "samples_per_loader_batch";
 constexpr const char* kParallel = "parallel";
 
+std::string utc_stamp() {
+  std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&now));
+  return buf;
+}
+
+std::string names_of(const std::vector<CheckpointFile>& files, std::size_t shown = 3) {
+  std::string out;
+  for (std::size_t i = 0; i < files.size() && i < shown; ++i)
+    out += (i ? ", " : "") + fs::path(files[i].path).filename().string();
+  if (files.size() > shown) out += str(" and ", files.size() - shown, " more");
+  return out;
+}
+
 }  // namespace
 
 TrainState::TrainState(nn::Model& model, optim::Optimizer& optimizer, RunLayout layout)
@@ -111,19 +126,103 @@ std::string on_rank0(comm::Communicator& comm, const std::function<std::string()
 
 std::string choose_resume(const Config& config, comm::Communicator& comm,
                           const std::function<void(const std::string&)>& warn, bool writes) {
-  (void)writes;
-  if (config.train_resume != "auto") return config.train_resume;
-  LOCKSTEP_CHECK_HINT(!config.checkpoint_dir.empty(), "set checkpoint.dir",
-                      "train.resume = auto needs checkpoint.dir to look in");
+  const std::string& resume = config.train_resume;
+  const std::string& dir = config.checkpoint_dir;
   std::vector<std::string> warnings;
   std::string chosen = on_rank0(comm, [&]() -> std::string {
-    return find_latest_checkpoint(config.checkpoint_dir,
-                                  [&](const std::string& w) { warnings.push_back(w); })
-        .value_or("");
+    const std::vector<CheckpointFile> existing =
+        dir.empty() ? std::vector<CheckpointFile>{} : list_checkpoints(dir);
+    if (resume.empty()) {
+      LOCKSTEP_CHECK_HINT(existing.empty() || !writes,
+                          "continue that run with --train.resume=auto, or start over with "
+                          "--train.resume=fresh (moves them aside), or use another checkpoint.dir",
+                          "checkpoint.dir = ", dir, " already holds ", existing.size(),
+                          " checkpoint(s) (", names_of(existing),
+                          ") and train.resume is empty: a fresh run would overwrite them");
+      return "";
+    }
+    if (resume == "fresh") {
+      if (existing.empty() || !writes) return "";
+      const fs::path aside = fs::path(dir) / ("replaced-" + utc_stamp());
+      std::error_code ec;
+      fs::create_directories(aside, ec);
+      LOCKSTEP_CHECK(!ec, aside.string(), ": cannot create (train.resume = fresh moves the old ",
+                     "checkpoints there): ", ec.message());
+      for (const CheckpointFile& f : existing) {
+        fs::rename(f.path, aside / fs::path(f.path).filename(), ec);
+        LOCKSTEP_CHECK(!ec, f.path, ": cannot move to ", aside.string(), ": ", ec.message());
+      }
+      warnings.push_back(str("train.resume = fresh: moved ", existing.size(),
+                             " old checkpoint(s) to ", aside.string()));
+      return "";
+    }
+    if (resume == "auto") {
+      LOCKSTEP_CHECK_HINT(!dir.empty(), "set checkpoint.dir",
+                          "train.resume = auto needs checkpoint.dir to look in");
+      std::string reasons;
+      for (const CheckpointFile& f : existing) {
+        try {
+          (void)read_checkpoint(f.path);
+          return f.path;
+        } catch (const Error& e) {
+          warnings.push_back(str(e.message(), ", skipped"));
+          reasons += "\n  " + e.message();
+        }
+      }
+      LOCKSTEP_CHECK_HINT(existing.empty(),
+                          "restore a good copy, or start over with --train.resume=fresh (moves "
+                          "them aside) or another checkpoint.dir",
+                          "train.resume = auto: none of the ", existing.size(),
+                          " checkpoint(s) in ", dir, " can be read:", reasons);
+      return "";
+    }
+    // A named file: read fully by every rank later; here only the rule about newer files.
+    if (writes && !dir.empty()) {
+      std::vector<CheckpointFile> newer;
+      std::int64_t step = -1;
+      std::error_code ec;
+      for (const CheckpointFile& f : existing) {
+        if (fs::equivalent(f.path, resume, ec)) step = f.step;
+      }
+      if (step < 0) step = read_checkpoint(resume).step;
+      for (const CheckpointFile& f : existing)
+        if (f.step > step) newer.push_back(f);
+      LOCKSTEP_CHECK_HINT(newer.empty(),
+                          "set checkpoint.dir to a new folder for the continued run, or move the "
+                          "newer checkpoints away",
+                          "train.resume = ", resume, " is at step ", step,
+                          " but checkpoint.dir = ", dir, " holds newer checkpoints (",
+                          names_of(newer), "), which the continued run would replace");
+    }
+    return resume;
   });
+  // Warnings were collected on rank 0; only it prints them (as every progress line).
   for (const std::string& w : warnings)
     if (warn) warn(w);
   return chosen;
+}
+
+void check_checkpoint_dir_writable(const Config& config, comm::Communicator& comm) {
+  const std::string& dir = config.checkpoint_dir;
+  if (dir.empty()) return;
+  on_rank0(comm, [&]() -> std::string {
+    const char* hint = "set checkpoint.dir to a folder this user can write";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    LOCKSTEP_CHECK_HINT(!ec, hint, "checkpoint.dir = ", dir,
+                        ": cannot create the folder: ", ec.message());
+    const std::string probe = (fs::path(dir) / str(".tmp-write-test.", ::getpid())).string();
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    LOCKSTEP_CHECK_HINT(fd >= 0, hint, "checkpoint.dir = ", dir,
+                        ": cannot write there: ", std::strerror(errno));
+    const bool wrote = ::write(fd, "x", 1) == 1;
+    const int err = errno;
+    ::close(fd);
+    ::unlink(probe.c_str());
+    LOCKSTEP_CHECK_HINT(wrote, hint, "checkpoint.dir = ", dir,
+                        ": cannot write there: ", std::strerror(err));
+    return "";
+  });
 }
 
 }  // namespace lockstep::train

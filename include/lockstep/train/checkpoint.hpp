@@ -48,6 +48,15 @@ CheckpointState read_checkpoint(const std::string& path);
 // DIR/ckpt-00001234.h5 (at least 8 digits, so names sort by step).
 std::string checkpoint_path(const std::string& dir, std::int64_t step);
 
+// A checkpoint file found in a folder by its name, DIR/ckpt-<step>.h5.
+struct CheckpointFile {
+  std::int64_t step;
+  std::string path;
+};
+// Every ckpt-<digits>.h5 in `dir` (none when it does not exist), highest step first; nothing is
+// read but the names.
+std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
+
 // The highest-step checkpoint in `dir` that reads back completely; each partial or corrupt one is
 // skipped with warn("<file>: <reason>, skipped"). nullopt when there is none (or no folder).
 std::optional<std::string> find_latest_checkpoint(

@@ -58,11 +58,23 @@ class TrainState {
   RunLayout layout_;
 };
 
-// The checkpoint a run starts from, "" for a fresh start, the same on every rank: train.resume
-// itself, or for "auto" the newest checkpoint in checkpoint.dir that reads back completely, as
-// rank 0 finds it (others are skipped with warn()). Collective over `comm`.
+// The checkpoint a run starts from, "" for a fresh start, decided by rank 0 from train.resume and
+// checkpoint.dir and the same on every rank (an error on rank 0 is thrown on every rank):
+//   ""     a fresh start; an error if checkpoint.dir already holds checkpoints
+//   auto   the newest checkpoint that reads back completely (others skipped with warn()); fresh
+//          when there is none; an error naming each file and why when none of them reads
+//   fresh  a fresh start over existing checkpoints, which are moved to
+//          checkpoint.dir/replaced-<UTC time>/ first (never deleted)
+//   FILE   that checkpoint; an error if checkpoint.dir holds newer ones (they would be replaced)
+// `writes` false (--eval-only) skips the rules that protect checkpoints from being overwritten.
+// Collective over `comm`.
 std::string choose_resume(const Config& config, comm::Communicator& comm,
                           const std::function<void(const std::string&)>& warn, bool writes = true);
+
+// Creates checkpoint.dir if needed and proves it writable by creating and removing a file, so a
+// run does not train for hours to fail at its first save. Checked by rank 0, thrown on every
+// rank. Collective over `comm`.
+void check_checkpoint_dir_writable(const Config& config, comm::Communicator& comm);
 
 // Runs fn on rank 0 only; its lockstep::Error (message and hint) is rethrown on every rank, its
 // result broadcast. For decisions that read the shared file system once.
