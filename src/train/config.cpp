@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iomanip>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <variant>
 
@@ -27,13 +28,43 @@ struct Key {
   std::vector<std::string> choices = {};  // allowed values of a string key (empty: any)
   double min = -std::numeric_limits<double>::infinity();  // inclusive lower bound of a number
   bool local = false;                                     // may differ between ranks
+  // Inclusive upper bound: where the value is later cast to int or float or scaled to bytes,
+  // so a huge value is refused here instead of overflowing there.
+  double max = std::numeric_limits<double>::infinity();
 };
 
 const double kInf = std::numeric_limits<double>::infinity();
 
+// Upper bounds of the keys whose value is later cast to int or float or scaled to bytes: far beyond
+// any real use, and refused here with the key named instead of overflowing there.
+std::vector<Key> with_limits(std::vector<Key> table) {
+  const double kFloat = std::numeric_limits<float>::max();
+  const std::map<std::string, double> limits = {
+      {"data.memory_budget_mb", double(std::int64_t{1} << 30)},  // 1 PiB; << 20 stays in int64
+      {"data.prefetch", 4096},
+      {"train.replicas", 4096},
+      {"train.threads", 4096},
+      {"checkpoint.keep", 1 << 20},
+      {"dist.bucket_mb", double(1 << 20)},  // 1 TiB; bytes fit size_t
+      {"dist.first_bucket_mb", double(1 << 20)},
+      {"optim.lr", kFloat},
+      {"optim.momentum", kFloat},
+      {"optim.weight_decay", kFloat},
+      {"optim.beta1", kFloat},
+      {"optim.beta2", kFloat},
+      {"optim.eps", kFloat},
+      {"optim.clip_norm", kFloat},
+  };
+  for (Key& k : table) {
+    auto it = limits.find(k.name);
+    if (it != limits.end()) k.max = it->second;
+  }
+  return table;
+}
+
 // The one table of every key. Defaults come from the Config struct's initialisers.
 const std::vector<Key>& keys() {
-  static const std::vector<Key> table = {
+  static const std::vector<Key> table = with_limits({
       {"data.train", &Config::data_train,
        "training shards: a folder/prefix (DIR/train -> DIR/train-*-of-*.h5), a glob, or a file"},
       {"data.test", &Config::data_test, "test shards (same forms); empty = no evaluation"},
@@ -179,7 +210,7 @@ const std::vector<Key>& keys() {
        {},
        -kInf,
        true},
-  };
+  });
   return table;
 }
 
@@ -258,13 +289,25 @@ void set_value(Config& c, const Key& key, const std::string& raw, const std::str
         } else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) {
           T parsed{};
           std::size_t used = 0;
+          bool out_of_range = false;
           try {
             if constexpr (std::is_same_v<T, double>)
               parsed = std::stod(raw, &used);
             else
               parsed = std::stoll(raw, &used);
+          } catch (const std::out_of_range&) {
+            out_of_range = true;
           } catch (const std::exception&) {
             used = 0;
+          }
+          if (out_of_range) {
+            if constexpr (std::is_same_v<T, double>)
+              LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw,
+                            " is out of range for a double");
+            else
+              LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw,
+                            " is out of range (a 64-bit integer is at most ",
+                            std::numeric_limits<std::int64_t>::max(), ")");
           }
           if (used == 0 || used != raw.size())
             bad(std::is_same_v<T, double> ? "a number" : "an integer");
@@ -274,6 +317,9 @@ void set_value(Config& c, const Key& key, const std::string& raw, const std::str
           if (static_cast<double>(parsed) < key.min)
             LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw, " is below the minimum ",
                           key.min);
+          if (static_cast<double>(parsed) > key.max)
+            LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw, " is above the maximum ",
+                          key.max);
           v = parsed;
         } else {
           if (!key.choices.empty() &&
@@ -326,7 +372,41 @@ void validate(const Config& c) {
                  "key optim.nesterov = true needs optim.momentum > 0");
 }
 
-po::parsed_options parse_ini_stream(std::istream& in, const std::string& origin) {
+// A key given twice in one file is an error naming both lines: which one should win is not
+// obvious to a reader of the file, and taking either silently hides a mistake. Lines are read as
+// boost's INI parser reads them ('#' starts a comment anywhere, [section], key = value).
+void check_no_repeated_keys(const std::string& text, const std::string& origin) {
+  std::map<std::string, int> first_line;
+  std::istringstream in(text);
+  std::string section;
+  int number = 0;
+  auto trim = [](std::string v) {
+    v.erase(0, v.find_first_not_of(" \t\r"));
+    v.erase(v.find_last_not_of(" \t\r") + 1);
+    return v;
+  };
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = trim(line.substr(1, line.size() - 2));
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;  // the parser reports it
+    const std::string name = (section.empty() ? "" : section + ".") + trim(line.substr(0, eq));
+    auto [it, inserted] = first_line.emplace(name, number);
+    LOCKSTEP_CHECK_HINT(inserted, "keep one of the two lines", "key ", name, " is given twice in ",
+                        origin, ": on line ", it->second, " and on line ", number);
+  }
+}
+
+po::parsed_options parse_ini_stream(std::istream& stream, const std::string& origin) {
+  const std::string text((std::istreambuf_iterator<char>(stream)),
+                         std::istreambuf_iterator<char>());
+  check_no_repeated_keys(text, origin);
+  std::istringstream in(text);
   try {
     return po::parse_config_file(in, file_options(), /*allow_unregistered=*/false);
   } catch (const po::unknown_option& e) {
@@ -358,38 +438,60 @@ Config parse_config_text(const std::string& ini, const std::vector<std::string>&
 }
 
 ParsedArgs parse_args(int argc, const char* const* argv) {
-  po::options_description cli("lockstep-train");
-  cli.add_options()("config", po::value<std::string>(), "INI config file")(
-      "print-config", "print the resolved config (reusable as a config file) and exit")(
-      "help", "list every key with its default and meaning")(
-      "eval-only", "evaluate the model of train.resume on data.test and exit");
-  cli.add(file_options());
-
-  po::parsed_options parsed(&cli);
-  try {
-    parsed = po::command_line_parser(argc, argv)
-                 .options(cli)
-                 .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
-                 .run();
-  } catch (const po::unknown_option& e) {
-    std::string name = e.get_option_name();
-    if (name.rfind("--", 0) == 0) name = name.substr(2);
-    LOCKSTEP_FAIL_HINT(suggestion(name), "unknown option '--", name, "' on the command line");
-  } catch (const po::error& e) {
-    LOCKSTEP_FAIL_HINT("see lockstep-train --help", "command line: ", e.what());
-  }
-
+  // Parsed by hand rather than with boost: "--data.test=" must set the empty value, and boost
+  // refuses an empty value after '='. Forms: --flag, --name=value, --name value.
+  const char* hint = "see lockstep-train --help";
   ParsedArgs out;
   std::string config_path;
-  for (const auto& opt : parsed.options) {
-    if (opt.string_key == "config") config_path = opt.value.at(0);
-    if (opt.string_key == "help") out.help = true;
-    if (opt.string_key == "print-config") out.print_config = true;
-    if (opt.string_key == "eval-only") out.eval_only = true;
+  bool config_given = false;
+  std::vector<std::pair<const Key*, std::string>> overrides;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h") {
+      out.help = true;
+      continue;
+    }
+    LOCKSTEP_CHECK_HINT(arg.rfind("--", 0) == 0 && arg.size() > 2,
+                        arg.find(".ini") != std::string::npos ? "pass the file as --config " + arg
+                                                              : std::string(hint),
+                        "unexpected argument '", arg, "' on the command line");
+    const auto eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const bool is_flag = name == "help" || name == "print-config" || name == "eval-only";
+    if (is_flag) {
+      LOCKSTEP_CHECK_HINT(eq == std::string::npos, hint, "--", name, " takes no value");
+      out.help = out.help || name == "help";
+      out.print_config = out.print_config || name == "print-config";
+      out.eval_only = out.eval_only || name == "eval-only";
+      continue;
+    }
+    const Key* key = find_key(name);
+    LOCKSTEP_CHECK_HINT(key != nullptr || name == "config", suggestion(name), "unknown option '--",
+                        name, "' on the command line");
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else {
+      // "--name value": the value may be empty but may not look like the next option.
+      LOCKSTEP_CHECK_HINT(i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0,
+                          str("write --", name, "=VALUE (--", name, "= for the empty value)"),
+                          "option --", name, " needs a value");
+      value = argv[++i];
+    }
+    if (name == "config") {
+      LOCKSTEP_CHECK_HINT(!config_given,
+                          "give one --config; put the differences of the second in overrides",
+                          "two --config flags (", config_path, " and ", value,
+                          "): lockstep-train reads one config file");
+      config_given = true;
+      config_path = value;
+      continue;
+    }
+    overrides.emplace_back(key, value);
   }
   if (out.help) return out;
-  if (!config_path.empty()) {
-    LOCKSTEP_CHECK_HINT(std::filesystem::is_regular_file(config_path),
+  if (config_given) {
+    LOCKSTEP_CHECK_HINT(!config_path.empty() && std::filesystem::is_regular_file(config_path),
                         "pass an existing INI file, e.g. --config configs/fashion_mlp.ini",
                         "config file '", config_path, "' does not exist");
     std::ifstream in(config_path);
@@ -397,7 +499,8 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     apply(out.config, parse_ini_stream(in, config_path), config_path);
     out.config.config_file = config_path;
   }
-  apply(out.config, parsed, "the command line");  // overrides win over the file
+  for (const auto& [key, value] : overrides)  // overrides win over the file
+    set_value(out.config, *key, value, "the command line");
   validate(out.config);
   return out;
 }
@@ -424,7 +527,10 @@ std::string help_text() {
   Config defaults;
   out << "usage: lockstep-train --config FILE.ini [--section.key=value ...] [--print-config] "
          "[--eval-only]\n\n"
-         "Keys (INI [section] key = value, or --section.key=value; the command line wins):\n";
+         "Keys (INI [section] key = value, or --section.key=value). The command line wins over\n"
+         "the file, and a later --key over an earlier one (so a wrapper script can set defaults\n"
+         "that its caller's arguments override). A key given twice in one file, or two\n"
+         "--config flags, is an error. --key= sets the empty value.\n";
   for (const Key& k : keys()) {
     std::string def = format_value(defaults, k.field);
     out << "  " << std::left << std::setw(26) << k.name

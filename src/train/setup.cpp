@@ -198,6 +198,16 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   LOCKSTEP_CHECK_HINT(r.parallel != "none" || r.world == 1, "set train.parallel = ddp (or auto)",
                       "train.parallel = none with ", r.world, " ranks would train ", r.world,
                       " unrelated models");
+  LOCKSTEP_CHECK_HINT(!options.eval_only || !config.train_resume.empty(),
+                      "name the model to evaluate: --train.resume=FILE (or auto with "
+                      "checkpoint.dir)",
+                      "--eval-only needs a checkpoint, but train.resume is empty: it would "
+                      "evaluate an untrained model");
+  LOCKSTEP_CHECK_HINT(!options.eval_only || config.train_resume != "fresh",
+                      "name the model to evaluate: --train.resume=FILE or auto",
+                      "--eval-only with train.resume = fresh has no model to evaluate");
+  LOCKSTEP_CHECK_HINT(!options.eval_only || !config.data_test.empty(), "set data.test",
+                      "--eval-only needs data.test");
   check_config_agrees(control, config);
 
   r.logs = r.rank == 0 || config.log_rank_prefix;
@@ -265,9 +275,10 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   } else if (config.train_resume == "auto") {
     r.line(str("no checkpoint in ", config.checkpoint_dir, ": starting fresh"));
   }
-  LOCKSTEP_CHECK(!options.eval_only || !r.resumed_from.empty() || config.train_resume.empty(),
-                 "--eval-only found no checkpoint to evaluate");
-  LOCKSTEP_CHECK(!options.eval_only || r.test_set != nullptr, "--eval-only needs data.test");
+  LOCKSTEP_CHECK_HINT(
+      !options.eval_only || !r.resumed_from.empty(),
+      "train first, or name a checkpoint with --train.resume=FILE",
+      "--eval-only found no checkpoint to evaluate in checkpoint.dir = ", config.checkpoint_dir);
 
   // ---- how gradients meet: the transport (comm/), then the engine over it; the engine's
   // construction broadcasts rank 0's state, so it comes after the restore.

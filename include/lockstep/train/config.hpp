@@ -74,8 +74,10 @@ struct ParsedArgs {
   bool eval_only = false;
 };
 
-// Parses argv: `--config FILE`, `--section.key=value` overrides (applied over the file),
-// `--print-config`, `--help`, `--eval-only`. Throws lockstep::Error naming the key or file.
+// Parses argv: `--config FILE`, `--section.key=value` or `--section.key value` overrides
+// (applied over the file, in order: a later one wins), `--print-config`, `--help` (-h),
+// `--eval-only`. `--key=` sets the empty value. Throws lockstep::Error naming the key or file on
+// an unknown or malformed argument, two --config flags, or a key given twice in the file.
 ParsedArgs parse_args(int argc, const char* const* argv);
 // Parses INI text (as if read from `origin`) plus "section.key=value" overrides; for tests.
 Config parse_config_text(const std::string& ini, const std::vector<std::string>& overrides = {},

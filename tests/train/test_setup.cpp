@@ -1,0 +1,75 @@
+// Setup's arithmetic and its refusals: how the batch divides and how long a run is, with every
+// overflow named, and the errors that name what the user must change before any work is done.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "lockstep/comm/local.hpp"
+#include "lockstep/train/loop.hpp"
+#include "lockstep/train/setup.hpp"
+#include "support/tiny_run.hpp"
+
+using namespace lockstep;
+using namespace lockstep::train;
+
+namespace {
+std::string setup_error(const Config& c, SetupOptions options = {}) {
+  try {
+    auto comm = comm::make_single_rank_communicator();
+    auto run = setup_run(c, *comm, options);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "setup_run succeeded";
+  return "";
+}
+}  // namespace
+
+TEST(StepPlan, GlobalBatchDividesIntoRanksAccumulationAndLocalBatch) {
+  Config c;
+  c.train_global_batch = 96;
+  c.train_accumulation = 3;
+  c.train_epochs = 2;
+  const StepPlan p = plan_steps(c, /*world=*/4, /*samples_per_rank=*/250, 1000);
+  EXPECT_EQ(p.local_batch, 8);
+  EXPECT_EQ(p.steps_per_epoch, 250 / 8 / 3);
+  EXPECT_EQ(p.total_steps, 2 * (250 / 8 / 3));
+  c.train_global_batch = 100;
+  EXPECT_THROW(plan_steps(c, 4, 250, 1000), Error);
+}
+
+TEST(StepPlan, EpochsTimesStepsBeyondInt64IsAnErrorUnlessMaxStepsEndsTheRun) {
+  Config c;
+  c.train_global_batch = 8;
+  c.train_epochs = std::numeric_limits<std::int64_t>::max();
+  try {
+    plan_steps(c, 1, 64, 64);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.epochs = 9223372036854775807 x 8 steps per epoch"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.hint().find("train.max_steps"), std::string::npos);
+  }
+  c.train_max_steps = 10;
+  EXPECT_EQ(plan_steps(c, 1, 64, 64).total_steps, 10);
+}
+
+TEST(Setup, EvalOnlyWithoutACheckpointIsAnError) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"),
+                               test::write_tiny_set(dir.path(), "test"));
+  SetupOptions eval_only;
+  eval_only.eval_only = true;
+  std::string e = setup_error(c, eval_only);  // train.resume empty
+  EXPECT_NE(e.find("--eval-only needs a checkpoint, but train.resume is empty"), std::string::npos)
+      << e;
+  c.train_resume = "auto";
+  c.checkpoint_dir = dir / "none-yet";
+  e = setup_error(c, eval_only);
+  EXPECT_NE(e.find("--eval-only found no checkpoint to evaluate in checkpoint.dir"),
+            std::string::npos)
+      << e;
+}
