@@ -1,8 +1,10 @@
 #include "lockstep/data/dataset.hpp"
 
 #include <glob.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -37,6 +39,15 @@ std::vector<std::string> resolve_shard_files(const std::string& spec) {
     pattern = spec + "-*-of-*.h5";
   }
   auto files = glob_files(pattern);
+  if (files.empty()) {
+    // An unreadable folder globs to nothing: say that, not "no files match".
+    const fs::path dir =
+        fs::is_directory(spec, ec) ? fs::path(spec) : fs::path(pattern).parent_path();
+    const std::string folder = dir.empty() ? "." : dir.string();
+    LOCKSTEP_CHECK_HINT(!fs::is_directory(folder, ec) || ::access(folder.c_str(), R_OK | X_OK) == 0,
+                        "give this user read permission (ls -ld " + folder + ")", "shard folder ",
+                        folder, " (from '", spec, "'): cannot list: ", std::strerror(errno));
+  }
   LOCKSTEP_CHECK_HINT(!files.empty(),
                       "give a shard file, a folder, a glob, or DIR/NAME for DIR/NAME-*-of-*.h5; "
                       "make shards with lockstep-shard",
@@ -135,6 +146,32 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
 }
 
 ShardedDataset::~ShardedDataset() = default;
+
+ShardedDataset::Location ShardedDataset::locate(std::int64_t index) const {
+  LOCKSTEP_CHECK(index >= 0 && index < size_, "sample index ", index,
+                 " is outside the dataset [0, ", size_, ") of ", files_.front(), " ...");
+  const auto s = static_cast<std::size_t>(
+      std::upper_bound(offsets_.begin(), offsets_.end(), index) - offsets_.begin() - 1);
+  return {shards_[s].get(), index - offsets_[s]};
+}
+
+std::string ShardedDataset::describe_samples(std::vector<std::int64_t> indices) const {
+  std::sort(indices.begin(), indices.end());
+  indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
+  std::string out;
+  for (std::size_t i = 0; i < indices.size();) {
+    const Location first = locate(indices[i]);
+    std::size_t j = i;
+    std::int64_t last = first.index;
+    while (j < indices.size() && locate(indices[j]).shard == first.shard)
+      last = locate(indices[j++]).index;
+    out += str(out.empty() ? "" : "; ", first.shard->where(), ": ", j - i,
+               j - i == 1 ? " sample, index " : " samples in [", first.index,
+               j - i == 1 ? "" : str(", ", last, "]"));
+    i = j;
+  }
+  return out;
+}
 
 std::vector<std::int64_t> ShardedDataset::shard_sizes() const {
   std::vector<std::int64_t> out;

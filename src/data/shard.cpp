@@ -1,6 +1,7 @@
 #include "lockstep/data/shard.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -55,6 +56,17 @@ void validate_meta(const ShardMeta& m, const std::string& where, const char* hin
                       m.mean.size(), " values for ", c, " channels");
   LOCKSTEP_CHECK_HINT(m.stddev.empty() || m.stddev.size() == c, hint, where,
                       ": attribute 'std' has ", m.stddev.size(), " values for ", c, " channels");
+  // Statistics computed over data holding a NaN or an Inf are NaN or Inf themselves: say so here,
+  // before they normalise every sample into NaN (or before two shards "disagree" on [nan]).
+  for (const auto* stat : {&m.mean, &m.stddev}) {
+    for (std::size_t ch = 0; ch < stat->size(); ++ch) {
+      LOCKSTEP_CHECK_HINT(std::isfinite((*stat)[ch]),
+                          "the data it was computed from holds NaN or Inf: clean it and "
+                          "regenerate the shards with lockstep-shard",
+                          where, ": attribute '", stat == &m.mean ? "mean" : "std", "' of channel ",
+                          ch, " is ", (*stat)[ch], ", not a finite number");
+    }
+  }
   for (float s : m.stddev) {
     LOCKSTEP_CHECK_HINT(s > 0, hint, where, ": attribute 'std' holds ", s,
                         ": every channel's std must be positive");

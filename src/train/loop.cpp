@@ -51,6 +51,24 @@ bool step_is_finite(Run& run, double step_loss) {
   return finite;
 }
 
+// The step's input samples holding NaN or Inf, by shard and index, or "" when every input is
+// finite (then the training itself diverged). Only run on a non-finite step: costs nothing else.
+std::string bad_inputs(const data::ShardedDataset& set, const std::vector<data::Batch>& batches) {
+  std::vector<std::int64_t> bad;
+  for (const data::Batch& b : batches) {
+    if (b.x.dtype() != DType::F32) continue;  // u8 images cannot hold NaN
+    const std::int64_t rows = b.x.dim(0), row = rows > 0 ? b.x.numel() / rows : 0;
+    const float* x = b.x.data<float>();
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t k = 0; k < row; ++k)
+        if (!std::isfinite(x[i * row + k])) {
+          bad.push_back(b.indices[static_cast<std::size_t>(i)]);
+          break;
+        }
+  }
+  return bad.empty() ? "" : set.describe_samples(bad);
+}
+
 // Checkpoints and stop requests, decided identically on every rank: one small allreduce per step
 // (only when checkpoint.dir is set) combines a signal seen by any rank with rank 0's clock.
 class Checkpoints {
@@ -106,6 +124,7 @@ TrainResult train_loop(Run& run) {
   const std::int64_t start_epoch = state.position.epoch;
   const std::int64_t start_step_in_epoch = state.position.batch_in_epoch / plan.accumulation;
   bool stopping = false;
+  std::vector<data::Batch> batches;  // the current step's micro-batches
 
   auto evaluate_now = [&](std::int64_t epoch) {
     auto eval_start = Clock::now();
@@ -133,6 +152,7 @@ TrainResult train_loop(Run& run) {
       // ---- gradients of one step: `accumulation` micro-batches, averaged over ranks
       engine.begin_step();
       double step_loss = 0;
+      batches.clear();  // kept until the step is known finite, to name bad input data
       for (std::int64_t micro = 0; micro < plan.accumulation; ++micro) {
         std::optional<data::Batch> batch = loader.next();
         LOCKSTEP_CHECK(batch.has_value(), "loader ended epoch ", epoch, " early at step ", s);
@@ -140,6 +160,7 @@ TrainResult train_loop(Run& run) {
         const float loss_scale = 1.0f / static_cast<float>(batch->y.numel() * plan.accumulation);
         step_loss +=
             engine.forward_backward(batch->x, batch->y, loss_scale, micro + 1 == plan.accumulation);
+        batches.push_back(std::move(*batch));
       }
       engine.finish_gradients();
       step_loss /= static_cast<double>(plan.accumulation);
@@ -149,12 +170,21 @@ TrainResult train_loop(Run& run) {
       // ---- the update, unless the step is not finite
       const double lr = run.schedule->lr_at(state.step - 1);
       if (!step_is_finite(run, step_loss)) {
+        // Bad data is not a learning-rate problem: name the samples (this rank's; another
+        // rank's bad samples show as a non-finite gradient here and are named there).
+        const std::string bad = bad_inputs(*run.train_set, batches);
+        LOCKSTEP_CHECK_HINT(c.train_nan_policy == "skip" || bad.empty(),
+                            "clean the source data and regenerate the shards with lockstep-shard, "
+                            "or set train.nan_policy = skip to skip such steps",
+                            "bad data at step ", state.step, " (epoch ", epoch, ", rank ", run.rank,
+                            "): non-finite input values in ", bad);
         LOCKSTEP_CHECK_HINT(c.train_nan_policy == "skip",
                             "lower optim.lr, set optim.clip_norm, or train.nan_policy = skip",
                             "non-finite loss or gradient at step ", state.step, " (epoch ", epoch,
                             ", loss on rank ", run.rank, ": ", step_loss, ")");
         ++result.skipped_steps;
-        run.line(str("warning: step ", state.step, " skipped: non-finite loss or gradient"));
+        run.line(str("warning: step ", state.step, " skipped: ",
+                     bad.empty() ? "non-finite loss or gradient" : "non-finite input in " + bad));
       } else {
         if (c.optim_clip_norm > 0)
           optim::clip_grad_norm(*run.ctx, run.model->parameters(),

@@ -3,6 +3,8 @@
 // resumed from its checkpoint must end bitwise equal to an uninterrupted one.
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 #include "lockstep/comm/local.hpp"
 #include "lockstep/data/sampler.hpp"
 #include "lockstep/nn/loss.hpp"
@@ -108,4 +110,45 @@ TEST(TrainLoop, EvaluationCountsEveryTestSampleOnceAndLearns) {
   EXPECT_EQ(after.samples, 37);
   EXPECT_DOUBLE_EQ(result.test_accuracy, after.accuracy);  // the loop's last evaluation
   EXPECT_LT(after.loss, before.loss);
+}
+
+TEST(TrainLoop, NonFiniteInputIsBadDataNamingTheShardAndSampleNotALearningRateProblem) {
+  test::TempDir dir;
+  test::write_tiny_set(dir.path(), "clean");
+  // The same set with NaN in one feature of global sample 40 (shard 1 holds 32..63) and Inf in
+  // sample 41.
+  auto clean = data::ShardedDataset::open(dir / "clean");
+  data::LabeledArray a;
+  std::vector<std::int64_t> all(static_cast<std::size_t>(clean->size()));
+  std::iota(all.begin(), all.end(), 0);
+  Tensor y;
+  clean->gather(all, a.x, y);
+  a.y = y.to_vector<std::int32_t>();
+  a.num_classes = clean->num_classes();
+  a.x.data<float>()[40 * 4 + 2] = std::numeric_limits<float>::quiet_NaN();
+  a.x.data<float>()[41 * 4 + 0] = std::numeric_limits<float>::infinity();
+  data::write_shard_set(a, dir.path(), "dirty", 2, {}, {});
+
+  Config c = test::tiny_config(dir / "dirty");
+  auto comm = comm::make_single_rank_communicator();
+  try {
+    train_loop(*setup_run(c, *comm));
+    ADD_FAILURE() << "trained over NaN input";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("bad data at step"), std::string::npos) << what;
+    EXPECT_NE(what.find("dirty-00001-of-00002.h5 (shard 1 of 2): "), std::string::npos) << what;
+    // 40 and 41 are shard 1's samples 8 and 9; the step holds one or both of them.
+    EXPECT_TRUE(what.find("1 sample, index 8") != std::string::npos ||
+                what.find("1 sample, index 9") != std::string::npos ||
+                what.find("2 samples in [8, 9]") != std::string::npos)
+        << what;
+    EXPECT_EQ(e.hint().find("optim.lr"), std::string::npos) << e.hint();
+  }
+  // With train.nan_policy = skip, the steps holding them are skipped and the rest trains.
+  c.train_nan_policy = "skip";
+  const TrainResult r = train_loop(*setup_run(c, *comm));
+  EXPECT_EQ(r.steps, 16);
+  EXPECT_GE(r.skipped_steps, 2);  // once per epoch at least
+  EXPECT_LE(r.skipped_steps, 4);
 }

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "lockstep/core/tensor.hpp"
 #include "lockstep/data/dataset.hpp"
@@ -24,7 +25,8 @@ struct Batch {
   Tensor x;  // host, dataset dtype (u8 or f32), [b, ...sample_shape]
   Tensor y;  // host, i32 [b]
   std::int64_t epoch = 0;
-  std::int64_t index_in_epoch = 0;  // batch number within the epoch, counting skipped ones
+  std::int64_t index_in_epoch = 0;    // batch number within the epoch, counting skipped ones
+  std::vector<std::int64_t> indices;  // the dataset indices of x's rows (to trace bad data)
 };
 
 struct LoaderOptions {
