@@ -134,7 +134,15 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
   if (x_bytes + label_bytes <= memory_budget_bytes) {
     Shape shape{ds->size_};
     shape.insert(shape.end(), ds->meta_.sample_shape.begin(), ds->meta_.sample_shape.end());
-    ds->resident_ = Tensor::empty(shape, ds->meta_.dtype);
+    try {
+      ds->resident_ = Tensor::empty(shape, ds->meta_.dtype);
+    } catch (const OutOfMemory&) {
+      rethrow_with_context(str("holding the set ", ds->files_.front(), " ... in memory (",
+                               format_bytes(static_cast<double>(x_bytes)),
+                               ", within the memory budget of ",
+                               format_bytes(static_cast<double>(memory_budget_bytes)),
+                               "; a smaller budget reads it on demand)"));
+    }
     auto* base = static_cast<char*>(ds->resident_.raw_data());
     for (std::size_t s = 0; s < ds->shards_.size(); ++s) {
       ds->shards_[s]->read_x(0, ds->shards_[s]->meta().num_samples,

@@ -215,7 +215,13 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   r.replicas = r.parallel == "dp" ? static_cast<int>(config.train_replicas) : 1;
   r.threads = resolve_threads(config, control.local_size(), r.replicas);
   // Outputs first: an unwritable metrics path or checkpoint folder fails before any work.
-  if (r.rank == 0 && !config.log_metrics.empty()) r.metrics = MetricsFile(config.log_metrics);
+  if (r.rank == 0 && !config.log_metrics.empty()) {
+    try {
+      r.metrics = MetricsFile(config.log_metrics);
+    } catch (const Error&) {
+      rethrow_with_context("log.metrics = " + config.log_metrics);
+    }
+  }
   if (!options.eval_only) check_checkpoint_dir_writable(config, control);
   r.ctx = std::make_unique<ops::Context>(choose_device(config, control, r.parallel), r.threads);
   const Device device = r.ctx->device();

@@ -22,9 +22,32 @@ constexpr const char* kParam = "param/";
 constexpr const char* kBuffer = "buffer/";
 constexpr const char* kOptim = "optim/";
 constexpr const char* kOptimizerSteps = "optimizer_steps";
+constexpr const char* kOptimizer = "optimizer";
 constexpr const char* kDropoutCalls = "dropout_calls";
 constexpr const char* kSamplesPerLoaderBatch = "samples_per_loader_batch";
 constexpr const char* kParallel = "parallel";
+
+// optim.name in a checkpoint's recorded config (checkpoints written before the "optimizer"
+// attribute existed), or "" when it cannot be found.
+std::string optimizer_in_config(const std::string& ini) {
+  std::istringstream in(ini);
+  std::string section;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] == '[') {
+      section = line.substr(1, line.find(']') - 1);
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (section != "optim" || eq == std::string::npos) continue;
+    auto trim = [](std::string s) {
+      s.erase(0, s.find_first_not_of(" \t"));
+      s.erase(s.find_last_not_of(" \t\r") + 1);
+      return s;
+    };
+    if (trim(line.substr(0, eq)) == "name") return trim(line.substr(eq + 1));
+  }
+  return "";
+}
 
 std::string utc_stamp() {
   std::time_t now = std::time(nullptr);
@@ -55,6 +78,7 @@ CheckpointState TrainState::to_checkpoint() const {
   s.config_ini = layout_.config_ini;
   s.model_structure = model_.structure();
   s.attrs[kOptimizerSteps] = std::to_string(optimizer_.steps());
+  s.attrs[kOptimizer] = optimizer_.type();
   s.attrs[kDropoutCalls] = std::to_string(model_.dropout_calls());
   s.attrs[kSamplesPerLoaderBatch] = std::to_string(layout_.samples_per_loader_batch);
   s.attrs[kParallel] = layout_.parallel;
@@ -82,6 +106,13 @@ void TrainState::restore(ops::Context& ctx, const CheckpointState& c, const std:
                     "', not an integer");
     }
   };
+  auto it = c.attrs.find(kOptimizer);
+  const std::string saved = it != c.attrs.end() ? it->second : optimizer_in_config(c.config_ini);
+  LOCKSTEP_CHECK_HINT(saved.empty() || saved == optimizer_.type(),
+                      str("resume with --optim.name=", saved,
+                          ", or start a new run (another checkpoint.dir) to change optimizer"),
+                      "checkpoint ", path, " was written by optimizer '", saved,
+                      "' but this run uses optim.name = ", optimizer_.type());
   for (nn::Parameter* p : model_.parameters())
     ops::copy(ctx, c.tensor(kParam + p->name), p->value);
   for (nn::Buffer* b : model_.buffers())

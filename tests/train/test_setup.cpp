@@ -73,3 +73,55 @@ TEST(Setup, EvalOnlyWithoutACheckpointIsAnError) {
             std::string::npos)
       << e;
 }
+
+TEST(Setup, ResumingWithAnotherOptimizerNamesTheCheckpointAndBothOptimizers) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  c.checkpoint_dir = dir / "ckpt";
+  c.train_max_steps = 2;
+  auto comm = comm::make_single_rank_communicator();
+  const std::string saved = train_loop(*setup_run(c, *comm)).checkpoint;
+  ASSERT_FALSE(saved.empty());
+  Config other = c;
+  other.optim_name = "adamw";
+  other.train_resume = saved;
+  other.checkpoint_dir = dir / "ckpt2";
+  std::string e = setup_error(other);
+  EXPECT_NE(e.find("checkpoint " + saved +
+                   " was written by optimizer 'sgd' but this run uses "
+                   "optim.name = adamw"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("--optim.name=sgd"), std::string::npos) << e;
+  // Checkpoints from before the "optimizer" attribute: the recorded config says which.
+  CheckpointState old = read_checkpoint(saved);
+  old.attrs.erase("optimizer");
+  write_checkpoint(dir / "old.h5", old);
+  other.train_resume = dir / "old.h5";
+  e = setup_error(other);
+  EXPECT_NE(e.find("was written by optimizer 'sgd'"), std::string::npos) << e;
+}
+
+TEST(Setup, AnUnwritableMetricsPathNamesTheKey) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  std::ofstream(dir / "a-file") << "x";
+  c.log_metrics = dir / "a-file/metrics.jsonl";
+  const std::string e = setup_error(c);
+  EXPECT_NE(e.find("log.metrics = " + c.log_metrics + ": metrics file"), std::string::npos) << e;
+  EXPECT_NE(e.find("Not a directory"), std::string::npos) << e;
+}
+
+TEST(Setup, OutOfMemoryNamesTheLayerTheSizeAskedAndWhatWasFree) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  // 4 x 10^17 floats: beyond any machine (and beyond what is even asked of the allocator, so
+  // sanitizer builds behave the same).
+  c.model_spec = "linear(100000000000000000)-relu-linear(3)";
+  const std::string e = setup_error(c);
+  EXPECT_NE(e.find("model.spec layer 0 'linear(100000000000000000)'"), std::string::npos) << e;
+  EXPECT_NE(e.find("a f32 tensor [100000000000000000, 4] on cpu"), std::string::npos) << e;
+  EXPECT_NE(e.find("out of host memory: cannot allocate 1.4 EiB (available "), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("held by this process's tensors"), std::string::npos) << e;
+}
