@@ -14,22 +14,15 @@
 #include "bench.hpp"
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/comm/mpi_communicator.hpp"
+#include "lockstep/core/clock.hpp"
 #include "lockstep/core/error.hpp"
 
 namespace lockstep::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 struct Timing {
   double us = 0, algbw = 0, busbw = 0;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 int run_allreduce(const Args& args) {
   comm::MpiSession session(nullptr, nullptr);
@@ -162,7 +155,7 @@ int run_allreduce(const Args& args) {
 LOCKSTEP_BENCH("allreduce",
                "f32 allreduce, lockstep Communicator vs raw MPI (mpirun -np N; --minbytes "
                "--maxbytes --step --reps --warmup --quick)",
-               run_allreduce);
+               "minbytes maxbytes step reps warmup quick target-bytes", run_allreduce);
 
 }  // namespace
 }  // namespace lockstep::bench

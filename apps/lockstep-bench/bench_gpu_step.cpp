@@ -307,7 +307,8 @@ int run(const Args& args) {
 }
 
 LOCKSTEP_BENCH("gpu-step",
-               "training-step time of an MLP 784-1024-1024-10 and a small CNN, GPU vs CPU", run);
+               "training-step time of an MLP 784-1024-1024-10 and a small CNN, GPU vs CPU",
+               "cnn-batch cpu cpu-threads mlp-batch reps tf32 warmup", run);
 
 }  // namespace
 }  // namespace lockstep::bench

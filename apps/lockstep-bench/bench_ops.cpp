@@ -232,7 +232,7 @@ int run_ops_bench(const Args& args) {
 LOCKSTEP_BENCH("ops",
                "CPU kernel throughput: GEMM/conv GFLOP/s, cheap kernels; --threads=2 --reps=7 "
                "--min-ms=100 --only=gemm|conv|cheap|mix",
-               run_ops_bench);
+               "min-ms only reps threads", run_ops_bench);
 
 }  // namespace
 }  // namespace lockstep::bench

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <type_traits>
 
+#include "lockstep/core/file.hpp"
 #include "lockstep/h5/h5.hpp"
 
 namespace lockstep::data {
@@ -209,7 +210,7 @@ void ShardWriter::close() {
   m.x.reset();
   m.y.reset();
   h5::check(m.file.close(), m.tmp_path, "cannot close the file", "is the disk full?");
-  h5::publish(m.tmp_path, m.path);
+  publish_file(m.tmp_path, m.path);
   m.closed = true;
   m.meta.num_samples = m.n;
 }

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "lockstep/core/file.hpp"
+
 namespace fs = std::filesystem;
 
 namespace lockstep::h5 {
@@ -63,10 +65,6 @@ Handle plist(hid_t id, const std::string& where, const std::string& what) {
 
 // ---- files ----------------------------------------------------------------------------------
 
-std::string errno_text() {
-  return std::strerror(errno);
-}
-
 Handle open_file(const std::string& path, bool locking, const std::string& hint) {
   // open(2) first: HDF5 reports every failure as "unable to open file", which sends the user
   // looking for a damaged file when the problem is a permission or a typo.
@@ -117,33 +115,6 @@ Handle create_file(const std::string& path, const CreateOptions& options, const 
     LOCKSTEP_FAIL_HINT(hint, path, ": cannot create: ", reason);
   }
   return {id, H5Fclose};
-}
-
-namespace {
-struct Fd {
-  int fd;
-  explicit Fd(int f) : fd(f) {}
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-};
-}  // namespace
-
-void publish(const std::string& tmp, const std::string& path) {
-  {
-    Fd f(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC));
-    LOCKSTEP_CHECK(f.fd >= 0, tmp, ": cannot reopen: ", errno_text());
-    LOCKSTEP_CHECK_HINT(::fsync(f.fd) == 0, "check free space and quota", tmp,
-                        ": fsync failed: ", errno_text());
-  }
-  LOCKSTEP_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": rename from ", tmp,
-                 " failed: ", errno_text());
-  // Makes the rename itself durable; some file systems refuse fsync on folders, which is harmless.
-  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : ".";
-  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (d.fd >= 0) ::fsync(d.fd);
 }
 
 // ---- groups and names -----------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #include <regex>
 #include <sstream>
 
+#include "lockstep/core/file.hpp"
 #include "lockstep/h5/h5.hpp"
 
 namespace fs = std::filesystem;
@@ -213,31 +214,19 @@ Header parse_header(const char* bytes, const std::string& path) {
   return h;
 }
 
-struct Fd {
-  int fd;
-  explicit Fd(int f) : fd(f) {}
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-};
-
-using h5::errno_text;
-
 std::pair<std::uint32_t, std::uint64_t> hash_fd(int fd, std::size_t from, const std::string& path);
 
 // Reads the header and checks size and whole-file hash by streaming the file.
 Header verify_file(const std::string& path, bool hash_contents) {
-  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  LOCKSTEP_CHECK(f.fd >= 0, path, ": cannot open checkpoint: ", errno_text());
-  const off_t size = ::lseek(f.fd, 0, SEEK_END);
+  UniqueFd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  LOCKSTEP_CHECK(f.valid(), path, ": cannot open checkpoint: ", errno_text());
+  const off_t size = ::lseek(f.get(), 0, SEEK_END);
   LOCKSTEP_CHECK(size >= 0, path, ": cannot seek: ", errno_text());
   LOCKSTEP_CHECK(static_cast<std::size_t>(size) >= kHeaderBytes, path, ": truncated: ", size,
                  " bytes, shorter than the ", kHeaderBytes, "-byte header");
   std::vector<char> buffer(kHeaderBytes);
   LOCKSTEP_CHECK(
-      ::pread(f.fd, buffer.data(), kHeaderBytes, 0) == static_cast<ssize_t>(kHeaderBytes), path,
+      ::pread(f.get(), buffer.data(), kHeaderBytes, 0) == static_cast<ssize_t>(kHeaderBytes), path,
       ": cannot read header: ", errno_text());
   Header h = parse_header(buffer.data(), path);
   LOCKSTEP_CHECK_HINT(static_cast<std::uint64_t>(size) >= h.file_bytes,
@@ -246,7 +235,7 @@ Header verify_file(const std::string& path, bool hash_contents) {
   LOCKSTEP_CHECK(static_cast<std::uint64_t>(size) == h.file_bytes, path, ": has ", size,
                  " bytes but its header says ", h.file_bytes, " (bytes appended after writing)");
   if (!hash_contents) return h;
-  const std::uint32_t hash = hash_fd(f.fd, kHeaderBytes, path).first;
+  const std::uint32_t hash = hash_fd(f.get(), kHeaderBytes, path).first;
   LOCKSTEP_CHECK_HINT(hash == h.file_hash,
                       "the file was damaged after writing: resume from an "
                       "older checkpoint",
@@ -280,11 +269,11 @@ void write_hdf5_atomically(const std::string& path, std::size_t userblock, Fill 
       h5::check(file.close(), tmp_name, "closing (writing out)");
     }
     {
-      Fd f(::open(tmp_name.c_str(), O_RDWR | O_CLOEXEC));
-      LOCKSTEP_CHECK(f.fd >= 0, tmp_name, ": cannot reopen: ", errno_text());
-      seal(f.fd, tmp_name);
+      UniqueFd f(::open(tmp_name.c_str(), O_RDWR | O_CLOEXEC));
+      LOCKSTEP_CHECK(f.valid(), tmp_name, ": cannot reopen: ", errno_text());
+      seal(f.get(), tmp_name);
     }
-    h5::publish(tmp_name, path);
+    publish_file(tmp_name, path);
   } catch (...) {
     fs::remove(tmp, ec);
     throw;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <limits>
 #include <map>
@@ -372,11 +373,11 @@ void validate(const Config& c) {
                  "key optim.nesterov = true needs optim.momentum > 0");
 }
 
-// A key given twice in one file is an error naming both lines: which one should win is not
-// obvious to a reader of the file, and taking either silently hides a mistake. Lines are read as
-// boost's INI parser reads them ('#' starts a comment anywhere, [section], key = value).
-void check_no_repeated_keys(const std::string& text, const std::string& origin) {
-  std::map<std::string, int> first_line;
+// Calls fn(section.key, value, line number) for every "key = value" line of INI text, read as
+// boost's INI parser reads it ('#' starts a comment anywhere, [section] headers, blanks trimmed).
+void for_each_ini_entry(
+    const std::string& text,
+    const std::function<void(const std::string&, const std::string&, int)>& fn) {
   std::istringstream in(text);
   std::string section;
   int number = 0;
@@ -395,11 +396,20 @@ void check_no_repeated_keys(const std::string& text, const std::string& origin) 
     }
     const auto eq = line.find('=');
     if (eq == std::string::npos) continue;  // the parser reports it
-    const std::string name = (section.empty() ? "" : section + ".") + trim(line.substr(0, eq));
+    fn((section.empty() ? "" : section + ".") + trim(line.substr(0, eq)), trim(line.substr(eq + 1)),
+       number);
+  }
+}
+
+// A key given twice in one file is an error naming both lines: which one should win is not
+// obvious to a reader of the file, and taking either silently hides a mistake.
+void check_no_repeated_keys(const std::string& text, const std::string& origin) {
+  std::map<std::string, int> first_line;
+  for_each_ini_entry(text, [&](const std::string& name, const std::string&, int number) {
     auto [it, inserted] = first_line.emplace(name, number);
     LOCKSTEP_CHECK_HINT(inserted, "keep one of the two lines", "key ", name, " is given twice in ",
                         origin, ": on line ", it->second, " and on line ", number);
-  }
+  });
 }
 
 po::parsed_options parse_ini_stream(std::istream& stream, const std::string& origin) {
@@ -537,6 +547,14 @@ std::string help_text() {
         << " default: " << (def.empty() ? "\"\"" : def) << "\n      " << k.help << "\n";
   }
   return out.str();
+}
+
+std::string ini_value(const std::string& ini, const std::string& key) {
+  std::string value;
+  for_each_ini_entry(ini, [&](const std::string& name, const std::string& v, int) {
+    if (name == key) value = v;
+  });
+  return value;
 }
 
 std::map<std::string, std::string> rank_invariant_settings(const Config& c) {

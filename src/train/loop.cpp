@@ -13,6 +13,7 @@
 #include <cmath>
 #include <optional>
 
+#include "lockstep/core/clock.hpp"
 #include "lockstep/ops/ops.hpp"
 #include "lockstep/optim/clip.hpp"
 #include "lockstep/train/evaluate.hpp"
@@ -20,11 +21,6 @@
 
 namespace lockstep::train {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // Sums over the steps of one log interval, averaged when the record is written.
 struct Interval {

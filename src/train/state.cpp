@@ -27,28 +27,6 @@ constexpr const char* kDropoutCalls = "dropout_calls";
 constexpr const char* kSamplesPerLoaderBatch = "samples_per_loader_batch";
 constexpr const char* kParallel = "parallel";
 
-// optim.name in a checkpoint's recorded config (checkpoints written before the "optimizer"
-// attribute existed), or "" when it cannot be found.
-std::string optimizer_in_config(const std::string& ini) {
-  std::istringstream in(ini);
-  std::string section;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line[0] == '[') {
-      section = line.substr(1, line.find(']') - 1);
-      continue;
-    }
-    const auto eq = line.find('=');
-    if (section != "optim" || eq == std::string::npos) continue;
-    auto trim = [](std::string s) {
-      s.erase(0, s.find_first_not_of(" \t"));
-      s.erase(s.find_last_not_of(" \t\r") + 1);
-      return s;
-    };
-    if (trim(line.substr(0, eq)) == "name") return trim(line.substr(eq + 1));
-  }
-  return "";
-}
-
 std::string utc_stamp() {
   std::time_t now = std::time(nullptr);
   char buf[32];
@@ -107,7 +85,8 @@ void TrainState::restore(ops::Context& ctx, const CheckpointState& c, const std:
     }
   };
   auto it = c.attrs.find(kOptimizer);
-  const std::string saved = it != c.attrs.end() ? it->second : optimizer_in_config(c.config_ini);
+  const std::string saved =
+      it != c.attrs.end() ? it->second : ini_value(c.config_ini, "optim.name");
   LOCKSTEP_CHECK_HINT(saved.empty() || saved == optimizer_.type(),
                       str("resume with --optim.name=", saved,
                           ", or start a new run (another checkpoint.dir) to change optimizer"),

@@ -66,4 +66,8 @@ struct RawShard {
 };
 void write_raw_shard(const std::string& path, const RawShard& spec);
 
+// Overwrites every byte of the first /x chunk of a (chunked) shard with `fill`, found with HDF5
+// itself; returns the chunk's size in bytes (0 if it could not be found).
+std::uint64_t damage_first_chunk(const std::string& path, char fill);
+
 }  // namespace lockstep::data::testing

@@ -327,25 +327,7 @@ TEST(ShardedDataset, CorruptedCompressedChunkIsAnErrorNamingTheFile) {
   spec.deflate_level = 4;
   spec.chunk_samples = 64;  // one chunk
   auto paths = write_set(dir.path(), spec);
-  // Find the chunk's bytes with HDF5 itself and overwrite them with garbage.
-  haddr_t offset = 0;
-  hsize_t size = 0;
-  {
-    hid_t f = H5Fopen(paths[0].c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t x = H5Dopen2(f, "x", H5P_DEFAULT);
-    hsize_t origin[4] = {0, 0, 0, 0};
-    unsigned mask = 0;
-    ASSERT_GE(H5Dget_chunk_info_by_coord(x, origin, &mask, &offset, &size), 0);
-    H5Dclose(x);
-    H5Fclose(f);
-  }
-  ASSERT_GT(size, 16u);
-  {
-    std::fstream io(paths[0], std::ios::in | std::ios::out | std::ios::binary);
-    io.seekp(static_cast<std::streamoff>(offset));
-    for (hsize_t i = 0; i < size; ++i)
-      io.put(static_cast<char>(0xA5));
-  }
+  ASSERT_GT(damage_first_chunk(paths[0], static_cast<char>(0xA5)), 16u);
   // Metadata is intact, so the damage shows when /x is read: at open in memory mode.
   auto e = expect_error([&] { ShardedDataset::open(paths[0]); }, {paths[0], "/x"});
   expect_regenerate_hint(e);

@@ -8,9 +8,13 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "lockstep/comm/local.hpp"
 #include "lockstep/core/rng.hpp"
 #include "lockstep/data/importers.hpp"
 #include "lockstep/train/config.hpp"
+#include "lockstep/train/setup.hpp"
 #include "support/temp_dir.hpp"
 
 namespace lockstep::test {
@@ -65,6 +69,19 @@ inline train::Config tiny_config(const std::string& train, const std::string& te
   c.log_every = 4;
   c.data_prefetch = 2;
   return c;
+}
+
+// The text of the Error setup_run throws for `c` (in-process, one rank), or "" and a test
+// failure when it succeeds.
+inline std::string setup_error(const train::Config& c, train::SetupOptions options = {}) {
+  try {
+    auto comm = comm::make_single_rank_communicator();
+    auto run = train::setup_run(c, *comm, options);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "setup_run succeeded";
+  return "";
 }
 
 }  // namespace lockstep::test

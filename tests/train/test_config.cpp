@@ -174,3 +174,16 @@ TEST(CommandLine, IntegersOutOfRangeSaySo) {
   EXPECT_NE(args_error({"--dist.bucket_mb=1e300"}).find("above the maximum"), std::string::npos);
   EXPECT_NE(args_error({"--optim.lr=1e39"}).find("above the maximum"), std::string::npos);
 }
+
+TEST(Config, DefaultsOwnedByALayerComeFromThatLayer) {
+  const Config c;
+  EXPECT_EQ(c.data_memory_budget_mb << 20, data::kDefaultMemoryBudgetBytes);
+  EXPECT_EQ(c.data_prefetch, data::kDefaultPrefetchDepth);
+  EXPECT_EQ(static_cast<std::size_t>(c.dist_bucket_mb * (1 << 20)), dist::kDefaultBucketBytes);
+  EXPECT_EQ(static_cast<std::size_t>(c.dist_first_bucket_mb * (1 << 20)),
+            dist::kDefaultFirstBucketBytes);
+  // --help prints the same default the data layer uses.
+  EXPECT_NE(help_text().find("data.memory_budget_mb"), std::string::npos);
+  EXPECT_NE(help_text().find("default: " + std::to_string(data::kDefaultMemoryBudgetBytes >> 20)),
+            std::string::npos);
+}

@@ -25,16 +25,6 @@ TrainResult train_run(const Config& c) {
 }
 
 // The text of the Error setup_run throws, or "" (and a test failure) when it succeeds.
-std::string setup_error(const Config& c) {
-  try {
-    auto comm = comm::make_single_rank_communicator();
-    auto run = setup_run(c, *comm);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "setup_run succeeded";
-  return "";
-}
 
 std::string bytes_of(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -72,7 +62,7 @@ TEST(ResumeSafety, AutoOverOnlyUnreadableCheckpointsIsAnErrorNamingEachFileAndWh
   const std::string damaged2 = bytes_of(f.ckpt2), damaged4 = bytes_of(f.ckpt4);
   Config c = f.config;
   c.train_resume = "auto";
-  const std::string error = setup_error(c);
+  const std::string error = test::setup_error(c);
   EXPECT_NE(error.find("none of the 2 checkpoint(s)"), std::string::npos) << error;
   EXPECT_NE(error.find(f.ckpt4 + ": truncated"), std::string::npos) << error;
   EXPECT_NE(error.find(f.ckpt2 + ": checksum mismatch"), std::string::npos) << error;
@@ -96,7 +86,7 @@ TEST(ResumeSafety, FreshStartOverExistingCheckpointsNeedsAnExplicitChoice) {
   Fixture f;
   const std::string before = bytes_of(f.ckpt4);
   Config c = f.config;  // train.resume empty
-  const std::string error = setup_error(c);
+  const std::string error = test::setup_error(c);
   EXPECT_NE(error.find("already holds 2 checkpoint(s)"), std::string::npos) << error;
   EXPECT_NE(error.find("--train.resume=auto"), std::string::npos) << error;
   EXPECT_NE(error.find("--train.resume=fresh"), std::string::npos) << error;
@@ -127,7 +117,7 @@ TEST(ResumeSafety, ResumingFromAnOlderCheckpointIntoAFolderWithNewerOnesIsRefuse
   Fixture f;
   Config c = f.config;
   c.train_resume = f.ckpt2;
-  const std::string error = setup_error(c);
+  const std::string error = test::setup_error(c);
   EXPECT_NE(error.find("holds newer checkpoints (ckpt-00000004.h5)"), std::string::npos) << error;
   // The newest one is fine, and so is an older one written elsewhere.
   c.train_resume = f.ckpt4;
@@ -141,6 +131,6 @@ TEST(ResumeSafety, AnUnwritableCheckpointFolderFailsAtSetupNotAtTheFirstSave) {
   std::ofstream(dir / "a-file") << "x";
   c.checkpoint_dir = dir / "a-file/ckpt";  // a folder under a regular file cannot exist
   c.checkpoint_every_steps = 1000;         // the first save would come after the whole run
-  const std::string error = setup_error(c);
+  const std::string error = test::setup_error(c);
   EXPECT_NE(error.find("checkpoint.dir = " + c.checkpoint_dir), std::string::npos) << error;
 }

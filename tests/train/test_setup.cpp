@@ -14,19 +14,6 @@
 using namespace lockstep;
 using namespace lockstep::train;
 
-namespace {
-std::string setup_error(const Config& c, SetupOptions options = {}) {
-  try {
-    auto comm = comm::make_single_rank_communicator();
-    auto run = setup_run(c, *comm, options);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "setup_run succeeded";
-  return "";
-}
-}  // namespace
-
 TEST(StepPlan, GlobalBatchDividesIntoRanksAccumulationAndLocalBatch) {
   Config c;
   c.train_global_batch = 96;
@@ -63,12 +50,12 @@ TEST(Setup, EvalOnlyWithoutACheckpointIsAnError) {
                                test::write_tiny_set(dir.path(), "test"));
   SetupOptions eval_only;
   eval_only.eval_only = true;
-  std::string e = setup_error(c, eval_only);  // train.resume empty
+  std::string e = test::setup_error(c, eval_only);  // train.resume empty
   EXPECT_NE(e.find("--eval-only needs a checkpoint, but train.resume is empty"), std::string::npos)
       << e;
   c.train_resume = "auto";
   c.checkpoint_dir = dir / "none-yet";
-  e = setup_error(c, eval_only);
+  e = test::setup_error(c, eval_only);
   EXPECT_NE(e.find("--eval-only found no checkpoint to evaluate in checkpoint.dir"),
             std::string::npos)
       << e;
@@ -86,7 +73,7 @@ TEST(Setup, ResumingWithAnotherOptimizerNamesTheCheckpointAndBothOptimizers) {
   other.optim_name = "adamw";
   other.train_resume = saved;
   other.checkpoint_dir = dir / "ckpt2";
-  std::string e = setup_error(other);
+  std::string e = test::setup_error(other);
   EXPECT_NE(e.find("checkpoint " + saved +
                    " was written by optimizer 'sgd' but this run uses "
                    "optim.name = adamw"),
@@ -98,7 +85,7 @@ TEST(Setup, ResumingWithAnotherOptimizerNamesTheCheckpointAndBothOptimizers) {
   old.attrs.erase("optimizer");
   write_checkpoint(dir / "old.h5", old);
   other.train_resume = dir / "old.h5";
-  e = setup_error(other);
+  e = test::setup_error(other);
   EXPECT_NE(e.find("was written by optimizer 'sgd'"), std::string::npos) << e;
 }
 
@@ -107,7 +94,7 @@ TEST(Setup, AnUnwritableMetricsPathNamesTheKey) {
   Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
   std::ofstream(dir / "a-file") << "x";
   c.log_metrics = dir / "a-file/metrics.jsonl";
-  const std::string e = setup_error(c);
+  const std::string e = test::setup_error(c);
   EXPECT_NE(e.find("log.metrics = " + c.log_metrics + ": metrics file"), std::string::npos) << e;
   EXPECT_NE(e.find("Not a directory"), std::string::npos) << e;
 }
@@ -118,7 +105,7 @@ TEST(Setup, OutOfMemoryNamesTheLayerTheSizeAskedAndWhatWasFree) {
   // 4 x 10^17 floats: beyond any machine (and beyond what is even asked of the allocator, so
   // sanitizer builds behave the same).
   c.model_spec = "linear(100000000000000000)-relu-linear(3)";
-  const std::string e = setup_error(c);
+  const std::string e = test::setup_error(c);
   EXPECT_NE(e.find("model.spec layer 0 'linear(100000000000000000)'"), std::string::npos) << e;
   EXPECT_NE(e.find("a f32 tensor [100000000000000000, 4] on cpu"), std::string::npos) << e;
   EXPECT_NE(e.find("out of host memory: cannot allocate 1.4 EiB (available "), std::string::npos)

@@ -120,13 +120,6 @@ struct CreateOptions {
 Handle create_file(const std::string& path, const CreateOptions& options = {},
                    const std::string& hint = "");
 
-// Makes a finished file at `tmp` appear as `path`: fsync, rename, then fsync of the folder, so a
-// crash leaves the old file or the new one, never a partial one under the final name.
-void publish(const std::string& tmp, const std::string& path);
-
-// "Permission denied" / "No such file or directory" of errno, for messages.
-std::string errno_text();
-
 // ---- groups and names -----------------------------------------------------------------------
 
 // A group that remembers the order its links were created in (tensors keep the caller's order).
