@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <regex>
+#include <set>
 
 namespace lockstep::data {
 
@@ -64,6 +66,22 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
                                                      std::int64_t memory_budget_bytes) {
   LOCKSTEP_CHECK_HINT(!files.empty(), "make shards with lockstep-shard",
                       "empty shard set: no shard files given");
+  // A folder holding train and test (or two versions of a set): say so before the files'
+  // attributes disagree in some less telling way.
+  static const std::regex shard_name(R"((.*)-\d+-of-\d+\.h5)");
+  std::set<std::string> sets;
+  for (const auto& f : files) {
+    std::smatch m;
+    const std::string base = std::filesystem::path(f).filename().string();
+    if (std::regex_match(base, m, shard_name)) sets.insert(m[1].str());
+  }
+  if (sets.size() > 1) {
+    std::string names;
+    for (const auto& n : sets)
+      names += (names.empty() ? "" : ", ") + n;
+    LOCKSTEP_FAIL_HINT("name one set: DIR/NAME reads DIR/NAME-*-of-*.h5", "the shard files are of ",
+                       sets.size(), " sets (", names, "), e.g. ", files.front());
+  }
   std::vector<std::unique_ptr<ShardFile>> opened;
   for (const auto& f : files)
     opened.push_back(ShardFile::open(f));

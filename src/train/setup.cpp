@@ -71,7 +71,7 @@ std::shared_ptr<data::ShardedDataset> open_set(const std::string& key, const std
     return data::ShardedDataset::open(spec, budget_mb << 20);
   } catch (const Error& e) {
     // The data layer names the files; say which key pointed there.
-    throw Error(str(key, " = ", spec, ": ", e.message()), e.hint(), e.file(), e.line());
+    rethrow_with_context(e.message().rfind(spec, 0) == 0 ? key : key + " = " + spec);
   }
 }
 
@@ -214,7 +214,7 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   r.prefix = config.log_rank_prefix ? "[rank " + std::to_string(r.rank) + "] " : "";
   r.replicas = r.parallel == "dp" ? static_cast<int>(config.train_replicas) : 1;
   r.threads = resolve_threads(config, control.local_size(), r.replicas);
-  // Outputs first: an unwritable metrics path or checkpoint folder fails before any work.
+  // Outputs first: an unwritable metrics path, checkpoint folder or export fails before any work.
   if (r.rank == 0 && !config.log_metrics.empty()) {
     try {
       r.metrics = MetricsFile(config.log_metrics);
@@ -222,7 +222,7 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
       rethrow_with_context("log.metrics = " + config.log_metrics);
     }
   }
-  if (!options.eval_only) check_checkpoint_dir_writable(config, control);
+  check_outputs_writable(config, control, /*writes_checkpoints=*/!options.eval_only);
   r.ctx = std::make_unique<ops::Context>(choose_device(config, control, r.parallel), r.threads);
   const Device device = r.ctx->device();
 

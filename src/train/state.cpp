@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/core/file.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace fs = std::filesystem;
@@ -212,27 +213,35 @@ std::string choose_resume(const Config& config, comm::Communicator& comm,
   return chosen;
 }
 
-void check_checkpoint_dir_writable(const Config& config, comm::Communicator& comm) {
-  const std::string& dir = config.checkpoint_dir;
-  if (dir.empty()) return;
+void check_writable_folder(comm::Communicator& comm, const std::string& key,
+                           const std::string& value, const std::string& dir) {
   on_rank0(comm, [&]() -> std::string {
-    const char* hint = "set checkpoint.dir to a folder this user can write";
+    const std::string hint = "set " + key + " to a place this user can write";
     std::error_code ec;
     fs::create_directories(dir, ec);
-    LOCKSTEP_CHECK_HINT(!ec, hint, "checkpoint.dir = ", dir,
-                        ": cannot create the folder: ", ec.message());
+    LOCKSTEP_CHECK_HINT(!ec, hint, key, " = ", value, ": cannot create the folder ", dir, ": ",
+                        ec.message());
     const std::string probe = (fs::path(dir) / str(".tmp-write-test.", ::getpid())).string();
-    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    LOCKSTEP_CHECK_HINT(fd >= 0, hint, "checkpoint.dir = ", dir,
-                        ": cannot write there: ", std::strerror(errno));
-    const bool wrote = ::write(fd, "x", 1) == 1;
-    const int err = errno;
-    ::close(fd);
+    const UniqueFd fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    LOCKSTEP_CHECK_HINT(fd.valid(), hint, key, " = ", value, ": cannot write in ", dir, ": ",
+                        errno_text());
+    const bool wrote = ::write(fd.get(), "x", 1) == 1;
+    const std::string reason = errno_text();
     ::unlink(probe.c_str());
-    LOCKSTEP_CHECK_HINT(wrote, hint, "checkpoint.dir = ", dir,
-                        ": cannot write there: ", std::strerror(err));
+    LOCKSTEP_CHECK_HINT(wrote, hint, key, " = ", value, ": cannot write in ", dir, ": ", reason);
     return "";
   });
+}
+
+void check_outputs_writable(const Config& config, comm::Communicator& comm,
+                            bool writes_checkpoints) {
+  if (writes_checkpoints && !config.checkpoint_dir.empty())
+    check_writable_folder(comm, "checkpoint.dir", config.checkpoint_dir, config.checkpoint_dir);
+  if (!config.checkpoint_export.empty()) {
+    const fs::path parent = fs::path(config.checkpoint_export).parent_path();
+    check_writable_folder(comm, "checkpoint.export", config.checkpoint_export,
+                          parent.empty() ? "." : parent.string());
+  }
 }
 
 }  // namespace lockstep::train

@@ -284,7 +284,15 @@ TEST(ShardedDataset, TwoSetsInOneFolderAreAnErrorSuggestingAPrefix) {
   write_set(dir.path(), spec);
   spec.name = "test";
   write_set(dir.path(), spec);
-  auto e = expect_error([&] { ShardedDataset::open(dir.path()); }, {"appears twice"});
+  // Told by the file names, before the sets' attributes disagree in a less telling way.
+  auto e = expect_error([&] { ShardedDataset::open(dir.path()); }, {"of 2 sets (test, train)"});
+  EXPECT_NE(e.hint().find("DIR/NAME"), std::string::npos);
+  // A copy of a shard under another name: the index appears twice.
+  TempDir other;
+  spec.name = "train";
+  auto paths = write_set(other.path(), spec);
+  std::filesystem::copy_file(paths[0], other / "copy.h5");
+  e = expect_error([&] { ShardedDataset::open(other.path()); }, {"appears twice", "copy.h5"});
   EXPECT_NE(e.hint().find("DIR/NAME"), std::string::npos);
 }
 

@@ -112,3 +112,14 @@ TEST(Setup, OutOfMemoryNamesTheLayerTheSizeAskedAndWhatWasFree) {
       << e;
   EXPECT_NE(e.find("held by this process's tensors"), std::string::npos) << e;
 }
+
+TEST(Setup, AnUnwritableExportFailsAtSetupNotAfterTraining) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  std::ofstream(dir / "a-file") << "x";
+  c.checkpoint_export = dir / "a-file/params.h5";
+  const std::string e = test::setup_error(c);
+  EXPECT_NE(e.find("checkpoint.export = " + c.checkpoint_export + ": cannot create the folder"),
+            std::string::npos)
+      << e;
+}

@@ -71,10 +71,12 @@ class TrainState {
 std::string choose_resume(const Config& config, comm::Communicator& comm,
                           const std::function<void(const std::string&)>& warn, bool writes = true);
 
-// Creates checkpoint.dir if needed and proves it writable by creating and removing a file, so a
-// run does not train for hours to fail at its first save. Checked by rank 0, thrown on every
-// rank. Collective over `comm`.
-void check_checkpoint_dir_writable(const Config& config, comm::Communicator& comm);
+// Creates checkpoint.dir (and checkpoint.export's folder) if needed and proves them writable by
+// creating and removing a file, so a run does not train for hours to fail at its first save or
+// its export. Checked by rank 0, thrown on every rank, naming the key. writes_checkpoints false
+// (--eval-only, which may read a read-only folder) checks the export only. Collective.
+void check_outputs_writable(const Config& config, comm::Communicator& comm,
+                            bool writes_checkpoints = true);
 
 // Runs fn on rank 0 only; its lockstep::Error (message and hint) is rethrown on every rank, its
 // result broadcast. For decisions that read the shared file system once.
