@@ -223,6 +223,9 @@ std::string format_value(const Config& c, const Field& field) {
         if constexpr (std::is_same_v<T, bool>) {
           return v ? "true" : "false";
         } else if constexpr (std::is_same_v<T, double>) {
+          // Whole numbers as integers ("30", not the shortest round trip "3e+01").
+          if (v == std::floor(v) && std::fabs(v) < 1e15)
+            return std::to_string(static_cast<std::int64_t>(v));
           std::ostringstream out;
           out << std::setprecision(17) << v;
           // Shortest form that round-trips, for readability.
@@ -371,6 +374,14 @@ void validate(const Config& c) {
   LOCKSTEP_CHECK(c.optim_momentum < 1, "key optim.momentum must be < 1, got ", c.optim_momentum);
   LOCKSTEP_CHECK(!c.optim_nesterov || c.optim_momentum > 0,
                  "key optim.nesterov = true needs optim.momentum > 0");
+  // Asking for checkpoints without a place for them would train unprotected, silently.
+  LOCKSTEP_CHECK_HINT(c.checkpoint_dir.empty() == false ||
+                          (c.checkpoint_every_steps == 0 && c.checkpoint_every_minutes == 0),
+                      "set checkpoint.dir", "key checkpoint.every_",
+                      c.checkpoint_every_steps ? "steps = " : "minutes = ",
+                      c.checkpoint_every_steps ? format_value(c, &Config::checkpoint_every_steps)
+                                               : format_value(c, &Config::checkpoint_every_minutes),
+                      " asks for checkpoints, but checkpoint.dir is empty");
 }
 
 // Calls fn(section.key, value, line number) for every "key = value" line of INI text, read as

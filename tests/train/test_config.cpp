@@ -187,3 +187,17 @@ TEST(Config, DefaultsOwnedByALayerComeFromThatLayer) {
   EXPECT_NE(help_text().find("default: " + std::to_string(data::kDefaultMemoryBudgetBytes >> 20)),
             std::string::npos);
 }
+
+TEST(Config, CheckpointCadenceWithoutAFolderIsAnError) {
+  std::string e = error_of([] { parse_config_text("[checkpoint]\nevery_steps = 100\n"); });
+  EXPECT_NE(e.find("key checkpoint.every_steps = 100 asks for checkpoints, but checkpoint.dir is "
+                   "empty"),
+            std::string::npos)
+      << e;
+  e = error_of([] { parse_config_text("", {"checkpoint.every_minutes=30"}); });
+  EXPECT_NE(e.find("checkpoint.every_minutes = 30"), std::string::npos) << e;
+  EXPECT_EQ(error_of([] {
+              parse_config_text("", {"checkpoint.every_steps=5", "checkpoint.dir=d"});
+            }),
+            "");
+}
