@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -512,11 +514,17 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
   }
   if (out.help) return out;
   if (config_given) {
-    LOCKSTEP_CHECK_HINT(!config_path.empty() && std::filesystem::is_regular_file(config_path),
-                        "pass an existing INI file, e.g. --config configs/fashion_mlp.ini",
-                        "config file '", config_path, "' does not exist");
+    const char* example = "pass an existing INI file, e.g. --config configs/fashion_mlp.ini";
+    std::error_code ec;
+    LOCKSTEP_CHECK_HINT(!config_path.empty(), example, "--config needs a file name");
+    LOCKSTEP_CHECK_HINT(!std::filesystem::is_directory(config_path, ec), example, "config file '",
+                        config_path, "' is a folder");
+    LOCKSTEP_CHECK_HINT(std::filesystem::is_regular_file(config_path, ec), example, "config file '",
+                        config_path, "' does not exist");
+    errno = 0;
     std::ifstream in(config_path);
-    LOCKSTEP_CHECK(in.good(), "cannot read config file '", config_path, "'");
+    LOCKSTEP_CHECK(in.good(), "cannot read config file '", config_path, "'",
+                   errno ? str(": ", std::strerror(errno)) : std::string());
     apply(out.config, parse_ini_stream(in, config_path), config_path);
     out.config.config_file = config_path;
   }

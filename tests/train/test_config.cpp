@@ -154,6 +154,10 @@ TEST(CommandLine, MalformedArgumentsAreErrorsThatSayWhatToWrite) {
             std::string::npos);
   EXPECT_NE(args_error({"--help=yes"}).find("--help takes no value"), std::string::npos);
   EXPECT_NE(args_error({"--optim.lrr=1"}).find("did you mean optim.lr?"), std::string::npos);
+  EXPECT_NE(args_error({"--config="}).find("--config needs a file name"), std::string::npos);
+  const std::string folder = std::filesystem::temp_directory_path().string();
+  EXPECT_NE(args_error({"--config", folder}).find("config file '" + folder + "' is a folder"),
+            std::string::npos);
   EXPECT_TRUE(parse({"-h"}).help);
   EXPECT_TRUE(parse({"--eval-only", "--print-config"}).eval_only);
 }
