@@ -10,7 +10,7 @@
 //  - integer results and masks: exact.
 #include <cstring>
 
-#include "cuda_test_support.hpp"
+#include "support/cuda_test_support.hpp"
 #include "lockstep/core/error.hpp"
 
 namespace lockstep::testing {

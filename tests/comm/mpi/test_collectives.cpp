@@ -12,7 +12,7 @@
 
 #include "lockstep/comm/communicator.hpp"
 #include "lockstep/comm/mpi_communicator.hpp"
-#include "mpi/mpi_env.hpp"
+#include "support/mpi_env.hpp"
 
 namespace lockstep::comm {
 namespace {

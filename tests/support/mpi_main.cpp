@@ -16,7 +16,7 @@
 
 #include "lockstep/comm/mpi_communicator.hpp"
 #include "lockstep/core/error.hpp"
-#include "mpi/mpi_env.hpp"
+#include "support/mpi_env.hpp"
 
 namespace lockstep::test {
 namespace {

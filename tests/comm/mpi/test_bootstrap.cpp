@@ -8,7 +8,7 @@
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/comm/mpi_communicator.hpp"
 #include "lockstep/core/error.hpp"
-#include "mpi/mpi_env.hpp"
+#include "support/mpi_env.hpp"
 
 namespace lockstep::comm {
 namespace {

@@ -16,7 +16,7 @@
 #include "lockstep/dist/ddp.hpp"
 #include "lockstep/train/config.hpp"
 #include "lockstep/train/trainer.hpp"
-#include "mpi/mpi_env.hpp"
+#include "support/mpi_env.hpp"
 #include "support/training.hpp"
 
 namespace lockstep::test {

@@ -11,7 +11,7 @@
 
 #include "lockstep/comm/communicator.hpp"
 #include "lockstep/core/error.hpp"
-#include "mpi/mpi_env.hpp"
+#include "support/mpi_env.hpp"
 
 namespace lockstep::comm {
 namespace {

@@ -3,7 +3,7 @@
 // buffers that feed the compute stream.
 #include <cstring>
 
-#include "cuda_test_support.hpp"
+#include "support/cuda_test_support.hpp"
 #ifdef LOCKSTEP_HAVE_CUDA
 #include <cuda_runtime.h>
 

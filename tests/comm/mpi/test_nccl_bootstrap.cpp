@@ -8,7 +8,7 @@
 
 #include "lockstep/core/device.hpp"
 #include "lockstep/core/error.hpp"
-#include "mpi/mpi_env.hpp"
+#include "support/mpi_env.hpp"
 #ifdef LOCKSTEP_HAVE_CUDA
 #include "lockstep/comm/nccl_communicator.hpp"
 #include "lockstep/ops/context.hpp"
