@@ -10,8 +10,8 @@
 //  - integer results and masks: exact.
 #include <cstring>
 
-#include "support/cuda_test_support.hpp"
 #include "lockstep/core/error.hpp"
+#include "support/cuda_test_support.hpp"
 
 namespace lockstep::testing {
 namespace {
