@@ -1,15 +1,14 @@
 // The loop reads top to bottom as one step does: batches -> engine (forward, backward, gradients
 // averaged) -> NaN/Inf policy -> clip, LR, optimizer -> log record -> checkpoint or stop; after
 // each epoch, evaluation. Two extensions are meant to plug in without reshaping it:
-//  - a GPU step without host syncs: StepLoss accumulates what forward_backward returns and is
-//    read only by the finiteness check and the log interval; a device-side loss and a finiteness
-//    flag computed over the gradient buckets replace those two reads (step_is_finite).
+//  - a GPU step without host syncs: the step's loss (what forward_backward returns, summed in
+//    step_loss) is read in two places only, step_is_finite and the log Interval; a loss kept on
+//    the device and a finiteness flag computed over the gradient buckets replace those two reads.
 //  - sequence models: the loss scale comes from the rows of y (y.numel(): B for classification,
 //    B*T for next-token labels [B, T]), not from the sample count, and evaluation is called from
 //    one place (evaluate_now), which can as well run every N steps.
 #include "lockstep/train/loop.hpp"
 
-#include <chrono>
 #include <cmath>
 #include <optional>
 
