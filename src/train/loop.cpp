@@ -165,9 +165,15 @@ TrainResult train_loop(Run& run) {
       // ---- the update, unless the step is not finite
       const double lr = run.schedule->lr_at(state.step - 1);
       if (!step_is_finite(run, step_loss)) {
-        // Bad data is not a learning-rate problem: name the samples (this rank's; another
-        // rank's bad samples show as a non-finite gradient here and are named there).
-        const std::string bad = bad_inputs(*run.train_set, batches);
+        // Bad data is not a learning-rate problem: name the samples. Every rank is here (the
+        // averaged gradients are the same everywhere), so the ranks agree on whose data it was.
+        std::string bad = bad_inputs(*run.train_set, batches);
+        if (c.dist_sync && run.world > 1) {
+          std::vector<std::int64_t> holder = {bad.empty() ? -1 : run.rank};
+          run.comm.allreduce(holder, comm::ReduceOp::Max);
+          if (bad.empty() && holder[0] >= 0)
+            bad = str("rank ", holder[0], "'s batch (named there)");
+        }
         LOCKSTEP_CHECK_HINT(c.train_nan_policy == "skip" || bad.empty(),
                             "clean the source data and regenerate the shards with lockstep-shard, "
                             "or set train.nan_policy = skip to skip such steps",
