@@ -54,9 +54,12 @@ std::string bad_inputs(const data::ShardedDataset& set, const std::vector<data::
     if (b.x.dtype() != DType::F32) continue;  // u8 images cannot hold NaN
     const std::int64_t rows = b.x.dim(0), row = rows > 0 ? b.x.numel() / rows : 0;
     const float* x = b.x.data<float>();
+    // A batch that does not say where its rows came from is named by its place in the epoch.
+    const bool traced = b.indices.size() == static_cast<std::size_t>(rows);
     for (std::int64_t i = 0; i < rows; ++i)
       for (std::int64_t k = 0; k < row; ++k)
         if (!std::isfinite(x[i * row + k])) {
+          if (!traced) return str("row ", i, " of batch ", b.index_in_epoch, " of epoch ", b.epoch);
           bad.push_back(b.indices[static_cast<std::size_t>(i)]);
           break;
         }
