@@ -3,7 +3,7 @@
 # with the CUDA 13 toolkit incl. cuDNN and NCCL, CMake and ninja, no network and no MPI, HDF5 or
 # Boost dev packages). It finishes in under 8 minutes:
 #   1. configures a GPU-check-only build (-DLOCKSTEP_GPU_CHECK_ONLY=ON: core + ops with the CPU
-#      and CUDA backends, tests/cuda, lockstep-bench gpu-step; no MPI/HDF5/Boost, no NCCL comm),
+#      and CUDA backends, tests/*/cuda, lockstep-bench gpu-step; no MPI/HDF5/Boost, no NCCL comm),
 #   2. builds test_cuda and lockstep-bench,
 #   3. runs test_cuda (every CUDA op against the CPU backend, a training sequence, allocator and
 #      pinned-buffer checks),

@@ -21,8 +21,15 @@ struct Args {
 
 using BenchFn = std::function<int(const Args&)>;
 struct Registration {
-  Registration(const std::string& name, const std::string& help, BenchFn fn);
+  // flags: the --key names the benchmark reads, space-separated ("reps warmup"); main refuses
+  // any other (and --out, which every benchmark takes) before running it.
+  Registration(const std::string& name, const std::string& help, const std::string& flags,
+               BenchFn fn);
 };
+
+// The median (the mean of the middle two for an even count; 0 for none): what every benchmark
+// reports, since timings on a shared machine have a long upper tail.
+double median(std::vector<double> values);
 
 // Writes text to the --out path when given, else to stdout.
 void write_output(const Args& args, const std::string& text);
@@ -33,7 +40,7 @@ std::string machine_json();
 
 #define LOCKSTEP_BENCH_CAT2(a, b) a##b
 #define LOCKSTEP_BENCH_CAT(a, b) LOCKSTEP_BENCH_CAT2(a, b)
-// LOCKSTEP_BENCH("name", "one-line help", [](const Args& a) { ...; return 0; });
-#define LOCKSTEP_BENCH(name, help, fn)                                                      \
+// LOCKSTEP_BENCH("name", "one-line help", "flag1 flag2", [](const Args& a) { ...; return 0; });
+#define LOCKSTEP_BENCH(name, help, flags, fn)                                               \
   static ::lockstep::bench::Registration LOCKSTEP_BENCH_CAT(lockstep_bench_reg_, __LINE__)( \
-      name, help, fn)
+      name, help, flags, fn)

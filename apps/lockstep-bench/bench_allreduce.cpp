@@ -18,12 +18,11 @@
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/comm/hierarchical.hpp"
 #include "lockstep/comm/mpi_communicator.hpp"
+#include "lockstep/core/clock.hpp"
 #include "lockstep/core/error.hpp"
 
 namespace lockstep::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Timing {
   double us = 0, algbw = 0, busbw = 0;
@@ -35,12 +34,6 @@ std::string load_average() {
   std::string a, b, c;
   in >> a >> b >> c;
   return a + " " + b + " " + c;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int run_allreduce(const Args& args) {
@@ -206,6 +199,7 @@ LOCKSTEP_BENCH("allreduce",
                "f32 allreduce, lockstep flat and hierarchical vs raw MPI (mpirun -np N; "
                "--minbytes --maxbytes --step --reps --warmup --quick --layout=0,0,1,1 "
                "--segment-bytes)",
+               "minbytes maxbytes step reps warmup quick target-bytes layout segment-bytes",
                run_allreduce);
 
 }  // namespace

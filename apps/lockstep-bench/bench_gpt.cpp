@@ -183,6 +183,6 @@ int run(const Args& args) {
 LOCKSTEP_BENCH("gpt",
                "GPT forward+backward tokens/s (--model=gpt-mini --batch=8 --seq=256 --vocab=256 "
                "--threads=2 [--device=cuda:0 --attention=naive])",
-               run);
+               "attention batch device model reps seq steps threads vocab", run);
 
 }  // namespace lockstep::bench

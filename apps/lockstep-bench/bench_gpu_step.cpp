@@ -315,7 +315,7 @@ int run(const Args& args) {
 LOCKSTEP_BENCH("gpu-step",
                "training-step time of an MLP 784-1024-1024-10 and a small CNN, GPU vs CPU "
                "(--precision=fp32|tf32|bf16 for the GPU)",
-               run);
+               "cnn-batch cpu cpu-threads mlp-batch precision reps tf32 warmup", run);
 
 }  // namespace
 }  // namespace lockstep::bench

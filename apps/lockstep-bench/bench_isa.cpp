@@ -124,6 +124,6 @@ int run(const Args& args) {
 
 LOCKSTEP_BENCH("isa",
                "one core's AVX512 fp32 FMA vs AVX512-BF16 dot-product peak (--reps=5 --min-ms=200)",
-               run);
+               "avx512f min-ms reps", run);
 
 }  // namespace lockstep::bench

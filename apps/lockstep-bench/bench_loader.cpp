@@ -12,19 +12,11 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "lockstep/core/clock.hpp"
 #include "lockstep/data/loader.hpp"
 
 namespace lockstep::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 struct ModeResult {
   std::string mode;
@@ -125,7 +117,7 @@ int bench_loader(const Args& a) {
 
 LOCKSTEP_BENCH("loader",
                "data loader throughput, in-memory vs on-demand, and data wait at --consume",
-               bench_loader);
+               "batch consume consume-batches data rank reps world", bench_loader);
 
 }  // namespace
 }  // namespace lockstep::bench

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "bench.hpp"
+#include "lockstep/core/clock.hpp"
 #include "lockstep/core/rng.hpp"
 #include "lockstep/nn/linear.hpp"
 #include "lockstep/nn/loss.hpp"
@@ -31,18 +32,6 @@
 
 namespace lockstep::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 Tensor random_f32(const Shape& shape, std::uint64_t stream) {
   std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
@@ -270,6 +259,6 @@ int run(const Args& args) {
 LOCKSTEP_BENCH("mlp",
                "MLP training step vs the GEMM bound (--threads=2 --batch=256 --model=mlp:1024,1024 "
                "--precision=fp32|tf32|bf16 --reuse=1)",
-               run);
+               "batch model precision reps reuse steps threads", run);
 
 }  // namespace lockstep::bench

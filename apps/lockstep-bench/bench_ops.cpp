@@ -259,7 +259,7 @@ int run_ops_bench(const Args& args) {
 LOCKSTEP_BENCH("ops",
                "CPU kernel throughput: GEMM/conv GFLOP/s, cheap kernels; --threads=2 --reps=7 "
                "--min-ms=100 --only=gemm|conv|cheap|mix --precision=fp32|tf32|bf16",
-               run_ops_bench);
+               "min-ms only precision reps threads", run_ops_bench);
 
 }  // namespace
 }  // namespace lockstep::bench

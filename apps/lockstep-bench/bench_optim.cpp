@@ -232,6 +232,6 @@ int run(const Args& args) {
 LOCKSTEP_BENCH("optim",
                "optimizer step per parameter vs fused over flat buffers, MLP and CNN "
                "(--threads=1,2 --reps=9 --steps=20 --optim=sgd,adamw --norm=0)",
-               run);
+               "cnn mlp norm optim reps steps threads", run);
 
 }  // namespace lockstep::bench

@@ -1,9 +1,12 @@
 #include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "bench.hpp"
@@ -13,6 +16,7 @@ namespace lockstep::bench {
 namespace {
 struct Entry {
   std::string help;
+  std::set<std::string> flags;
   BenchFn fn;
 };
 std::map<std::string, Entry>& registry() {
@@ -21,8 +25,13 @@ std::map<std::string, Entry>& registry() {
 }
 }  // namespace
 
-Registration::Registration(const std::string& name, const std::string& help, BenchFn fn) {
-  registry()[name] = Entry{help, std::move(fn)};
+Registration::Registration(const std::string& name, const std::string& help,
+                           const std::string& flags, BenchFn fn) {
+  std::set<std::string> names = {"out"};
+  std::istringstream in(flags);
+  for (std::string f; in >> f;)
+    names.insert(f);
+  registry()[name] = Entry{help, std::move(names), std::move(fn)};
 }
 
 std::string Args::get(const std::string& key, const std::string& fallback) const {
@@ -46,6 +55,13 @@ double Args::get_double(const std::string& key, double fallback) const {
   } catch (const std::exception&) {
     LOCKSTEP_FAIL("--", key, "=", it->second, " is not a number");
   }
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 void write_output(const Args& args, const std::string& text) {
@@ -83,8 +99,13 @@ int main(int argc, char** argv) {
   using namespace lockstep::bench;
   auto usage = [] {
     std::fprintf(stderr, "usage: lockstep-bench <benchmark> [--key=value ...]\n\nbenchmarks:\n");
-    for (auto& [name, e] : registry())
-      std::fprintf(stderr, "  %-14s %s\n", name.c_str(), e.help.c_str());
+    for (auto& [name, e] : registry()) {
+      std::string flags;
+      for (const auto& f : e.flags)
+        flags += " --" + f;
+      std::fprintf(stderr, "  %-14s %s\n  %-14s flags:%s\n", name.c_str(), e.help.c_str(), "",
+                   flags.c_str());
+    }
   };
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     usage();
@@ -108,6 +129,22 @@ int main(int argc, char** argv) {
     } else {
       args.positional.push_back(a);
     }
+  }
+  // An unknown or misspelled flag would otherwise be ignored, and the benchmark would measure
+  // something else than asked (--rep=9 running the default repetitions).
+  for (const auto& [key, value] : args.options) {
+    if (it->second.flags.count(key)) continue;
+    std::string known;
+    for (const auto& f : it->second.flags)
+      known += " --" + f;
+    std::fprintf(stderr, "lockstep-bench %s: unknown flag --%s (it takes:%s)\n", argv[1],
+                 key.c_str(), known.c_str());
+    return 2;
+  }
+  if (!args.positional.empty()) {
+    std::fprintf(stderr, "lockstep-bench %s: unexpected argument '%s' (flags are --key=value)\n",
+                 argv[1], args.positional.front().c_str());
+    return 2;
   }
   try {
     return it->second.fn(args);

@@ -314,6 +314,8 @@ NodeLayout::NodeLayout(const std::vector<int>& node_of_rank, std::vector<std::st
 }
 
 NodeLayout NodeLayout::detect(Communicator& mpi) {
+  // One rank is one node, whatever the communicator (the in-process one of tests has no MPI).
+  if (mpi.size() == 1) return NodeLayout({0}, {this_host()});
   std::vector<int> domain = shared_memory_domains(mpi);
   return NodeLayout(domain, mpi.allgather(this_host()));
 }

@@ -4,20 +4,47 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <new>
+#include <string>
 
 #include "lockstep/core/error.hpp"
 
 namespace lockstep {
 namespace {
 
+// "available 3.1 GiB of 23.4 GiB" from /proc/meminfo (MemAvailable counts reclaimable cache).
+std::string host_memory_text() {
+  std::ifstream meminfo("/proc/meminfo");
+  double total = -1, available = -1;
+  for (std::string key; meminfo >> key;) {
+    double kib = 0;
+    meminfo >> kib;
+    if (key == "MemTotal:") total = kib * 1024;
+    if (key == "MemAvailable:") available = kib * 1024;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (total < 0 || available < 0) return "free memory unknown";
+  return "available " + format_bytes(available) + " of " + format_bytes(total);
+}
+
 class CpuAllocator final : public Allocator {
  public:
+  // Larger requests cannot be met on any machine and would overflow the rounding below.
+  static constexpr std::size_t kMaxBytes = std::size_t{1} << 56;
+
   void* allocate(std::size_t bytes) override {
     constexpr std::size_t kAlign = 64;
     std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
-    void* p = std::aligned_alloc(kAlign, rounded);
-    if (!p) throw std::bad_alloc();
+    void* p = bytes <= kMaxBytes ? std::aligned_alloc(kAlign, rounded) : nullptr;
+    if (!p) {
+      LOCKSTEP_FAIL_HINT_TYPE(
+          OutOfMemory, "lower the batch size, the model size or data.memory_budget_mb",
+          "out of host memory: cannot allocate ", format_bytes(static_cast<double>(bytes)), " (",
+          host_memory_text(), "; ", format_bytes(static_cast<double>(in_use_.load())),
+          " held by this process's tensors)");
+    }
     std::size_t now = in_use_.fetch_add(bytes) + bytes;
     std::size_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {

@@ -1,5 +1,6 @@
 #include "lockstep/core/error.hpp"
 
+#include <cstdio>
 #include <cstring>
 
 namespace lockstep {
@@ -20,5 +21,27 @@ Error::Error(const std::string& message, const std::string& hint, const char* fi
       hint_(hint),
       file_(file),
       line_(line) {}
+
+void rethrow_with_context(const std::string& context) {
+  try {
+    throw;
+  } catch (const OutOfMemory& e) {
+    throw OutOfMemory(context + ": " + e.message(), e.hint(), e.file(), e.line());
+  } catch (const Error& e) {
+    throw Error(context + ": " + e.message(), e.hint(), e.file(), e.line());
+  }
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
 
 }  // namespace lockstep

@@ -11,7 +11,8 @@ std::int64_t shape_numel(const Shape& shape) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) {
     LOCKSTEP_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-    n *= d;
+    LOCKSTEP_CHECK(!__builtin_mul_overflow(n, d, &n), "shape ", shape_str(shape),
+                   " has more elements than a 64-bit count holds");
   }
   return n;
 }
@@ -38,7 +39,16 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.shape_ = shape;
   t.numel_ = shape_numel(shape);
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(t.nbytes(), device);
+  try {
+    std::size_t bytes = 0;
+    if (__builtin_mul_overflow(static_cast<std::size_t>(t.numel_), dtype_size(dtype), &bytes))
+      LOCKSTEP_FAIL_HINT_TYPE(OutOfMemory, "",
+                              "out of memory: more bytes than a 64-bit size holds");
+    t.storage_ = std::make_shared<Storage>(bytes, device);
+  } catch (const Error&) {
+    rethrow_with_context(
+        str("a ", dtype_name(dtype), " tensor ", shape_str(shape), " on ", device.str()));
+  }
   return t;
 }
 

@@ -1,12 +1,16 @@
 #include "lockstep/data/dataset.hpp"
 
 #include <glob.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <regex>
+#include <set>
 
 namespace lockstep::data {
 
@@ -37,6 +41,15 @@ std::vector<std::string> resolve_shard_files(const std::string& spec) {
     pattern = spec + "-*-of-*.h5";
   }
   auto files = glob_files(pattern);
+  if (files.empty()) {
+    // An unreadable folder globs to nothing: say that, not "no files match".
+    const fs::path dir =
+        fs::is_directory(spec, ec) ? fs::path(spec) : fs::path(pattern).parent_path();
+    const std::string folder = dir.empty() ? "." : dir.string();
+    LOCKSTEP_CHECK_HINT(!fs::is_directory(folder, ec) || ::access(folder.c_str(), R_OK | X_OK) == 0,
+                        "give this user read permission (ls -ld " + folder + ")", "shard folder ",
+                        folder, " (from '", spec, "'): cannot list: ", std::strerror(errno));
+  }
   LOCKSTEP_CHECK_HINT(!files.empty(),
                       "give a shard file, a folder, a glob, or DIR/NAME for DIR/NAME-*-of-*.h5; "
                       "make shards with lockstep-shard",
@@ -53,6 +66,22 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
                                                      std::int64_t memory_budget_bytes) {
   LOCKSTEP_CHECK_HINT(!files.empty(), "make shards with lockstep-shard",
                       "empty shard set: no shard files given");
+  // A folder holding train and test (or two versions of a set): say so before the files'
+  // attributes disagree in some less telling way.
+  static const std::regex shard_name(R"((.*)-\d+-of-\d+\.h5)");
+  std::set<std::string> sets;
+  for (const auto& f : files) {
+    std::smatch m;
+    const std::string base = std::filesystem::path(f).filename().string();
+    if (std::regex_match(base, m, shard_name)) sets.insert(m[1].str());
+  }
+  if (sets.size() > 1) {
+    std::string names;
+    for (const auto& n : sets)
+      names += (names.empty() ? "" : ", ") + n;
+    LOCKSTEP_FAIL_HINT("name one set: DIR/NAME reads DIR/NAME-*-of-*.h5", "the shard files are of ",
+                       sets.size(), " sets (", names, "), e.g. ", files.front());
+  }
   std::vector<std::unique_ptr<ShardFile>> opened;
   for (const auto& f : files)
     opened.push_back(ShardFile::open(f));
@@ -123,7 +152,15 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
   if (x_bytes + label_bytes <= memory_budget_bytes) {
     Shape shape{ds->size_};
     shape.insert(shape.end(), ds->meta_.sample_shape.begin(), ds->meta_.sample_shape.end());
-    ds->resident_ = Tensor::empty(shape, ds->meta_.dtype);
+    try {
+      ds->resident_ = Tensor::empty(shape, ds->meta_.dtype);
+    } catch (const OutOfMemory&) {
+      rethrow_with_context(str("holding the set ", ds->files_.front(), " ... in memory (",
+                               format_bytes(static_cast<double>(x_bytes)),
+                               ", within the memory budget of ",
+                               format_bytes(static_cast<double>(memory_budget_bytes)),
+                               "; a smaller budget reads it on demand)"));
+    }
     auto* base = static_cast<char*>(ds->resident_.raw_data());
     for (std::size_t s = 0; s < ds->shards_.size(); ++s) {
       ds->shards_[s]->read_x(0, ds->shards_[s]->meta().num_samples,
@@ -139,6 +176,32 @@ ShardedDataset::~ShardedDataset() = default;
 std::string ShardedDataset::describe() const {
   return files_.size() == 1 ? files_.front()
                             : str(files_.front(), ", ... (", files_.size(), " shards)");
+}
+
+ShardedDataset::Location ShardedDataset::locate(std::int64_t index) const {
+  LOCKSTEP_CHECK(index >= 0 && index < size_, "sample index ", index,
+                 " is outside the dataset [0, ", size_, ") of ", files_.front(), " ...");
+  const auto s = static_cast<std::size_t>(
+      std::upper_bound(offsets_.begin(), offsets_.end(), index) - offsets_.begin() - 1);
+  return {shards_[s].get(), index - offsets_[s]};
+}
+
+std::string ShardedDataset::describe_samples(std::vector<std::int64_t> indices) const {
+  std::sort(indices.begin(), indices.end());
+  indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
+  std::string out;
+  for (std::size_t i = 0; i < indices.size();) {
+    const Location first = locate(indices[i]);
+    std::size_t j = i;
+    std::int64_t last = first.index;
+    while (j < indices.size() && locate(indices[j]).shard == first.shard)
+      last = locate(indices[j++]).index;
+    out += str(out.empty() ? "" : "; ", first.shard->where(), ": ", j - i,
+               j - i == 1 ? " sample, index " : " samples in [", first.index,
+               j - i == 1 ? "" : str(", ", last, "]"));
+    i = j;
+  }
+  return out;
 }
 
 std::vector<std::int64_t> ShardedDataset::shard_sizes() const {

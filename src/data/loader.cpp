@@ -116,7 +116,8 @@ void Loader::run() {
         Batch batch;
         batch.epoch = epoch;
         batch.index_in_epoch = b;
-        dataset_->gather(std::span(indices).subspan(begin, end - begin), batch.x, batch.y);
+        batch.indices.assign(indices.begin() + begin, indices.begin() + end);
+        dataset_->gather(batch.indices, batch.x, batch.y);
         live = push(Item{std::move(batch), nullptr});
       }
       if (live) push(Item{std::nullopt, nullptr});

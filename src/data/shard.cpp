@@ -1,59 +1,30 @@
 #include "lockstep/data/shard.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <type_traits>
 
-#include "hdf5_util.hpp"
+#include "lockstep/core/file.hpp"
+#include "lockstep/h5/h5.hpp"
 
 namespace lockstep::data {
 
 static_assert(std::is_same_v<hid_t, std::int64_t>, "ShardFile stores hid_t as int64");
 
-namespace h5 {
-std::string last_error() {
-  std::vector<std::string> descs;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_DOWNWARD,
-      [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
-        if (e->desc && *e->desc) static_cast<std::vector<std::string>*>(out)->push_back(e->desc);
-        return 0;
-      },
-      &descs);
-  H5Eclear2(H5E_DEFAULT);
-  if (descs.empty()) return "HDF5 gave no reason";
-  if (descs.size() == 1 || descs.front() == descs.back()) return descs.front();
-  return descs.front() + ": " + descs.back();
-}
-}  // namespace h5
-
 namespace {
 
 hid_t file_type(DType t) {
-  switch (t) {
-    case DType::U8:
-      return H5T_STD_U8LE;
-    case DType::F32:
-      return H5T_IEEE_F32LE;
-    case DType::I32:
-      return H5T_STD_I32LE;
-    default:
-      LOCKSTEP_FAIL("the shard format stores u8 or f32 samples, not ", dtype_name(t));
-  }
+  LOCKSTEP_CHECK(t == DType::U8 || t == DType::F32 || t == DType::I32,
+                 "the shard format stores u8 or f32 samples, not ", dtype_name(t));
+  return h5::file_type(t);
 }
 hid_t native_type(DType t) {
-  switch (t) {
-    case DType::U8:
-      return H5T_NATIVE_UINT8;
-    case DType::F32:
-      return H5T_NATIVE_FLOAT;
-    case DType::I32:
-      return H5T_NATIVE_INT32;
-    default:
-      LOCKSTEP_FAIL("the shard format stores u8 or f32 samples, not ", dtype_name(t));
-  }
+  LOCKSTEP_CHECK(t == DType::U8 || t == DType::F32 || t == DType::I32,
+                 "the shard format stores u8 or f32 samples, not ", dtype_name(t));
+  return h5::memory_type(t);
 }
 
 std::vector<hsize_t> dims_of(std::int64_t n, const Shape& sample_shape) {
@@ -61,88 +32,6 @@ std::vector<hsize_t> dims_of(std::int64_t n, const Shape& sample_shape) {
   for (auto d : sample_shape)
     dims.push_back(static_cast<hsize_t>(d));
   return dims;
-}
-
-// ---- attribute writing
-void write_string_attr(hid_t obj, const char* name, const std::string& value,
-                       const std::string& where) {
-  auto t = h5::type(H5Tcopy(H5T_C_S1));
-  LOCKSTEP_H5(H5Tset_size(t.get(), std::max<std::size_t>(1, value.size())), "", where,
-              "string type");
-  auto s = h5::space(H5Screate(H5S_SCALAR));
-  auto a = h5::attr(LOCKSTEP_H5(H5Acreate2(obj, name, t.get(), s.get(), H5P_DEFAULT, H5P_DEFAULT),
-                                "", where, "cannot create attribute '", name, "'"));
-  LOCKSTEP_H5(H5Awrite(a.get(), t.get(), value.c_str()), "", where, "cannot write attribute '",
-              name, "'");
-}
-
-template <class T>
-void write_array_attr(hid_t obj, const char* name, const std::vector<T>& values, bool scalar,
-                      const std::string& where) {
-  hid_t ftype = std::is_same_v<T, float> ? H5T_IEEE_F32LE : H5T_STD_I64LE;
-  hid_t mtype = std::is_same_v<T, float> ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64;
-  hsize_t n = values.size();
-  auto s = h5::space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr));
-  auto a = h5::attr(LOCKSTEP_H5(H5Acreate2(obj, name, ftype, s.get(), H5P_DEFAULT, H5P_DEFAULT), "",
-                                where, "cannot create attribute '", name, "'"));
-  LOCKSTEP_H5(H5Awrite(a.get(), mtype, values.data()), "", where, "cannot write attribute '", name,
-              "'");
-}
-
-// ---- attribute reading: every failure names the file and the attribute.
-h5::Handle open_attr(hid_t obj, const char* name, const std::string& where) {
-  htri_t exists = H5Aexists(obj, name);
-  LOCKSTEP_CHECK_HINT(exists > 0, kRegenerateHint, where, ": attribute '", name, "' is missing");
-  return h5::attr(LOCKSTEP_H5(H5Aopen(obj, name, H5P_DEFAULT), kRegenerateHint, where,
-                              "cannot open attribute '", name, "'"));
-}
-
-std::string read_string_attr(hid_t obj, const char* name, const std::string& where) {
-  auto a = open_attr(obj, name, where);
-  auto t = h5::type(H5Aget_type(a.get()));
-  LOCKSTEP_CHECK_HINT(H5Tget_class(t.get()) == H5T_STRING, kRegenerateHint, where, ": attribute '",
-                      name, "' is not a string");
-  auto s = h5::space(H5Aget_space(a.get()));
-  LOCKSTEP_CHECK_HINT(H5Sget_simple_extent_npoints(s.get()) == 1, kRegenerateHint, where,
-                      ": attribute '", name, "' is not a single string");
-  if (H5Tis_variable_str(t.get()) > 0) {  // as h5py writes them
-    char* text = nullptr;
-    LOCKSTEP_H5(H5Aread(a.get(), t.get(), &text), kRegenerateHint, where, "cannot read attribute '",
-                name, "'");
-    std::string out = text ? text : "";
-    H5free_memory(text);
-    return out;
-  }
-  std::string out(H5Tget_size(t.get()), '\0');
-  LOCKSTEP_H5(H5Aread(a.get(), t.get(), out.data()), kRegenerateHint, where,
-              "cannot read attribute '", name, "'");
-  out.resize(std::strlen(out.c_str()));
-  return out;
-}
-
-template <class T>
-std::vector<T> read_array_attr(hid_t obj, const char* name, const std::string& where) {
-  constexpr bool is_float = std::is_same_v<T, float>;
-  auto a = open_attr(obj, name, where);
-  auto t = h5::type(H5Aget_type(a.get()));
-  H5T_class_t cls = H5Tget_class(t.get());
-  LOCKSTEP_CHECK_HINT(cls == (is_float ? H5T_FLOAT : H5T_INTEGER), kRegenerateHint, where,
-                      ": attribute '", name, "' is not ",
-                      is_float ? "floating-point" : "an integer");
-  auto s = h5::space(H5Aget_space(a.get()));
-  hssize_t n = H5Sget_simple_extent_npoints(s.get());
-  LOCKSTEP_CHECK_HINT(n >= 0, kRegenerateHint, where, ": attribute '", name, "' has no extent");
-  std::vector<T> out(static_cast<std::size_t>(n));
-  LOCKSTEP_H5(H5Aread(a.get(), is_float ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64, out.data()),
-              kRegenerateHint, where, "cannot read attribute '", name, "'");
-  return out;
-}
-
-std::int64_t read_int_attr(hid_t obj, const char* name, const std::string& where) {
-  auto v = read_array_attr<std::int64_t>(obj, name, where);
-  LOCKSTEP_CHECK_HINT(v.size() == 1, kRegenerateHint, where, ": attribute '", name,
-                      "' should be one integer but has ", v.size(), " values");
-  return v[0];
 }
 
 void validate_meta(const ShardMeta& m, const std::string& where, const char* hint) {
@@ -168,6 +57,17 @@ void validate_meta(const ShardMeta& m, const std::string& where, const char* hin
                       m.mean.size(), " values for ", c, " channels");
   LOCKSTEP_CHECK_HINT(m.stddev.empty() || m.stddev.size() == c, hint, where,
                       ": attribute 'std' has ", m.stddev.size(), " values for ", c, " channels");
+  // Statistics computed over data holding a NaN or an Inf are NaN or Inf themselves: say so here,
+  // before they normalise every sample into NaN (or before two shards "disagree" on [nan]).
+  for (const auto* stat : {&m.mean, &m.stddev}) {
+    for (std::size_t ch = 0; ch < stat->size(); ++ch) {
+      LOCKSTEP_CHECK_HINT(std::isfinite((*stat)[ch]),
+                          "the data it was computed from holds NaN or Inf: clean it and "
+                          "regenerate the shards with lockstep-shard",
+                          where, ": attribute '", stat == &m.mean ? "mean" : "std", "' of channel ",
+                          ch, " is ", (*stat)[ch], ", not a finite number");
+    }
+  }
   for (float s : m.stddev) {
     LOCKSTEP_CHECK_HINT(s > 0, hint, where, ": attribute 'std' holds ", s,
                         ": every channel's std must be positive");
@@ -207,10 +107,8 @@ ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta, ShardWr
   validate_meta(m.meta, path, "");
   LOCKSTEP_CHECK(options.deflate_level >= 0 && options.deflate_level <= 9, path, ": deflate level ",
                  options.deflate_level, " is outside 0..9");
-  h5::Quiet quiet;
-  m.file = h5::file(LOCKSTEP_H5(
-      H5Fcreate(m.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-      "does the output folder exist and is it writable?", m.tmp_path, "cannot create the file"));
+  h5::Scope scope;
+  m.file = h5::create_file(m.tmp_path, {}, "does the output folder exist and is it writable?");
 
   auto make = [&](const char* name, DType dtype, const Shape& sample_shape, std::int64_t chunk) {
     auto dims = dims_of(0, sample_shape);
@@ -238,21 +136,21 @@ ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta, ShardWr
   m.y = make("y", DType::I32, {}, kLabelChunkSamples);
 
   hid_t f = m.file.get();
-  write_string_attr(f, "format", kShardFormatName, m.tmp_path);
-  write_array_attr<std::int64_t>(f, "version", {kShardFormatVersion}, true, m.tmp_path);
-  write_array_attr<std::int64_t>(f, "shard_index", {m.meta.shard_index}, true, m.tmp_path);
-  write_array_attr<std::int64_t>(f, "num_shards", {m.meta.num_shards}, true, m.tmp_path);
-  write_array_attr<std::int64_t>(f, "num_classes", {m.meta.num_classes}, true, m.tmp_path);
-  write_array_attr<std::int64_t>(f, "sample_shape", m.meta.sample_shape, false, m.tmp_path);
+  h5::write_string_attr(f, "format", kShardFormatName, m.tmp_path);
+  h5::write_int_attr(f, "version", kShardFormatVersion, m.tmp_path);
+  h5::write_int_attr(f, "shard_index", m.meta.shard_index, m.tmp_path);
+  h5::write_int_attr(f, "num_shards", m.meta.num_shards, m.tmp_path);
+  h5::write_int_attr(f, "num_classes", m.meta.num_classes, m.tmp_path);
+  h5::write_ints_attr(f, "sample_shape", m.meta.sample_shape, m.tmp_path);
   if (!m.meta.mean.empty()) {
-    write_array_attr<float>(f, "mean", m.meta.mean, false, m.tmp_path);
-    write_array_attr<float>(f, "std", m.meta.stddev, false, m.tmp_path);
+    h5::write_floats_attr(f, "mean", m.meta.mean, m.tmp_path);
+    h5::write_floats_attr(f, "std", m.meta.stddev, m.tmp_path);
   }
 }
 
 ShardWriter::~ShardWriter() {
   if (!impl_ || impl_->closed) return;
-  h5::Quiet quiet;
+  h5::Scope scope;
   impl_->x.reset();
   impl_->y.reset();
   impl_->file.reset();
@@ -269,7 +167,7 @@ void ShardWriter::append(const void* x, const std::int32_t* y, std::int64_t n) {
     LOCKSTEP_CHECK(y[i] >= 0 && y[i] < m.meta.num_classes, m.path, ": label of sample ", m.n + i,
                    " is ", y[i], ", outside [0, ", m.meta.num_classes, ")");
   }
-  h5::Quiet quiet;
+  h5::Scope scope;
   auto write = [&](const h5::Handle& ds, const char* name, DType dtype, const Shape& sample_shape,
                    const void* data) {
     auto new_dims = dims_of(m.n + n, sample_shape);
@@ -308,11 +206,11 @@ void ShardWriter::append(const Tensor& x, const Tensor& y) {
 void ShardWriter::close() {
   auto& m = *impl_;
   if (m.closed) return;
-  h5::Quiet quiet;
+  h5::Scope scope;
   m.x.reset();
   m.y.reset();
-  LOCKSTEP_H5(H5Fclose(m.file.release()), "is the disk full?", m.tmp_path, "cannot close the file");
-  std::filesystem::rename(m.tmp_path, m.path);
+  h5::check(m.file.close(), m.tmp_path, "cannot close the file", "is the disk full?");
+  publish_file(m.tmp_path, m.path);
   m.closed = true;
   m.meta.num_samples = m.n;
 }
@@ -333,16 +231,16 @@ std::unique_ptr<ShardFile> ShardFile::open(const std::string& path, std::size_t 
   std::unique_ptr<ShardFile> s(new ShardFile());
   s->path_ = path;
   const std::string& where = s->path_;
-  h5::Quiet quiet;
-  s->file_ = LOCKSTEP_H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), kRegenerateHint, where,
-                         "cannot open as HDF5 (truncated or not an HDF5 file?)");
+  h5::Scope scope;
+  s->file_ = h5::open_file(path, /*locking=*/true, kRegenerateHint).release();
   hid_t f = s->file_;
   ShardMeta& m = s->meta_;
 
-  std::string format = read_string_attr(f, "format", where);
+  const char* hint = kRegenerateHint;
+  std::string format = h5::read_string_attr(f, "format", where, hint);
   LOCKSTEP_CHECK_HINT(format == kShardFormatName, kRegenerateHint, where,
                       ": attribute 'format' is '", format, "', expected '", kShardFormatName, "'");
-  std::int64_t version = read_int_attr(f, "version", where);
+  std::int64_t version = h5::read_int_attr(f, "version", where, hint);
   LOCKSTEP_CHECK_HINT(
       version == kShardFormatVersion,
       version > kShardFormatVersion
@@ -350,15 +248,16 @@ std::unique_ptr<ShardFile> ShardFile::open(const std::string& path, std::size_t 
           : kRegenerateHint,
       where, ": shard format version ", version, " is not supported (this reader reads version ",
       kShardFormatVersion, ")");
-  m.shard_index = read_int_attr(f, "shard_index", where);
-  m.num_shards = read_int_attr(f, "num_shards", where);
-  m.num_classes = read_int_attr(f, "num_classes", where);
-  m.sample_shape = read_array_attr<std::int64_t>(f, "sample_shape", where);
-  if (H5Aexists(f, "mean") > 0 || H5Aexists(f, "std") > 0) {
-    LOCKSTEP_CHECK_HINT(H5Aexists(f, "mean") > 0 && H5Aexists(f, "std") > 0, kRegenerateHint, where,
+  m.shard_index = h5::read_int_attr(f, "shard_index", where, hint);
+  m.num_shards = h5::read_int_attr(f, "num_shards", where, hint);
+  m.num_classes = h5::read_int_attr(f, "num_classes", where, hint);
+  m.sample_shape = h5::read_ints_attr(f, "sample_shape", where, hint);
+  const bool has_mean = h5::has_attr(f, "mean", where), has_std = h5::has_attr(f, "std", where);
+  if (has_mean || has_std) {
+    LOCKSTEP_CHECK_HINT(has_mean && has_std, hint, where,
                         ": has only one of the attributes 'mean' and 'std'");
-    m.mean = read_array_attr<float>(f, "mean", where);
-    m.stddev = read_array_attr<float>(f, "std", where);
+    m.mean = h5::read_floats_attr(f, "mean", where, hint);
+    m.stddev = h5::read_floats_attr(f, "std", where, hint);
   }
 
   // /x: u8 or f32, [n, ...sample_shape]
@@ -415,7 +314,7 @@ std::unique_ptr<ShardFile> ShardFile::open(const std::string& path, std::size_t 
 }
 
 ShardFile::~ShardFile() {
-  h5::Quiet quiet;
+  h5::Scope scope;
   if (x_ >= 0) H5Dclose(x_);
   if (y_ >= 0) H5Dclose(y_);
   if (file_ >= 0) H5Fclose(file_);
@@ -430,7 +329,7 @@ void ShardFile::read_x(std::int64_t begin, std::int64_t count, void* out) const 
                  ": samples [", begin, ", ", begin + count, ") are outside [0, ", meta_.num_samples,
                  ")");
   if (count == 0) return;
-  h5::Quiet quiet;
+  h5::Scope scope;
   auto fspace = h5::space(H5Dget_space(x_));
   auto start = dims_of(begin, meta_.sample_shape);
   std::fill(start.begin() + 1, start.end(), 0);
@@ -448,7 +347,7 @@ void ShardFile::read_x(std::int64_t begin, std::int64_t count, void* out) const 
 std::vector<std::int32_t> ShardFile::read_y() const {
   std::vector<std::int32_t> y(static_cast<std::size_t>(meta_.num_samples));
   if (!y.empty()) {
-    h5::Quiet quiet;
+    h5::Scope scope;
     LOCKSTEP_H5(H5Dread(y_, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y.data()),
                 kRegenerateHint, where(), "cannot read /y (corrupted file?)");
   }

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <type_traits>
 
-#include "hdf5_util.hpp"
+#include "lockstep/h5/h5.hpp"
 #include "lockstep/data/shard.hpp"
 
 namespace lockstep::data {
@@ -172,7 +172,7 @@ TokenShardWriter::TokenShardWriter(const std::string& path, const TokenShardMeta
   validate(m.meta, path, "");
   LOCKSTEP_CHECK(deflate_level >= 0 && deflate_level <= 9, path, ": deflate level ", deflate_level,
                  " is outside 0..9");
-  h5::Quiet quiet;
+  h5::Scope scope;
   m.file = h5::file(LOCKSTEP_H5(
       H5Fcreate(m.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
       "does the output folder exist and is it writable?", m.tmp_path, "cannot create the file"));
@@ -192,7 +192,7 @@ TokenShardWriter::TokenShardWriter(const std::string& path, const TokenShardMeta
 
 TokenShardWriter::~TokenShardWriter() {
   if (!impl_ || impl_->closed) return;
-  h5::Quiet quiet;
+  h5::Scope scope;
   impl_->tokens.reset();
   impl_->file.reset();
   std::error_code ec;
@@ -204,7 +204,7 @@ void TokenShardWriter::append(std::span<const std::int32_t> tokens) {
   LOCKSTEP_CHECK(!m.closed, m.path, ": append after close");
   if (tokens.empty()) return;
   check_ids(tokens.data(), static_cast<std::int64_t>(tokens.size()), m.n, m.meta, m.path, "");
-  h5::Quiet quiet;
+  h5::Scope scope;
   h5io::append_1d(m.tokens.get(), static_cast<hsize_t>(m.n), tokens.data(), tokens.size(),
                   m.tmp_path, "tokens");
   m.n += static_cast<std::int64_t>(tokens.size());
@@ -213,7 +213,7 @@ void TokenShardWriter::append(std::span<const std::int32_t> tokens) {
 void TokenShardWriter::close() {
   auto& m = *impl_;
   if (m.closed) return;
-  h5::Quiet quiet;
+  h5::Scope scope;
   m.tokens.reset();
   LOCKSTEP_H5(H5Fclose(m.file.release()), "is the disk full?", m.tmp_path, "cannot close the file");
   std::filesystem::rename(m.tmp_path, m.path);
@@ -235,7 +235,7 @@ std::unique_ptr<TokenShardFile> TokenShardFile::open(const std::string& path,
   std::unique_ptr<TokenShardFile> s(new TokenShardFile());
   s->path_ = path;
   const std::string& where = s->path_;
-  h5::Quiet quiet;
+  h5::Scope scope;
   s->file_ = LOCKSTEP_H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), kTokenHint, where,
                          "cannot open as HDF5 (truncated or not an HDF5 file?)");
   const hid_t f = s->file_;
@@ -287,7 +287,7 @@ std::unique_ptr<TokenShardFile> TokenShardFile::open(const std::string& path,
 }
 
 TokenShardFile::~TokenShardFile() {
-  h5::Quiet quiet;
+  h5::Scope scope;
   if (tokens_ >= 0) H5Dclose(tokens_);
   if (file_ >= 0) H5Fclose(file_);
 }
@@ -307,7 +307,7 @@ void TokenShardFile::read(std::int64_t begin, std::int64_t count, T* out) const 
   }
   if (count == 0) return;
   {
-    h5::Quiet quiet;
+    h5::Scope scope;
     h5io::read_1d(tokens_, std::is_same_v<T, std::uint16_t> ? H5T_NATIVE_UINT16 : H5T_NATIVE_INT32,
                   static_cast<hsize_t>(begin), static_cast<hsize_t>(count), out, where(), "tokens");
   }
@@ -319,7 +319,7 @@ template void TokenShardFile::read<std::int32_t>(std::int64_t, std::int64_t, std
 bool is_token_shard(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return false;
-  h5::Quiet quiet;
+  h5::Scope scope;
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) {
     H5Eclear2(H5E_DEFAULT);

@@ -2,16 +2,11 @@
 
 #include <chrono>
 
+#include "lockstep/core/clock.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::dist {
-namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-}  // namespace
 
 DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& master,
                                        const std::string& spec, const Shape& sample_shape,

@@ -2,14 +2,10 @@
 
 #include <chrono>
 
+#include "lockstep/core/clock.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::dist {
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-}  // namespace
 
 void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization& norm,
                    Tensor& out) {

@@ -553,6 +553,9 @@ Model Model::build(const std::string& spec, const Shape& sample_shape, std::int6
     try {
       layer = make_layer(text, t, shape, device, m.layers_);
       out = layer->output_shape(shape);
+    } catch (const OutOfMemory&) {
+      rethrow_with_context(str("model.spec layer ", k, " '", text.text.substr(t.pos, t.len),
+                               "' on input ", batch_shape_str(shape), ", its parameters"));
     } catch (const Error& e) {
       if (e.message().rfind("model spec", 0) == 0) throw;  // already points at the spec
       text.fail(t.pos, t.len,
@@ -621,8 +624,14 @@ Tensor Model::forward(ops::Context& ctx, const Tensor& x) {
     unchanged.push_back(p->value);
   ctx.begin_reuse(unchanged);
   Tensor h = x;
-  for (auto& layer : layers_)
-    h = layer->forward(ctx, h);
+  for (std::size_t k = 0; k < layers_.size(); ++k) {
+    try {
+      h = layers_[k]->forward(ctx, h);
+    } catch (const OutOfMemory&) {
+      rethrow_with_context(
+          str("forward of layer ", k, " (", layers_[k]->describe(), ") on ", h.describe()));
+    }
+  }
   if (!training_) ctx.end_reuse();
   return h;
 }
@@ -633,7 +642,12 @@ void Model::backward(ops::Context& ctx, const Tensor& dlogits) {
                  dlogits.describe());
   Tensor d = dlogits;
   for (std::size_t k = layers_.size(); k-- > 0;) {
-    d = layers_[k]->backward(ctx, d);
+    try {
+      d = layers_[k]->backward(ctx, d);
+    } catch (const OutOfMemory&) {
+      rethrow_with_context(
+          str("backward of layer ", k, " (", layers_[k]->describe(), ") on ", d.describe()));
+    }
     if (grad_ready_) {
       auto& params = layer_params_[k];
       for (auto it = params.rbegin(); it != params.rend(); ++it)

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <variant>
 
@@ -28,13 +32,43 @@ struct Key {
   std::vector<std::string> choices = {};  // allowed values of a string key (empty: any)
   double min = -std::numeric_limits<double>::infinity();  // inclusive lower bound of a number
   bool local = false;                                     // may differ between ranks
+  // Inclusive upper bound: where the value is later cast to int or float or scaled to bytes,
+  // so a huge value is refused here instead of overflowing there.
+  double max = std::numeric_limits<double>::infinity();
 };
 
 const double kInf = std::numeric_limits<double>::infinity();
 
+// Upper bounds of the keys whose value is later cast to int or float or scaled to bytes: far beyond
+// any real use, and refused here with the key named instead of overflowing there.
+std::vector<Key> with_limits(std::vector<Key> table) {
+  const double kFloat = std::numeric_limits<float>::max();
+  const std::map<std::string, double> limits = {
+      {"data.memory_budget_mb", double(std::int64_t{1} << 30)},  // 1 PiB; << 20 stays in int64
+      {"data.prefetch", 4096},
+      {"train.replicas", 4096},
+      {"train.threads", 4096},
+      {"checkpoint.keep", 1 << 20},
+      {"dist.bucket_mb", double(1 << 20)},  // 1 TiB; bytes fit size_t
+      {"dist.first_bucket_mb", double(1 << 20)},
+      {"optim.lr", kFloat},
+      {"optim.momentum", kFloat},
+      {"optim.weight_decay", kFloat},
+      {"optim.beta1", kFloat},
+      {"optim.beta2", kFloat},
+      {"optim.eps", kFloat},
+      {"optim.clip_norm", kFloat},
+  };
+  for (Key& k : table) {
+    auto it = limits.find(k.name);
+    if (it != limits.end()) k.max = it->second;
+  }
+  return table;
+}
+
 // The one table of every key. Defaults come from the Config struct's initialisers.
 const std::vector<Key>& keys() {
-  static const std::vector<Key> table = {
+  static const std::vector<Key> table = with_limits({
       {"data.train", &Config::data_train,
        "training shards: a folder/prefix (DIR/train -> DIR/train-*-of-*.h5), a glob, or a file"},
       {"data.test", &Config::data_test, "test shards (same forms); empty = no evaluation"},
@@ -91,7 +125,10 @@ const std::vector<Key>& keys() {
        "Weights, gradients, optimizer state, loss and softmax stay f32",
        {"fp32", "tf32", "bf16"}},
       {"train.resume", &Config::train_resume,
-       "empty (start fresh), auto (newest complete checkpoint in checkpoint.dir), or a file"},
+       "empty (start fresh; refused when checkpoint.dir already holds checkpoints), auto (the "
+       "newest checkpoint in checkpoint.dir that reads back; fresh when there is none; an error "
+       "when none reads), fresh (start over: old checkpoints are moved to "
+       "checkpoint.dir/replaced-<time>/), or a checkpoint file"},
       {"train.nan_policy",
        &Config::train_nan_policy,
        "on a NaN/Inf loss or gradient: stop (error naming the step) or skip the step",
@@ -203,7 +240,7 @@ const std::vector<Key>& keys() {
        {},
        -kInf,
        true},
-  };
+  });
   return table;
 }
 
@@ -215,6 +252,9 @@ std::string format_value(const Config& c, const Field& field) {
         if constexpr (std::is_same_v<T, bool>) {
           return v ? "true" : "false";
         } else if constexpr (std::is_same_v<T, double>) {
+          // Whole numbers as integers ("30", not the shortest round trip "3e+01").
+          if (v == std::floor(v) && std::fabs(v) < 1e15)
+            return std::to_string(static_cast<std::int64_t>(v));
           std::ostringstream out;
           out << std::setprecision(17) << v;
           // Whole numbers as such ("300", not the shortest form "3e+02").
@@ -285,13 +325,25 @@ void set_value(Config& c, const Key& key, const std::string& raw, const std::str
         } else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) {
           T parsed{};
           std::size_t used = 0;
+          bool out_of_range = false;
           try {
             if constexpr (std::is_same_v<T, double>)
               parsed = std::stod(raw, &used);
             else
               parsed = std::stoll(raw, &used);
+          } catch (const std::out_of_range&) {
+            out_of_range = true;
           } catch (const std::exception&) {
             used = 0;
+          }
+          if (out_of_range) {
+            if constexpr (std::is_same_v<T, double>)
+              LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw,
+                            " is out of range for a double");
+            else
+              LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw,
+                            " is out of range (a 64-bit integer is at most ",
+                            std::numeric_limits<std::int64_t>::max(), ")");
           }
           if (used == 0 || used != raw.size())
             bad(std::is_same_v<T, double> ? "a number" : "an integer");
@@ -301,6 +353,9 @@ void set_value(Config& c, const Key& key, const std::string& raw, const std::str
           if (static_cast<double>(parsed) < key.min)
             LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw, " is below the minimum ",
                           key.min);
+          if (static_cast<double>(parsed) > key.max)
+            LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw, " is above the maximum ",
+                          key.max);
           v = parsed;
         } else {
           if (!key.choices.empty() &&
@@ -352,9 +407,60 @@ void validate(const Config& c) {
   LOCKSTEP_CHECK(c.optim_momentum < 1, "key optim.momentum must be < 1, got ", c.optim_momentum);
   LOCKSTEP_CHECK(!c.optim_nesterov || c.optim_momentum > 0,
                  "key optim.nesterov = true needs optim.momentum > 0");
+  // Asking for checkpoints without a place for them would train unprotected, silently.
+  LOCKSTEP_CHECK_HINT(c.checkpoint_dir.empty() == false ||
+                          (c.checkpoint_every_steps == 0 && c.checkpoint_every_minutes == 0),
+                      "set checkpoint.dir", "key checkpoint.every_",
+                      c.checkpoint_every_steps ? "steps = " : "minutes = ",
+                      c.checkpoint_every_steps ? format_value(c, &Config::checkpoint_every_steps)
+                                               : format_value(c, &Config::checkpoint_every_minutes),
+                      " asks for checkpoints, but checkpoint.dir is empty");
 }
 
-po::parsed_options parse_ini_stream(std::istream& in, const std::string& origin) {
+// Calls fn(section.key, value, line number) for every "key = value" line of INI text, read as
+// boost's INI parser reads it ('#' starts a comment anywhere, [section] headers, blanks trimmed).
+void for_each_ini_entry(
+    const std::string& text,
+    const std::function<void(const std::string&, const std::string&, int)>& fn) {
+  std::istringstream in(text);
+  std::string section;
+  int number = 0;
+  auto trim = [](std::string v) {
+    v.erase(0, v.find_first_not_of(" \t\r"));
+    v.erase(v.find_last_not_of(" \t\r") + 1);
+    return v;
+  };
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = trim(line.substr(1, line.size() - 2));
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;  // the parser reports it
+    fn((section.empty() ? "" : section + ".") + trim(line.substr(0, eq)), trim(line.substr(eq + 1)),
+       number);
+  }
+}
+
+// A key given twice in one file is an error naming both lines: which one should win is not
+// obvious to a reader of the file, and taking either silently hides a mistake.
+void check_no_repeated_keys(const std::string& text, const std::string& origin) {
+  std::map<std::string, int> first_line;
+  for_each_ini_entry(text, [&](const std::string& name, const std::string&, int number) {
+    auto [it, inserted] = first_line.emplace(name, number);
+    LOCKSTEP_CHECK_HINT(inserted, "keep one of the two lines", "key ", name, " is given twice in ",
+                        origin, ": on line ", it->second, " and on line ", number);
+  });
+}
+
+po::parsed_options parse_ini_stream(std::istream& stream, const std::string& origin) {
+  const std::string text((std::istreambuf_iterator<char>(stream)),
+                         std::istreambuf_iterator<char>());
+  check_no_repeated_keys(text, origin);
+  std::istringstream in(text);
   try {
     return po::parse_config_file(in, file_options(), /*allow_unregistered=*/false);
   } catch (const po::unknown_option& e) {
@@ -386,46 +492,75 @@ Config parse_config_text(const std::string& ini, const std::vector<std::string>&
 }
 
 ParsedArgs parse_args(int argc, const char* const* argv) {
-  po::options_description cli("lockstep-train");
-  cli.add_options()("config", po::value<std::string>(), "INI config file")(
-      "print-config", "print the resolved config (reusable as a config file) and exit")(
-      "help", "list every key with its default and meaning")(
-      "eval-only", "evaluate the model of train.resume on data.test and exit");
-  cli.add(file_options());
-
-  po::parsed_options parsed(&cli);
-  try {
-    parsed = po::command_line_parser(argc, argv)
-                 .options(cli)
-                 .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
-                 .run();
-  } catch (const po::unknown_option& e) {
-    std::string name = e.get_option_name();
-    if (name.rfind("--", 0) == 0) name = name.substr(2);
-    LOCKSTEP_FAIL_HINT(suggestion(name), "unknown option '--", name, "' on the command line");
-  } catch (const po::error& e) {
-    LOCKSTEP_FAIL_HINT("see lockstep-train --help", "command line: ", e.what());
-  }
-
+  // Parsed by hand rather than with boost: "--data.test=" must set the empty value, and boost
+  // refuses an empty value after '='. Forms: --flag, --name=value, --name value.
+  const char* hint = "see lockstep-train --help";
   ParsedArgs out;
   std::string config_path;
-  for (const auto& opt : parsed.options) {
-    if (opt.string_key == "config") config_path = opt.value.at(0);
-    if (opt.string_key == "help") out.help = true;
-    if (opt.string_key == "print-config") out.print_config = true;
-    if (opt.string_key == "eval-only") out.eval_only = true;
+  bool config_given = false;
+  std::vector<std::pair<const Key*, std::string>> overrides;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h") {
+      out.help = true;
+      continue;
+    }
+    LOCKSTEP_CHECK_HINT(arg.rfind("--", 0) == 0 && arg.size() > 2,
+                        arg.find(".ini") != std::string::npos ? "pass the file as --config " + arg
+                                                              : std::string(hint),
+                        "unexpected argument '", arg, "' on the command line");
+    const auto eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const bool is_flag = name == "help" || name == "print-config" || name == "eval-only";
+    if (is_flag) {
+      LOCKSTEP_CHECK_HINT(eq == std::string::npos, hint, "--", name, " takes no value");
+      out.help = out.help || name == "help";
+      out.print_config = out.print_config || name == "print-config";
+      out.eval_only = out.eval_only || name == "eval-only";
+      continue;
+    }
+    const Key* key = find_key(name);
+    LOCKSTEP_CHECK_HINT(key != nullptr || name == "config", suggestion(name), "unknown option '--",
+                        name, "' on the command line");
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else {
+      // "--name value": the value may be empty but may not look like the next option.
+      LOCKSTEP_CHECK_HINT(i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0,
+                          str("write --", name, "=VALUE (--", name, "= for the empty value)"),
+                          "option --", name, " needs a value");
+      value = argv[++i];
+    }
+    if (name == "config") {
+      LOCKSTEP_CHECK_HINT(!config_given,
+                          "give one --config; put the differences of the second in overrides",
+                          "two --config flags (", config_path, " and ", value,
+                          "): lockstep-train reads one config file");
+      config_given = true;
+      config_path = value;
+      continue;
+    }
+    overrides.emplace_back(key, value);
   }
   if (out.help) return out;
-  if (!config_path.empty()) {
-    LOCKSTEP_CHECK_HINT(std::filesystem::is_regular_file(config_path),
-                        "pass an existing INI file, e.g. --config configs/fashion_mlp.ini",
-                        "config file '", config_path, "' does not exist");
+  if (config_given) {
+    const char* example = "pass an existing INI file, e.g. --config configs/fashion_mlp.ini";
+    std::error_code ec;
+    LOCKSTEP_CHECK_HINT(!config_path.empty(), example, "--config needs a file name");
+    LOCKSTEP_CHECK_HINT(!std::filesystem::is_directory(config_path, ec), example, "config file '",
+                        config_path, "' is a folder");
+    LOCKSTEP_CHECK_HINT(std::filesystem::is_regular_file(config_path, ec), example, "config file '",
+                        config_path, "' does not exist");
+    errno = 0;
     std::ifstream in(config_path);
-    LOCKSTEP_CHECK(in.good(), "cannot read config file '", config_path, "'");
+    LOCKSTEP_CHECK(in.good(), "cannot read config file '", config_path, "'",
+                   errno ? str(": ", std::strerror(errno)) : std::string());
     apply(out.config, parse_ini_stream(in, config_path), config_path);
     out.config.config_file = config_path;
   }
-  apply(out.config, parsed, "the command line");  // overrides win over the file
+  for (const auto& [key, value] : overrides)  // overrides win over the file
+    set_value(out.config, *key, value, "the command line");
   validate(out.config);
   return out;
 }
@@ -452,13 +587,24 @@ std::string help_text() {
   Config defaults;
   out << "usage: lockstep-train --config FILE.ini [--section.key=value ...] [--print-config] "
          "[--eval-only]\n\n"
-         "Keys (INI [section] key = value, or --section.key=value; the command line wins):\n";
+         "Keys (INI [section] key = value, or --section.key=value). The command line wins over\n"
+         "the file, and a later --key over an earlier one (so a wrapper script can set defaults\n"
+         "that its caller's arguments override). A key given twice in one file, or two\n"
+         "--config flags, is an error. --key= sets the empty value.\n";
   for (const Key& k : keys()) {
     std::string def = format_value(defaults, k.field);
     out << "  " << std::left << std::setw(26) << k.name
         << " default: " << (def.empty() ? "\"\"" : def) << "\n      " << k.help << "\n";
   }
   return out.str();
+}
+
+std::string ini_value(const std::string& ini, const std::string& key) {
+  std::string value;
+  for_each_ini_entry(ini, [&](const std::string& name, const std::string& v, int) {
+    if (name == key) value = v;
+  });
+  return value;
 }
 
 std::map<std::string, std::string> rank_invariant_settings(const Config& c) {

@@ -1,7 +1,9 @@
 #include "lockstep/train/metrics.hpp"
 
 #include <unistd.h>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
@@ -81,10 +83,15 @@ std::string JsonRecord::str() const {
 
 MetricsFile::MetricsFile(const std::string& path) : path_(path) {
   std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  LOCKSTEP_CHECK_HINT(!ec, "check log.metrics and the folder's permissions", "metrics file '", path,
+                      "': cannot create its folder: ", ec.message());
+  errno = 0;
   out_.open(path, std::ios::trunc);
   LOCKSTEP_CHECK_HINT(out_.is_open(), "check log.metrics and the folder's permissions",
-                      "cannot open metrics file '", path, "' for writing");
+                      "cannot open metrics file '", path, "' for writing",
+                      errno ? str(": ", std::strerror(errno)) : std::string());
 }
 
 void MetricsFile::write(const JsonRecord& record) {

@@ -96,3 +96,15 @@ TEST(ThreadPool, RunsEveryPartOnceAndPropagatesErrors) {
   });
   EXPECT_EQ(total, 1000);
 }
+
+TEST(Memory, AnImpossibleAllocationIsAnOutOfMemoryErrorNamingTheTensorAndTheSize) {
+  try {
+    Tensor::empty({std::int64_t{1} << 40, std::int64_t{1} << 20});
+    ADD_FAILURE() << "allocated 4 EiB";
+  } catch (const OutOfMemory& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("a f32 tensor [1099511627776, 1048576] on cpu"), std::string::npos) << what;
+    EXPECT_NE(what.find("cannot allocate 4.0 EiB"), std::string::npos) << what;
+  }
+  EXPECT_THROW(Tensor::empty({std::int64_t{1} << 62, 8}), Error);  // more elements than int64
+}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 
 #include "lockstep/core/tensor.hpp"
 
@@ -129,6 +130,24 @@ void write_raw_shard(const std::string& path, const RawShard& spec) {
   H5Dclose(y);
   H5Sclose(ys);
   H5Fclose(f);
+}
+
+std::uint64_t damage_first_chunk(const std::string& path, char fill) {
+  haddr_t offset = 0;
+  hsize_t size = 0;
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t x = H5Dopen2(f, "x", H5P_DEFAULT);
+  hsize_t origin[H5S_MAX_RANK] = {};
+  unsigned mask = 0;
+  const bool found = H5Dget_chunk_info_by_coord(x, origin, &mask, &offset, &size) >= 0;
+  H5Dclose(x);
+  H5Fclose(f);
+  if (!found) return 0;
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekp(static_cast<std::streamoff>(offset));
+  for (hsize_t i = 0; i < size; ++i)
+    io.put(fill);
+  return size;
 }
 
 }  // namespace lockstep::data::testing

@@ -16,25 +16,11 @@
 #include <vector>
 
 #include "lockstep/data/shard.hpp"
+#include "support/temp_dir.hpp"
 
 namespace lockstep::data::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "lockstep-data-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using TempDir = lockstep::test::TempDir;
 
 // Element k of global sample i.
 inline std::uint8_t u8_value(std::int64_t i, std::int64_t k) {
@@ -79,5 +65,9 @@ struct RawShard {
   std::vector<std::int32_t> y{0, 1, 2, 3, 4, 5};
 };
 void write_raw_shard(const std::string& path, const RawShard& spec);
+
+// Overwrites every byte of the first /x chunk of a (chunked) shard with `fill`, found with HDF5
+// itself; returns the chunk's size in bytes (0 if it could not be found).
+std::uint64_t damage_first_chunk(const std::string& path, char fill);
 
 }  // namespace lockstep::data::testing

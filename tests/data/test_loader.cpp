@@ -153,21 +153,7 @@ TEST(Loader, ReadErrorsInTheLoaderThreadAreRethrownInNext) {
   auto paths = write_set(dir.path(), spec);
   auto ds = ShardedDataset::open(paths[0], 0);
   // Damage the compressed chunk after open: the first read of /x happens in the loader thread.
-  haddr_t offset = 0;
-  hsize_t size = 0;
-  {
-    hid_t fid = H5Fopen(paths[0].c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t x = H5Dopen2(fid, "x", H5P_DEFAULT);
-    hsize_t origin[4] = {0, 0, 0, 0};
-    unsigned mask = 0;
-    ASSERT_GE(H5Dget_chunk_info_by_coord(x, origin, &mask, &offset, &size), 0);
-    H5Dclose(x);
-    H5Fclose(fid);
-    std::fstream io(paths[0], std::ios::in | std::ios::out | std::ios::binary);
-    io.seekp(static_cast<std::streamoff>(offset));
-    for (hsize_t i = 0; i < size; ++i)
-      io.put(static_cast<char>(0x5A));
-  }
+  ASSERT_GT(damage_first_chunk(paths[0], 0x5A), 0u);
   Loader loader(ds, DistributedSampler(40, 1, 0), 8);
   loader.start_epoch(0);
   try {

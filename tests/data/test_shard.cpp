@@ -4,10 +4,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 
 #include "data_test_util.hpp"
 #include "lockstep/data/dataset.hpp"
 #include "lockstep/data/shard.hpp"
+#include "support/unprivileged.hpp"
 
 using namespace lockstep;
 using namespace lockstep::data;
@@ -282,7 +284,15 @@ TEST(ShardedDataset, TwoSetsInOneFolderAreAnErrorSuggestingAPrefix) {
   write_set(dir.path(), spec);
   spec.name = "test";
   write_set(dir.path(), spec);
-  auto e = expect_error([&] { ShardedDataset::open(dir.path()); }, {"appears twice"});
+  // Told by the file names, before the sets' attributes disagree in a less telling way.
+  auto e = expect_error([&] { ShardedDataset::open(dir.path()); }, {"of 2 sets (test, train)"});
+  EXPECT_NE(e.hint().find("DIR/NAME"), std::string::npos);
+  // A copy of a shard under another name: the index appears twice.
+  TempDir other;
+  spec.name = "train";
+  auto paths = write_set(other.path(), spec);
+  std::filesystem::copy_file(paths[0], other / "copy.h5");
+  e = expect_error([&] { ShardedDataset::open(other.path()); }, {"appears twice", "copy.h5"});
   EXPECT_NE(e.hint().find("DIR/NAME"), std::string::npos);
 }
 
@@ -325,25 +335,7 @@ TEST(ShardedDataset, CorruptedCompressedChunkIsAnErrorNamingTheFile) {
   spec.deflate_level = 4;
   spec.chunk_samples = 64;  // one chunk
   auto paths = write_set(dir.path(), spec);
-  // Find the chunk's bytes with HDF5 itself and overwrite them with garbage.
-  haddr_t offset = 0;
-  hsize_t size = 0;
-  {
-    hid_t f = H5Fopen(paths[0].c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t x = H5Dopen2(f, "x", H5P_DEFAULT);
-    hsize_t origin[4] = {0, 0, 0, 0};
-    unsigned mask = 0;
-    ASSERT_GE(H5Dget_chunk_info_by_coord(x, origin, &mask, &offset, &size), 0);
-    H5Dclose(x);
-    H5Fclose(f);
-  }
-  ASSERT_GT(size, 16u);
-  {
-    std::fstream io(paths[0], std::ios::in | std::ios::out | std::ios::binary);
-    io.seekp(static_cast<std::streamoff>(offset));
-    for (hsize_t i = 0; i < size; ++i)
-      io.put(static_cast<char>(0xA5));
-  }
+  ASSERT_GT(damage_first_chunk(paths[0], static_cast<char>(0xA5)), 16u);
   // Metadata is intact, so the damage shows when /x is read: at open in memory mode.
   auto e = expect_error([&] { ShardedDataset::open(paths[0]); }, {paths[0], "/x"});
   expect_regenerate_hint(e);
@@ -352,4 +344,62 @@ TEST(ShardedDataset, CorruptedCompressedChunkIsAnErrorNamingTheFile) {
   Tensor x, y;
   std::vector<std::int64_t> idx{3};
   expect_error([&] { ds->gather(idx, x, y); }, {paths[0], "shard 0 of 1", "/x"});
+}
+
+TEST(ShardFile, NonFiniteStoredStatisticsAreReportedAsSuch) {
+  TempDir dir;
+  RawShard raw;
+  raw.mean = {std::numeric_limits<float>::quiet_NaN()};
+  raw.stddev = {1.0f};
+  write_raw_shard(dir / "nan-mean.h5", raw);
+  expect_error(
+      [&] { ShardFile::open(dir / "nan-mean.h5"); },
+      {"nan-mean.h5", "attribute 'mean' of channel 0 is nan, not a finite number", "NaN or Inf"});
+  raw.mean = {0.5f};
+  raw.stddev = {std::numeric_limits<float>::infinity()};
+  write_raw_shard(dir / "inf-std.h5", raw);
+  expect_error([&] { ShardFile::open(dir / "inf-std.h5"); },
+               {"attribute 'std' of channel 0 is inf, not a finite number"});
+  // A set of two such shards says the same, not "shard 1 says [nan] but shard 0 says [nan]".
+  raw.mean = {std::numeric_limits<float>::quiet_NaN()};
+  raw.stddev = {1.0f};
+  raw.num_shards = 2;
+  for (std::int64_t s : {0, 1}) {
+    raw.shard_index = s;
+    write_raw_shard(dir / shard_file_name("set", s, 2), raw);
+  }
+  expect_error([&] { ShardedDataset::open(dir / "set"); }, {"not a finite number"});
+  // The writer refuses to store them too.
+  ShardMeta meta;
+  meta.num_classes = 2;
+  meta.sample_shape = {1, 2};
+  meta.mean = {std::numeric_limits<float>::quiet_NaN()};
+  meta.stddev = {1.0f};
+  expect_error([&] { ShardWriter w(dir / "w.h5", meta); }, {"not a finite number"});
+}
+
+TEST(ShardFile, PermissionDeniedIsReportedAsPermissionDenied) {
+  TempDir dir;
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::all);  // others may enter
+  SetSpec spec;
+  spec.num_shards = 1;
+  const std::string file = write_set(dir.path(), spec).at(0);
+  std::filesystem::permissions(file, std::filesystem::perms::none);
+  std::string e = lockstep::test::run_unprivileged([&] {
+    ShardFile::open(file);
+    return std::string("opened");
+  });
+  EXPECT_NE(e.find(file + ": cannot open: Permission denied"), std::string::npos) << e;
+  // An unreadable folder is not "no files match".
+  std::filesystem::create_directory(dir / "closed");
+  write_set(dir / "closed", spec);
+  std::filesystem::permissions(dir / "closed", std::filesystem::perms::owner_all);
+  e = lockstep::test::run_unprivileged([&] {
+    ShardedDataset::open(dir / "closed");
+    return std::string("opened");
+  });
+  EXPECT_NE(e.find("shard folder " + (dir / "closed") + " (from '" + (dir / "closed") +
+                   "'): cannot list: Permission denied"),
+            std::string::npos)
+      << e;
 }

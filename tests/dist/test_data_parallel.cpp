@@ -1,5 +1,5 @@
 // The DataParallel baseline computes the same step as one replica on the whole batch.
-// Tolerance: as in tests/mpi/test_ddp.cpp, the only difference is the order in which the
+// Tolerance: as in tests/dist/mpi/test_ddp.cpp, the only difference is the order in which the
 // per-sample gradient terms are summed (per replica, then replicas onto the master): ~B * eps32
 // relative to the mean gradient, ~1e-6 on the parameters after a few steps; 2e-5 has headroom,
 // while a wrong slice or a missed replica gradient moves parameters by > 1e-3.

@@ -6,7 +6,7 @@
 # not spin: its CPU use over the wait is measured and must stay under 10% of one core.
 # Usage: bash tests/scripts/fault_hung_rank.sh BUILD_DIR    Exit: 0 pass, 1 fail, 77 skipped.
 BUILD=$(cd "${1:?usage: fault_hung_rank.sh BUILD_DIR}" && pwd)
-source "$(dirname "${BASH_SOURCE[0]}")/../checkpoint/e2e_lib.bash"
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.bash"
 e2e_require_trainer
 help=$("$TRAIN" --help 2>/dev/null)
 grep -q "dist.timeout_s" <<<"$help" || skip "this lockstep-train has no dist.timeout_s"

@@ -13,7 +13,7 @@
 # Needs the trainer's checkpoint integration (skips with a reason until lockstep-train has it).
 # Usage: bash tests/scripts/fault_slurm_requeue.sh BUILD_DIR   Exit: 0 pass, 1 fail, 77 skipped.
 BUILD=$(cd "${1:?usage: fault_slurm_requeue.sh BUILD_DIR}" && pwd)
-source "$(dirname "${BASH_SOURCE[0]}")/../checkpoint/e2e_lib.bash"
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.bash"
 e2e_require_trainer
 [ "$(id -u)" -eq 0 ] || skip "needs root to run the local Slurm daemons"
 for tool in sbatch squeue scontrol scancel srun slurmctld slurmd munged; do

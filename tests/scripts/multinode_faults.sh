@@ -10,7 +10,7 @@
 #      checkpoint (first step = stop step + 1) and completes.
 # Usage: bash tests/scripts/multinode_faults.sh BUILD_DIR    Exit: 0 pass, 1 fail, 77 skipped.
 BUILD=$(cd "${1:?usage: multinode_faults.sh BUILD_DIR}" && pwd)
-source "$(dirname "${BASH_SOURCE[0]}")/../checkpoint/e2e_lib.bash" || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.bash" || exit 1
 source "$(dirname "${BASH_SOURCE[0]}")/multinode_lib.bash" || exit 1
 multinode_require
 multinode_start

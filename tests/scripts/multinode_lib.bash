@@ -1,4 +1,4 @@
-# Shared by tests/scripts/multinode_*.sh (sourced after tests/checkpoint/e2e_lib.bash, not run:
+# Shared by tests/scripts/multinode_*.sh (sourced after tests/scripts/e2e_lib.bash, not run:
 # CTest runs only *.sh): the namespace cluster of scripts/local-slurm/start.sh --hosts=2, started
 # for the test and stopped at its end, and a helper that submits a job and waits for it.
 

@@ -7,7 +7,7 @@
 # A learning rate of 1e30 makes the first update overflow, so the next step's loss is not finite.
 # Usage: bash tests/scripts/nan_eval_export.sh BUILD_DIR    Exit: 0 pass, 1 fail, 77 skipped.
 BUILD=$(cd "${1:?usage: nan_eval_export.sh BUILD_DIR}" && pwd)
-source "$(dirname "${BASH_SOURCE[0]}")/../checkpoint/e2e_lib.bash"
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.bash"
 e2e_require_trainer
 e2e_workdir nan-eval-export
 e2e_make_data

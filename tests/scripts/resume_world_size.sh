@@ -9,7 +9,7 @@
 # Needs the trainer's checkpoint integration (skips with a reason until lockstep-train has it).
 # Usage: bash tests/scripts/resume_world_size.sh BUILD_DIR    Exit: 0 pass, 1 fail, 77 skipped.
 BUILD=$(cd "${1:?usage: resume_world_size.sh BUILD_DIR}" && pwd)
-source "$(dirname "${BASH_SOURCE[0]}")/../checkpoint/e2e_lib.bash"
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.bash"
 e2e_require_trainer
 e2e_workdir resume-world
 e2e_make_data

@@ -1,5 +1,5 @@
 // Float64 references and error bounds for the precision tests (tests/ops/test_precision.cpp,
-// tests/cuda/test_cuda_precision.cpp). Every bound is derived, not tuned:
+// tests/ops/cuda/test_cuda_precision.cpp). Every bound is derived, not tuned:
 //  * rounding an input to bf16 (round to nearest even) moves it by at most u_b = 2^-8 of itself
 //    (ops::kBf16UnitRoundoff), so a product of two rounded inputs is off by at most
 //    (2 u_b + u_b^2) |a b|;

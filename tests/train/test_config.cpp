@@ -86,3 +86,122 @@ TEST(Config, HelpListsEveryKeyWithDefault) {
     EXPECT_NE(h.find(key), std::string::npos) << key;
   EXPECT_NE(h.find("log.metrics"), std::string::npos);
 }
+
+namespace {
+// parse_args over a list of arguments (argv[0] added).
+ParsedArgs parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "lockstep-train");
+  std::vector<const char*> argv;
+  for (const auto& a : args)
+    argv.push_back(a.c_str());
+  return parse_args(static_cast<int>(argv.size()), argv.data());
+}
+std::string args_error(const std::vector<std::string>& args) {
+  return error_of([&] { parse(args); });
+}
+struct IniFile {
+  std::string path;
+  explicit IniFile(const std::string& text, const std::string& name = "cli.ini") {
+    path = (std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + name)).string();
+    std::ofstream(path) << text;
+  }
+  ~IniFile() { std::remove(path.c_str()); }
+};
+}  // namespace
+
+TEST(CommandLine, AnEmptyValueAfterTheEqualsSignSetsTheEmptyValue) {
+  IniFile ini("[data]\ntest = data/x/test\n");
+  ParsedArgs a = parse({"--config", ini.path, "--data.test="});
+  EXPECT_EQ(a.config.data_test, "");
+  a = parse({"--config=" + ini.path, "--checkpoint.dir", "", "--log.metrics=m.jsonl"});
+  EXPECT_EQ(a.config.data_test, "data/x/test");
+  EXPECT_EQ(a.config.checkpoint_dir, "");
+  EXPECT_EQ(a.config.log_metrics, "m.jsonl");
+  // An empty value where a number is needed is a bad value, named.
+  EXPECT_NE(args_error({"--train.epochs="}).find("key train.epochs"), std::string::npos);
+}
+
+TEST(CommandLine, AKeyGivenTwiceInOneIniFileIsAnErrorNamingBothLines) {
+  std::string e = error_of([] {
+    parse_config_text("[train]\nepochs = 3\nseed = 1\n\n[train]\nepochs=5 # again\n", {}, "d.ini");
+  });
+  EXPECT_NE(e.find("key train.epochs is given twice in d.ini: on line 2 and on line 6"),
+            std::string::npos)
+      << e;
+  // The same name in two sections is two keys.
+  EXPECT_EQ(error_of([] { parse_config_text("[train]\nseed = 1\n[optim]\nname = sgd\n"); }), "");
+}
+
+TEST(CommandLine, TwoConfigFlagsAreAnErrorAndALaterOverrideWins) {
+  IniFile a("[train]\nepochs = 2\n", "a.ini"), b("[train]\nepochs = 3\n", "b.ini");
+  std::string e = args_error({"--config", a.path, "--config=" + b.path});
+  EXPECT_NE(e.find("two --config flags (" + a.path + " and " + b.path + ")"), std::string::npos)
+      << e;
+  // Documented (--help): on the command line a later --key wins, so wrappers can set defaults.
+  ParsedArgs p =
+      parse({"--config", a.path, "--optim.lr=0.1", "--train.epochs=4", "--optim.lr", "0.2"});
+  EXPECT_DOUBLE_EQ(p.config.optim_lr, 0.2);
+  EXPECT_EQ(p.config.train_epochs, 4);
+  EXPECT_NE(help_text().find("a later --key over an earlier one"), std::string::npos);
+}
+
+TEST(CommandLine, MalformedArgumentsAreErrorsThatSayWhatToWrite) {
+  EXPECT_NE(args_error({"configs/x.ini"}).find("pass the file as --config configs/x.ini"),
+            std::string::npos);
+  EXPECT_NE(args_error({"--optim.lr"}).find("option --optim.lr needs a value"), std::string::npos);
+  // The next option is not taken as the value of one that lacks it.
+  EXPECT_NE(args_error({"--data.test", "--optim.lr=1"}).find("option --data.test needs a value"),
+            std::string::npos);
+  EXPECT_NE(args_error({"--help=yes"}).find("--help takes no value"), std::string::npos);
+  EXPECT_NE(args_error({"--optim.lrr=1"}).find("did you mean optim.lr?"), std::string::npos);
+  EXPECT_NE(args_error({"--config="}).find("--config needs a file name"), std::string::npos);
+  const std::string folder = std::filesystem::temp_directory_path().string();
+  EXPECT_NE(args_error({"--config", folder}).find("config file '" + folder + "' is a folder"),
+            std::string::npos);
+  EXPECT_TRUE(parse({"-h"}).help);
+  EXPECT_TRUE(parse({"--eval-only", "--print-config"}).eval_only);
+}
+
+TEST(CommandLine, IntegersOutOfRangeSaySo) {
+  std::string e = args_error({"--train.epochs=9223372036854775808"});
+  EXPECT_NE(e.find("key train.epochs in the command line: 9223372036854775808 is out of range"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(args_error({"--optim.lr=1e999"}).find("out of range"), std::string::npos);
+  // Values later cast to int or float or scaled to bytes have upper bounds that name the key.
+  e = args_error({"--train.threads=4294967297"});
+  EXPECT_NE(e.find("key train.threads in the command line: 4294967297 is above the maximum"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(args_error({"--data.memory_budget_mb=9223372036854775807"}).find("above the maximum"),
+            std::string::npos);
+  EXPECT_NE(args_error({"--dist.bucket_mb=1e300"}).find("above the maximum"), std::string::npos);
+  EXPECT_NE(args_error({"--optim.lr=1e39"}).find("above the maximum"), std::string::npos);
+}
+
+TEST(Config, DefaultsOwnedByALayerComeFromThatLayer) {
+  const Config c;
+  EXPECT_EQ(c.data_memory_budget_mb << 20, data::kDefaultMemoryBudgetBytes);
+  EXPECT_EQ(c.data_prefetch, data::kDefaultPrefetchDepth);
+  EXPECT_EQ(static_cast<std::size_t>(c.dist_bucket_mb * (1 << 20)), dist::kDefaultBucketBytes);
+  EXPECT_EQ(static_cast<std::size_t>(c.dist_first_bucket_mb * (1 << 20)),
+            dist::kDefaultFirstBucketBytes);
+  // --help prints the same default the data layer uses.
+  EXPECT_NE(help_text().find("data.memory_budget_mb"), std::string::npos);
+  EXPECT_NE(help_text().find("default: " + std::to_string(data::kDefaultMemoryBudgetBytes >> 20)),
+            std::string::npos);
+}
+
+TEST(Config, CheckpointCadenceWithoutAFolderIsAnError) {
+  std::string e = error_of([] { parse_config_text("[checkpoint]\nevery_steps = 100\n"); });
+  EXPECT_NE(e.find("key checkpoint.every_steps = 100 asks for checkpoints, but checkpoint.dir is "
+                   "empty"),
+            std::string::npos)
+      << e;
+  e = error_of([] { parse_config_text("", {"checkpoint.every_minutes=30"}); });
+  EXPECT_NE(e.find("checkpoint.every_minutes = 30"), std::string::npos) << e;
+  EXPECT_EQ(error_of([] {
+              parse_config_text("", {"checkpoint.every_steps=5", "checkpoint.dir=d"});
+            }),
+            "");
+}

@@ -25,6 +25,21 @@ class Error : public std::runtime_error {
   int line_;
 };
 
+// A failed allocation: the message says how much was asked, on which device, and what was free;
+// callers up the stack add what the memory was for (a tensor's shape, a layer, a data set) with
+// rethrow_with_context, so the report names what to shrink.
+class OutOfMemory final : public Error {
+ public:
+  using Error::Error;
+};
+
+// Inside a catch block: rethrows the current lockstep::Error (an OutOfMemory stays one) with
+// "context: " in front of its message; hint and origin are kept.
+[[noreturn]] void rethrow_with_context(const std::string& context);
+
+// "3.2 GiB", "512 B": a byte count for messages.
+std::string format_bytes(double bytes);
+
 // str(a, b, c) concatenates anything that has an operator<<.
 template <class... Args>
 std::string str(const Args&... args) {
@@ -39,6 +54,9 @@ std::string str(const Args&... args) {
   throw ::lockstep::Error(::lockstep::str(__VA_ARGS__), "", __FILE__, __LINE__)
 #define LOCKSTEP_FAIL_HINT(hint, ...) \
   throw ::lockstep::Error(::lockstep::str(__VA_ARGS__), (hint), __FILE__, __LINE__)
+// The same with another type derived from Error (OutOfMemory).
+#define LOCKSTEP_FAIL_HINT_TYPE(type, hint, ...) \
+  throw ::lockstep::type(::lockstep::str(__VA_ARGS__), (hint), __FILE__, __LINE__)
 // LOCKSTEP_CHECK(cond, "message parts", ...): throws lockstep::Error when cond is false.
 #define LOCKSTEP_CHECK(cond, ...) \
   do {                            \

@@ -57,6 +57,17 @@ class ShardedDataset : public Dataset {
   void gather(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const override;
   std::string describe() const override;
 
+  // Where global sample `index` lives: its shard and its index within that shard's /x.
+  struct Location {
+    const ShardFile* shard;
+    std::int64_t index;
+  };
+  Location locate(std::int64_t index) const;
+
+  // "train-00001-of-00002.h5 (shard 1 of 2): 3 samples in [10, 47]; ..." for a set of global
+  // indices (any order, repeats allowed), grouped by shard: for messages about bad samples.
+  std::string describe_samples(std::vector<std::int64_t> indices) const;
+
   // Bytes of /x read from the files so far (at open in memory mode, per batch on demand).
   std::int64_t bytes_read() const { return bytes_read_.load(); }
 

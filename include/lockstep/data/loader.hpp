@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "lockstep/core/tensor.hpp"
 #include "lockstep/data/dataset.hpp"  // ShardedDataset, what most callers pass
@@ -26,7 +27,8 @@ struct Batch {
   Tensor x;  // host; images: dataset dtype (u8 or f32) [b, ...sample_shape]; tokens: i32 [b, T]
   Tensor y;  // host; images: i32 [b]; tokens: i32 [b, T] (x shifted by one)
   std::int64_t epoch = 0;
-  std::int64_t index_in_epoch = 0;  // batch number within the epoch, counting skipped ones
+  std::int64_t index_in_epoch = 0;    // batch number within the epoch, counting skipped ones
+  std::vector<std::int64_t> indices;  // the dataset indices of x's rows (to trace bad data)
 };
 
 struct LoaderOptions {

@@ -48,6 +48,15 @@ CheckpointState read_checkpoint(const std::string& path);
 // DIR/ckpt-00001234.h5 (at least 8 digits, so names sort by step).
 std::string checkpoint_path(const std::string& dir, std::int64_t step);
 
+// A checkpoint file found in a folder by its name, DIR/ckpt-<step>.h5.
+struct CheckpointFile {
+  std::int64_t step;
+  std::string path;
+};
+// Every ckpt-<digits>.h5 in `dir` (none when it does not exist), highest step first; nothing is
+// read but the names.
+std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
+
 // The highest-step checkpoint in `dir` that reads back completely; each partial or corrupt one is
 // skipped with warn("<file>: <reason>, skipped"). nullopt when there is none (or no folder).
 std::optional<std::string> find_latest_checkpoint(
@@ -81,11 +90,6 @@ ExportedParameters read_exported_parameters(const std::string& path);
 // most one new batch worth is seen twice.
 std::int64_t rescale_batch_in_epoch(std::int64_t batch_in_epoch, std::int64_t old_samples_per_batch,
                                     std::int64_t new_samples_per_batch);
-
-// HDF5 link names cannot contain '/': names are stored percent-escaped ('%' -> %25, '/' -> %2F,
-// a name "." -> %2E), and each dataset also carries its real name in a "name" attribute.
-std::string escape_h5_name(const std::string& name);
-std::string unescape_h5_name(const std::string& escaped);
 
 namespace detail {
 // CRC-32 (zlib's, as Python's zlib.crc32) continued from `crc`; 0 starts a new one.

@@ -9,15 +9,19 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/data/defaults.hpp"
+#include "lockstep/dist/reducer.hpp"
+
 namespace lockstep::train {
 
-// Field defaults are the documented defaults (the table in config.cpp reads them from here).
+// Field defaults are the documented defaults (the table in config.cpp reads them from here); where
+// a layer owns a default (data/defaults.hpp, dist/reducer.hpp), the field takes it from there.
 struct Config {
   // [data]
   std::string data_train = "data/fashion-mnist/train";
   std::string data_test = "data/fashion-mnist/test";
-  std::int64_t data_memory_budget_mb = 2048;
-  std::int64_t data_prefetch = 4;
+  std::int64_t data_memory_budget_mb = data::kDefaultMemoryBudgetBytes >> 20;
+  std::int64_t data_prefetch = data::kDefaultPrefetchDepth;
   // [model]
   std::string model_spec = "mlp:256,256";
   // [train]
@@ -52,8 +56,8 @@ struct Config {
   double optim_clip_norm = 0.0;
   std::string optim_decay = "all";
   // [dist]
-  double dist_bucket_mb = 25.0;
-  double dist_first_bucket_mb = 1.0;
+  double dist_bucket_mb = static_cast<double>(dist::kDefaultBucketBytes >> 20);
+  double dist_first_bucket_mb = static_cast<double>(dist::kDefaultFirstBucketBytes >> 20);
   bool dist_sync = true;
   double dist_timeout_s = 300.0;  // comm::kDefaultTimeoutSeconds (tests/comm checks they agree)
   std::string dist_algorithm = "auto";
@@ -79,8 +83,10 @@ struct ParsedArgs {
   bool eval_only = false;
 };
 
-// Parses argv: `--config FILE`, `--section.key=value` overrides (applied over the file),
-// `--print-config`, `--help`, `--eval-only`. Throws lockstep::Error naming the key or file.
+// Parses argv: `--config FILE`, `--section.key=value` or `--section.key value` overrides
+// (applied over the file, in order: a later one wins), `--print-config`, `--help` (-h),
+// `--eval-only`. `--key=` sets the empty value. Throws lockstep::Error naming the key or file on
+// an unknown or malformed argument, two --config flags, or a key given twice in the file.
 ParsedArgs parse_args(int argc, const char* const* argv);
 // Parses INI text (as if read from `origin`) plus "section.key=value" overrides; for tests.
 Config parse_config_text(const std::string& ini, const std::vector<std::string>& overrides = {},
@@ -88,6 +94,9 @@ Config parse_config_text(const std::string& ini, const std::vector<std::string>&
 
 // The resolved config as an INI file that parse_args accepts back.
 std::string to_ini(const Config& config);
+// The value of "section.key" in INI text (e.g. a checkpoint's recorded config), read without
+// checking the other keys, so text from another lockstep version reads too; "" when absent.
+std::string ini_value(const std::string& ini, const std::string& key);
 // Every key with its default and meaning.
 std::string help_text();
 // "section.key" -> value for the settings that must agree across ranks (all but purely local

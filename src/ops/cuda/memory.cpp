@@ -155,10 +155,17 @@ class CachingAllocator final : public Allocator {
     }
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
-      LOCKSTEP_FAIL_HINT("reduce the batch size or the model, or use more GPUs",
-                         "out of GPU memory on cuda:", device, " allocating ",
-                         static_cast<double>(requested) / kMiB, " MiB (", cache.in_use / kMiB,
-                         " MiB in use by tensors)");
+      std::size_t free_bytes = 0, total_bytes = 0;
+      const bool known = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+      (void)cudaGetLastError();
+      LOCKSTEP_FAIL_HINT_TYPE(OutOfMemory, "reduce the batch size or the model, or use more GPUs",
+                              "out of GPU memory on cuda:", device, ": cannot allocate ",
+                              format_bytes(static_cast<double>(requested)), " (",
+                              known ? str("free ", format_bytes(static_cast<double>(free_bytes)),
+                                          " of ", format_bytes(static_cast<double>(total_bytes)))
+                                    : std::string("free memory unknown"),
+                              "; ", format_bytes(static_cast<double>(cache.in_use)),
+                              " in use by lockstep tensors)");
     }
     LOCKSTEP_CHECK_CUDA(status);
     ++cache.mallocs;

@@ -1,0 +1,248 @@
+// The loop reads top to bottom as one step does: batches -> engine (forward, backward, gradients
+// averaged) -> NaN/Inf policy -> clip, LR, optimizer -> log record -> checkpoint or stop; after
+// each epoch, evaluation. Two extensions are meant to plug in without reshaping it:
+//  - a GPU step without host syncs: the step's loss (what forward_backward returns, summed in
+//    step_loss) is read in two places only, the finiteness check and the log Interval; a loss
+//    kept on the device replaces those two reads (the gradient check is already one pass over
+//    the flat buckets with one readback, optim/clip.hpp).
+//  - sequence models: the loss scale comes from the rows of y (y.numel(): B for classification,
+//    B*T for next-token labels [B, T]), not from the sample count, and evaluation is called from
+//    one place (evaluate_now), which can as well run every N steps.
+#include "lockstep/train/loop.hpp"
+
+#include <cmath>
+#include <optional>
+
+#include "lockstep/core/clock.hpp"
+#include "lockstep/ops/ops.hpp"
+#include "lockstep/optim/clip.hpp"
+#include "lockstep/train/evaluate.hpp"
+#include "lockstep/train/signals.hpp"
+
+namespace lockstep::train {
+namespace {
+
+// Sums over the steps of one log interval, averaged when the record is written.
+struct Interval {
+  double loss = 0, compute = 0, comm = 0, copy = 0, gather = 0;
+  std::int64_t steps = 0;
+  Clock::time_point start = Clock::now();
+
+  void add(double step_loss, const dist::StepTimes& t) {
+    loss += step_loss;
+    compute += t.compute;
+    comm += t.comm_exposed;
+    copy += t.param_copy;
+    gather += t.grad_gather;
+    ++steps;
+  }
+};
+
+// The step's input samples holding NaN or Inf, by shard and index, or "" when every input is
+// finite (then the training itself diverged). Only run on a non-finite step: costs nothing else.
+std::string bad_inputs(const data::ShardedDataset& set, const std::vector<data::Batch>& batches) {
+  std::vector<std::int64_t> bad;
+  for (const data::Batch& b : batches) {
+    if (b.x.dtype() != DType::F32) continue;  // u8 images cannot hold NaN
+    const std::int64_t rows = b.x.dim(0), row = rows > 0 ? b.x.numel() / rows : 0;
+    const float* x = b.x.data<float>();
+    // A batch that does not say where its rows came from is named by its place in the epoch.
+    const bool traced = b.indices.size() == static_cast<std::size_t>(rows);
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t k = 0; k < row; ++k)
+        if (!std::isfinite(x[i * row + k])) {
+          if (!traced) return str("row ", i, " of batch ", b.index_in_epoch, " of epoch ", b.epoch);
+          bad.push_back(b.indices[static_cast<std::size_t>(i)]);
+          break;
+        }
+  }
+  return bad.empty() ? "" : set.describe_samples(bad);
+}
+
+// Checkpoints and stop requests, decided identically on every rank: one small allreduce per step
+// (only when checkpoint.dir is set) combines a signal seen by any rank with rank 0's clock.
+class Checkpoints {
+ public:
+  explicit Checkpoints(Run& run) : run_(run) {
+    if (!run.config.checkpoint_dir.empty()) stop_ = std::make_unique<StopRequest>();
+  }
+  bool enabled() const { return stop_ != nullptr; }
+
+  // The signal that stops the run after this step (0 = none); saves when a save is due.
+  int after_step(TrainResult& result) {
+    if (!enabled()) return 0;
+    const Config& c = run_.config;
+    const std::int64_t step = run_.state->step;
+    std::int64_t due_by_time = c.checkpoint_every_minutes > 0 &&
+                               seconds_since(last_save_) >= c.checkpoint_every_minutes * 60.0;
+    std::vector<std::int64_t> flags = {stop_->requested(), run_.rank == 0 ? due_by_time : 0};
+    run_.comm.allreduce(flags, comm::ReduceOp::Max);
+    const bool due =
+        flags[1] != 0 || (c.checkpoint_every_steps > 0 && step % c.checkpoint_every_steps == 0);
+    if (flags[0] != 0 || (due && step < run_.plan.total_steps)) save(result);
+    return static_cast<int>(flags[0]);
+  }
+  // Rank 0 writes; every rank restarts the clock.
+  void save(TrainResult& result) {
+    if (run_.rank == 0) {
+      result.checkpoint = run_.state->save(run_.config.checkpoint_dir,
+                                           static_cast<int>(run_.config.checkpoint_keep));
+      run_.line("checkpoint " + result.checkpoint);
+    }
+    last_save_ = Clock::now();
+  }
+
+ private:
+  Run& run_;
+  std::unique_ptr<StopRequest> stop_;  // without a folder, signals kill as usual
+  Clock::time_point last_save_ = Clock::now();
+};
+
+}  // namespace
+
+TrainResult train_loop(Run& run) {
+  const Config& c = run.config;
+  TrainState& state = *run.state;
+  dist::Engine& engine = *run.engine;
+  data::Loader& loader = *run.loader;
+  const StepPlan& plan = run.plan;
+  TrainResult result;
+  Checkpoints checkpoints(run);
+  Interval interval;
+  loader.reset_data_wait();
+  const auto run_start = Clock::now();
+  const std::int64_t start_epoch = state.position.epoch;
+  const std::int64_t start_step_in_epoch = state.position.batch_in_epoch / plan.accumulation;
+  bool stopping = false;
+  std::vector<data::Batch> batches;  // the current step's micro-batches
+
+  auto evaluate_now = [&](std::int64_t epoch) {
+    auto eval_start = Clock::now();
+    EvalResult ev = evaluate(run, *run.test_set);
+    result.test_accuracy = ev.accuracy;
+    result.test_loss = ev.loss;
+    run.line(str("epoch ", epoch, ": test_loss ", ev.loss, " test_accuracy ", ev.accuracy, " (",
+                 ev.samples, " samples)"));
+    run.metrics.write(JsonRecord()
+                          .add("event", "eval")
+                          .add("epoch", epoch)
+                          .add("step", state.step)
+                          .add("test_loss", ev.loss)
+                          .add("test_accuracy", ev.accuracy));
+    // Evaluation time is not training time: shift the interval's start past it.
+    interval.start += Clock::now() - eval_start;
+  };
+
+  for (std::int64_t epoch = start_epoch;
+       epoch < c.train_epochs && state.step < plan.total_steps && !stopping; ++epoch) {
+    loader.start_epoch(epoch);
+    const std::int64_t first_step = epoch == start_epoch ? start_step_in_epoch : 0;
+    for (std::int64_t s = first_step; s < plan.steps_per_epoch && state.step < plan.total_steps;
+         ++s) {
+      // ---- gradients of one step: `accumulation` micro-batches, averaged over ranks
+      run.comm.set_step(state.step + 1);  // named in hung-collective reports (dist.timeout_s)
+      engine.begin_step();
+      double step_loss = 0;
+      batches.clear();  // kept until the step is known finite, to name bad input data
+      for (std::int64_t micro = 0; micro < plan.accumulation; ++micro) {
+        std::optional<data::Batch> batch = loader.next();
+        LOCKSTEP_CHECK(batch.has_value(), "loader ended epoch ", epoch, " early at step ", s);
+        // The mean over all of the step's label rows, on every rank and micro-step alike.
+        const float loss_scale = 1.0f / static_cast<float>(batch->y.numel() * plan.accumulation);
+        step_loss +=
+            engine.forward_backward(batch->x, batch->y, loss_scale, micro + 1 == plan.accumulation);
+        batches.push_back(std::move(*batch));
+      }
+      engine.finish_gradients();
+      step_loss /= static_cast<double>(plan.accumulation);
+      ++state.step;
+      state.position = {epoch, (s + 1) * plan.accumulation};
+
+      // ---- the update, unless the step is not finite
+      const double lr = run.schedule->lr_at(state.step - 1);
+      // After the allreduce every rank holds the same gradients, so this gives the same answer
+      // everywhere without another collective: one pass over the flat gradients, one readback
+      // (with the global norm when clipping needs it).
+      const optim::GradientCheck grads =
+          optim::check_gradients(*run.ctx, *run.flat, /*with_norm=*/c.optim_clip_norm > 0);
+      if (!(std::isfinite(step_loss) && grads.finite())) {
+        // Bad data is not a learning-rate problem: name the samples. Every rank is here (the
+        // averaged gradients are the same everywhere), so the ranks agree on whose data it was.
+        std::string bad = bad_inputs(*run.train_set, batches);
+        if (c.dist_sync && run.world > 1) {
+          std::vector<std::int64_t> holder = {bad.empty() ? -1 : run.rank};
+          run.comm.allreduce(holder, comm::ReduceOp::Max);
+          if (bad.empty() && holder[0] >= 0)
+            bad = str("rank ", holder[0], "'s batch (named there)");
+        }
+        LOCKSTEP_CHECK_HINT(c.train_nan_policy == "skip" || bad.empty(),
+                            "clean the source data and regenerate the shards with lockstep-shard, "
+                            "or set train.nan_policy = skip to skip such steps",
+                            "bad data at step ", state.step, " (epoch ", epoch, ", rank ", run.rank,
+                            "): non-finite input values in ", bad);
+        LOCKSTEP_CHECK_HINT(c.train_nan_policy == "skip",
+                            "lower optim.lr, set optim.clip_norm, or train.nan_policy = skip",
+                            "non-finite loss or gradient at step ", state.step, " (epoch ", epoch,
+                            ", loss on rank ", run.rank, ": ", step_loss, ")");
+        ++result.skipped_steps;
+        run.line(str("warning: step ", state.step, " skipped: ",
+                     bad.empty() ? "non-finite loss or gradient" : "non-finite input in " + bad));
+      } else {
+        if (c.optim_clip_norm > 0)
+          optim::clip_grad_norm(*run.ctx, *run.flat, static_cast<float>(c.optim_clip_norm),
+                                grads.norm());
+        run.optimizer->set_lr(static_cast<float>(lr));
+        run.optimizer->step(*run.ctx);
+        interval.add(step_loss, engine.times());
+      }
+
+      // ---- the log record: collective at the same steps on every rank (mean loss over ranks)
+      if ((state.step % c.log_every == 0 || state.step == plan.total_steps) && interval.steps > 0) {
+        std::vector<double> v = {interval.loss / static_cast<double>(interval.steps)};
+        run.comm.allreduce(v, comm::ReduceOp::Sum);
+        const double loss = v[0] / run.world;
+        const double n = static_cast<double>(interval.steps);
+        const double elapsed = seconds_since(interval.start);
+        const double sps = n * static_cast<double>(plan.global_batch) / elapsed;
+        result.final_train_loss = loss;
+        if (run.logs) run.progress->step(state.step, epoch, loss, lr, sps);
+        run.metrics.write(JsonRecord()
+                              .add("step", state.step)
+                              .add("epoch", epoch)
+                              .add("loss", loss)
+                              .add("lr", lr)
+                              .add("samples_per_s", sps)
+                              .add("step_time_s", elapsed / n)
+                              .add("compute_s", interval.compute / n)
+                              .add("comm_exposed_s", interval.comm / n)
+                              .add("param_copy_s", interval.copy / n)
+                              .add("grad_gather_s", interval.gather / n)
+                              .add("data_wait_s", loader.data_wait_seconds() / n));
+        interval = Interval();
+        loader.reset_data_wait();
+      }
+
+      // ---- checkpoint when due; stop (with a checkpoint) on a signal
+      if (int signal = checkpoints.after_step(result)) {
+        run.line(str("stopping at step ", state.step, " on ", StopRequest::signal_name(signal),
+                     "; resume with --train.resume=auto"));
+        stopping = result.stopped_by_signal = true;
+        break;
+      }
+    }
+    if (stopping) break;
+    result.epochs = epoch + 1;
+    if (run.test_set && c.train_eval) evaluate_now(epoch);
+  }
+  run.progress->finish();
+  result.steps = state.step;
+  if (checkpoints.enabled() && !stopping &&
+      result.checkpoint != checkpoint_path(c.checkpoint_dir, state.step))
+    checkpoints.save(result);
+  result.wall_seconds = seconds_since(run_start);
+  result.samples_per_second =
+      static_cast<double>(state.step * plan.global_batch) / result.wall_seconds;
+  return result;
+}
+
+}  // namespace lockstep::train

@@ -1,0 +1,319 @@
+#include "lockstep/train/setup.hpp"
+
+#include <sched.h>
+
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "lockstep/comm/bootstrap.hpp"
+#include "lockstep/comm/gpu_select.hpp"
+#include "lockstep/comm/transport.hpp"
+#include "lockstep/core/error.hpp"
+#include "lockstep/core/rng.hpp"
+#include "lockstep/data/sampler.hpp"
+#include "lockstep/dist/data_parallel.hpp"
+#include "lockstep/optim/adamw.hpp"
+#include "lockstep/optim/sgd.hpp"
+
+namespace lockstep::train {
+namespace {
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c,
+                                                 std::shared_ptr<optim::FlatParams> params) {
+  if (c.optim_name == "adamw") {
+    optim::AdamWOptions o;
+    o.lr = static_cast<float>(c.optim_lr);
+    o.beta1 = static_cast<float>(c.optim_beta1);
+    o.beta2 = static_cast<float>(c.optim_beta2);
+    o.eps = static_cast<float>(c.optim_eps);
+    o.weight_decay = static_cast<float>(c.optim_weight_decay);
+    o.decay = optim::parse_decay_scope(c.optim_decay);
+    return std::make_unique<optim::AdamW>(std::move(params), o);
+  }
+  optim::SgdOptions o;
+  o.lr = static_cast<float>(c.optim_lr);
+  o.momentum = static_cast<float>(c.optim_momentum);
+  o.nesterov = c.optim_nesterov;
+  o.weight_decay = static_cast<float>(c.optim_weight_decay);
+  o.decay = optim::parse_decay_scope(c.optim_decay);
+  return std::make_unique<optim::Sgd>(std::move(params), o);
+}
+
+std::unique_ptr<optim::LrSchedule> make_schedule(const Config& c, std::int64_t total_steps) {
+  LOCKSTEP_CHECK_HINT(c.optim_schedule != "cosine" || c.optim_warmup_steps < total_steps,
+                      "lower optim.warmup_steps or train more steps",
+                      "optim.warmup_steps = ", c.optim_warmup_steps, " but the run has only ",
+                      total_steps, " steps for its cosine schedule");
+  optim::ScheduleOptions o;
+  o.kind = c.optim_schedule;
+  o.base_lr = c.optim_lr;
+  o.warmup_steps = c.optim_warmup_steps;
+  o.step_size = c.optim_step_size;
+  o.gamma = c.optim_gamma;
+  o.min_lr = c.optim_min_lr;
+  o.total_steps = total_steps;
+  return optim::make_schedule(o);
+}
+
+Device choose_device(const Config& config, comm::Communicator& comm, const std::string& parallel) {
+  if (config.train_device == "cpu" || (config.train_device == "auto" && !cuda_available()))
+    return Device::cpu();
+  LOCKSTEP_CHECK_HINT(cuda_available(), "set train.device = cpu, or run where a GPU is visible",
+                      "train.device = cuda but no GPU is available to rank ", comm.rank(),
+                      " on host ", comm::this_host());
+  // One GPU per rank (DDP; train.gpu says which); DataParallel's master takes GPU 0 and its
+  // replicas the next.
+  if (parallel == "dp") return Device::cuda(0);
+  return comm::select_gpu(comm, config.train_gpu);
+}
+
+std::shared_ptr<data::ShardedDataset> open_set(const std::string& key, const std::string& spec,
+                                               std::int64_t budget_mb) {
+  try {
+    return data::ShardedDataset::open(spec, budget_mb << 20);
+  } catch (const Error& e) {
+    // The data layer names the files; say which key pointed there.
+    rethrow_with_context(e.message().rfind(spec, 0) == 0 ? key : key + " = " + spec);
+  }
+}
+
+std::unique_ptr<dist::Engine> make_engine(Run& run, const Config& config) {
+  if (run.parallel == "dp") {
+    dist::DataParallelOptions dp;
+    dp.replicas = run.replicas;
+    dp.threads_per_replica = run.threads;
+    dp.input = run.norm;
+    if (run.ctx->device().is_cuda()) {
+      LOCKSTEP_CHECK(cuda_device_count() >= run.replicas, "train.replicas = ", run.replicas,
+                     " but only ", cuda_device_count(), " GPUs are visible");
+      for (int r = 0; r < run.replicas; ++r)
+        dp.devices.push_back(Device::cuda(r));
+    }
+    return std::make_unique<dist::DataParallelEngine>(*run.ctx, *run.model, config.model_spec,
+                                                      run.train_set->sample_shape(),
+                                                      run.train_set->num_classes(), dp, run.flat);
+  }
+  dist::DdpOptions ddp;
+  ddp.reducer.bucket_bytes = static_cast<std::size_t>(config.dist_bucket_mb * (1 << 20));
+  ddp.reducer.first_bucket_bytes =
+      static_cast<std::size_t>(config.dist_first_bucket_mb * (1 << 20));
+  ddp.sync = config.dist_sync;
+  ddp.input = run.norm;
+  return std::make_unique<dist::DdpEngine>(*run.ctx, *run.model, *run.gradient_comm, ddp, run.flat);
+}
+
+}  // namespace
+
+StepPlan plan_steps(const Config& c, int world, std::int64_t samples_per_rank,
+                    std::int64_t dataset_size) {
+  StepPlan p;
+  p.global_batch = c.train_global_batch;
+  p.accumulation = c.train_accumulation;
+  std::int64_t split = 0;
+  LOCKSTEP_CHECK_HINT(!__builtin_mul_overflow(std::int64_t{world}, p.accumulation, &split) &&
+                          p.global_batch % split == 0,
+                      "choose train.global_batch as a multiple of ranks x train.accumulation",
+                      "train.global_batch = ", p.global_batch, " does not divide into ", world,
+                      " ranks x ", p.accumulation, " micro-steps");
+  p.local_batch = p.global_batch / split;
+  const std::int64_t loader_batches = samples_per_rank / p.local_batch;
+  p.steps_per_epoch = loader_batches / p.accumulation;
+  LOCKSTEP_CHECK_HINT(p.steps_per_epoch > 0, "lower train.global_batch or add data",
+                      "the training set (", dataset_size, " samples) is smaller than one step of ",
+                      p.global_batch, " samples");
+  std::int64_t total = 0;
+  if (__builtin_mul_overflow(p.steps_per_epoch, c.train_epochs, &total)) {
+    // Huge epoch counts are fine as long as max_steps ends the run.
+    LOCKSTEP_CHECK_HINT(c.train_max_steps > 0, "set train.max_steps, or fewer train.epochs",
+                        "train.epochs = ", c.train_epochs, " x ", p.steps_per_epoch,
+                        " steps per epoch is more steps than a 64-bit counter holds");
+    total = c.train_max_steps;
+  }
+  p.total_steps = c.train_max_steps > 0 ? std::min(total, c.train_max_steps) : total;
+  return p;
+}
+
+void Run::line(const std::string& text) const {
+  if (logs && progress) progress->line(text);
+}
+
+void check_config_agrees(comm::Communicator& comm, const Config& config) {
+  std::ostringstream text;
+  for (const auto& [key, value] : rank_invariant_settings(config))
+    text << key << '=' << value << '\n';
+  std::vector<std::string> all = comm.allgather(text.str());
+  auto parse = [](const std::string& s) {
+    std::map<std::string, std::string> m;
+    std::istringstream in(s);
+    for (std::string line; std::getline(in, line);) {
+      auto eq = line.find('=');
+      if (eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    return m;
+  };
+  auto reference = parse(all[0]);
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    auto other = parse(all[r]);
+    std::string diff;
+    for (const auto& [key, value] : reference) {
+      if (other[key] == value) continue;
+      if (!diff.empty()) diff += "; ";
+      diff += key + ": rank 0 has '" + value + "', rank " + std::to_string(r) + " has '" +
+              other[key] + "'";
+    }
+    LOCKSTEP_FAIL_HINT("every rank must read the same config file and overrides",
+                       "config differs between ranks: ", diff);
+  }
+}
+
+int resolve_threads(const Config& config, int local_ranks, int replicas) {
+  if (config.train_threads > 0) return static_cast<int>(config.train_threads);
+  int node_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int cores = node_cores / std::max(1, local_ranks);
+  // A launcher that bound this rank to some cores (srun --cpus-per-task, mpirun --bind-to,
+  // taskset) already did the division between ranks: use exactly the cores it gave us.
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
+    int allowed = CPU_COUNT(&mask);
+    if (allowed > 0 && allowed < node_cores) cores = allowed;
+  }
+  return std::max(1, cores / std::max(1, replicas));
+}
+
+std::string resolve_parallel(const Config& config, int world_size) {
+  if (config.train_parallel != "auto") return config.train_parallel;
+  return world_size > 1 ? "ddp" : "none";
+}
+
+std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control,
+                               const SetupOptions& options) {
+  auto run = std::make_unique<Run>(config, control);
+  Run& r = *run;
+  r.rank = control.rank();
+  r.world = control.size();
+  r.parallel = resolve_parallel(config, r.world);
+  LOCKSTEP_CHECK_HINT(r.parallel != "dp" || r.world == 1,
+                      "launch parallel = dp as one process (it uses threads), or use ddp",
+                      "train.parallel = dp runs in one process, but this job has ", r.world,
+                      " ranks");
+  LOCKSTEP_CHECK_HINT(r.parallel != "none" || r.world == 1, "set train.parallel = ddp (or auto)",
+                      "train.parallel = none with ", r.world, " ranks would train ", r.world,
+                      " unrelated models");
+  LOCKSTEP_CHECK_HINT(!options.eval_only || !config.train_resume.empty(),
+                      "name the model to evaluate: --train.resume=FILE (or auto with "
+                      "checkpoint.dir)",
+                      "--eval-only needs a checkpoint, but train.resume is empty: it would "
+                      "evaluate an untrained model");
+  LOCKSTEP_CHECK_HINT(!options.eval_only || config.train_resume != "fresh",
+                      "name the model to evaluate: --train.resume=FILE or auto",
+                      "--eval-only with train.resume = fresh has no model to evaluate");
+  LOCKSTEP_CHECK_HINT(!options.eval_only || !config.data_test.empty(), "set data.test",
+                      "--eval-only needs data.test");
+  check_config_agrees(control, config);
+
+  r.logs = r.rank == 0 || config.log_rank_prefix;
+  r.prefix = config.log_rank_prefix ? "[rank " + std::to_string(r.rank) + "] " : "";
+  r.replicas = r.parallel == "dp" ? static_cast<int>(config.train_replicas) : 1;
+  r.threads = resolve_threads(config, control.local_size(), r.replicas);
+  // Outputs first: an unwritable metrics path, checkpoint folder or export fails before any work.
+  if (r.rank == 0 && !config.log_metrics.empty()) {
+    try {
+      r.metrics = MetricsFile(config.log_metrics);
+    } catch (const Error&) {
+      rethrow_with_context("log.metrics = " + config.log_metrics);
+    }
+  }
+  check_outputs_writable(config, control, /*writes_checkpoints=*/!options.eval_only);
+  r.ctx = std::make_unique<ops::Context>(choose_device(config, control, r.parallel), r.threads);
+  r.ctx->set_precision(ops::precision_from_name(config.train_precision));
+  const Device device = r.ctx->device();
+
+  r.train_set = open_set("data.train", config.data_train, config.data_memory_budget_mb);
+  if (!config.data_test.empty() && (config.train_eval || options.eval_only))
+    r.test_set = open_set("data.test", config.data_test, config.data_memory_budget_mb);
+  if (r.test_set) {
+    LOCKSTEP_CHECK_HINT(
+        r.test_set->sample_shape() == r.train_set->sample_shape() &&
+            r.test_set->num_classes() == r.train_set->num_classes(),
+        "make train and test shards from the same source with lockstep-shard", "test set ",
+        config.data_test, " has samples ", shape_str(r.test_set->sample_shape()), " and ",
+        r.test_set->num_classes(), " classes, but the training set ", config.data_train, " has ",
+        shape_str(r.train_set->sample_shape()), " and ", r.train_set->num_classes());
+  }
+  const Shape input_shape = r.train_set->sample_shape();
+  r.model = std::make_unique<nn::Model>(
+      nn::Model::build(config.model_spec, input_shape, r.train_set->num_classes(),
+                       static_cast<std::uint64_t>(config.train_seed), device));
+  comm::check_same_on_all_ranks(control, "model structure", r.model->structure());
+  comm::check_same_on_all_ranks(control, "training data",
+                                str(r.train_set->size(), " samples of ", shape_str(input_shape),
+                                    ", ", r.train_set->num_classes(), " classes"));
+
+  r.norm = {r.train_set->mean(), r.train_set->stddev()};
+  data::DistributedSampler sampler(r.train_set->size(), r.world, r.rank, /*shuffle=*/true,
+                                   static_cast<std::uint64_t>(config.train_seed),
+                                   /*drop_last=*/false);
+  r.plan = plan_steps(config, r.world, sampler.num_samples(), r.train_set->size());
+  // Values, gradients and optimizer state in one flat layout, bucketed as DDP communicates it.
+  r.flat = std::make_shared<optim::FlatParams>(
+      r.model->parameters(),
+      optim::BucketLimits{static_cast<std::size_t>(config.dist_bucket_mb * (1 << 20)),
+                          static_cast<std::size_t>(config.dist_first_bucket_mb * (1 << 20))});
+  r.optimizer = make_optimizer(config, r.flat);
+  // Dropout masks differ between ranks (as with one RNG per process in PyTorch).
+  r.model->set_dropout_seed(hash_combine(static_cast<std::uint64_t>(config.train_seed),
+                                         static_cast<std::uint64_t>(r.rank)));
+  r.progress = std::make_unique<Progress>(
+      r.logs ? parse_progress_mode(config.log_progress) : ProgressMode::None, r.plan.total_steps,
+      r.prefix);
+
+  // ---- the state: fresh, or from the checkpoint rank 0 chose (every rank reads it: a shared
+  // file system is assumed, as for the shards; the DDP engine's broadcast then makes the replicas
+  // identical anyway).
+  RunLayout layout;
+  layout.world_size = r.world;
+  layout.samples_per_loader_batch = r.plan.local_batch * r.world;
+  layout.accumulation = r.plan.accumulation;
+  layout.parallel = r.parallel;
+  layout.config_ini = to_ini(config);
+  r.state = std::make_unique<TrainState>(*r.model, *r.optimizer, layout);
+  r.resumed_from = choose_resume(
+      config, control, [&](const std::string& w) { r.line("warning: " + w); }, !options.eval_only);
+  if (!r.resumed_from.empty()) {
+    const CheckpointState checkpoint = read_checkpoint(r.resumed_from);
+    r.state->restore(*r.ctx, checkpoint, r.resumed_from);
+    r.line(str("resumed from ", r.resumed_from, " at step ", r.state->step, " (epoch ",
+               r.state->position.epoch, ", batch ", r.state->position.batch_in_epoch,
+               ", written by ", checkpoint.world_size, " rank(s))"));
+  } else if (config.train_resume == "auto") {
+    r.line(str("no checkpoint in ", config.checkpoint_dir, ": starting fresh"));
+  }
+  LOCKSTEP_CHECK_HINT(
+      !options.eval_only || !r.resumed_from.empty(),
+      "train first, or name a checkpoint with --train.resume=FILE",
+      "--eval-only found no checkpoint to evaluate in checkpoint.dir = ", config.checkpoint_dir);
+
+  // ---- how gradients meet: the transport (comm/), then the engine over it; the engine's
+  // construction broadcasts rank 0's state, so it comes after the restore.
+  if (r.parallel != "dp") {
+    std::string transport;
+    r.gradient_comm = comm::gradient_communicator(
+        control, *r.ctx, comm::parse_allreduce_algorithm(config.dist_algorithm, "dist.algorithm"),
+        &transport);
+    if (r.world > 1) r.line("lockstep: gradient allreduce " + transport);
+  }
+  r.engine = make_engine(r, config);
+
+  data::LoaderOptions loader_options;
+  loader_options.prefetch_depth = static_cast<int>(config.data_prefetch);
+  loader_options.drop_last_batch = true;
+  loader_options.start_batch = r.state->position.batch_in_epoch;
+  r.loader =
+      std::make_unique<data::Loader>(r.train_set, sampler, r.plan.local_batch, loader_options);
+  r.schedule = make_schedule(config, r.plan.total_steps);
+  return run;
+}
+
+}  // namespace lockstep::train

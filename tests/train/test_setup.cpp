@@ -1,0 +1,125 @@
+// Setup's arithmetic and its refusals: how the batch divides and how long a run is, with every
+// overflow named, and the errors that name what the user must change before any work is done.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "lockstep/comm/local.hpp"
+#include "lockstep/train/loop.hpp"
+#include "lockstep/train/setup.hpp"
+#include "support/tiny_run.hpp"
+
+using namespace lockstep;
+using namespace lockstep::train;
+
+TEST(StepPlan, GlobalBatchDividesIntoRanksAccumulationAndLocalBatch) {
+  Config c;
+  c.train_global_batch = 96;
+  c.train_accumulation = 3;
+  c.train_epochs = 2;
+  const StepPlan p = plan_steps(c, /*world=*/4, /*samples_per_rank=*/250, 1000);
+  EXPECT_EQ(p.local_batch, 8);
+  EXPECT_EQ(p.steps_per_epoch, 250 / 8 / 3);
+  EXPECT_EQ(p.total_steps, 2 * (250 / 8 / 3));
+  c.train_global_batch = 100;
+  EXPECT_THROW(plan_steps(c, 4, 250, 1000), Error);
+}
+
+TEST(StepPlan, EpochsTimesStepsBeyondInt64IsAnErrorUnlessMaxStepsEndsTheRun) {
+  Config c;
+  c.train_global_batch = 8;
+  c.train_epochs = std::numeric_limits<std::int64_t>::max();
+  try {
+    plan_steps(c, 1, 64, 64);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.epochs = 9223372036854775807 x 8 steps per epoch"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.hint().find("train.max_steps"), std::string::npos);
+  }
+  c.train_max_steps = 10;
+  EXPECT_EQ(plan_steps(c, 1, 64, 64).total_steps, 10);
+}
+
+TEST(Setup, EvalOnlyWithoutACheckpointIsAnError) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"),
+                               test::write_tiny_set(dir.path(), "test"));
+  SetupOptions eval_only;
+  eval_only.eval_only = true;
+  std::string e = test::setup_error(c, eval_only);  // train.resume empty
+  EXPECT_NE(e.find("--eval-only needs a checkpoint, but train.resume is empty"), std::string::npos)
+      << e;
+  c.train_resume = "auto";
+  c.checkpoint_dir = dir / "none-yet";
+  e = test::setup_error(c, eval_only);
+  EXPECT_NE(e.find("--eval-only found no checkpoint to evaluate in checkpoint.dir"),
+            std::string::npos)
+      << e;
+}
+
+TEST(Setup, ResumingWithAnotherOptimizerNamesTheCheckpointAndBothOptimizers) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  c.checkpoint_dir = dir / "ckpt";
+  c.train_max_steps = 2;
+  auto comm = comm::make_single_rank_communicator();
+  const std::string saved = train_loop(*setup_run(c, *comm)).checkpoint;
+  ASSERT_FALSE(saved.empty());
+  Config other = c;
+  other.optim_name = "adamw";
+  other.train_resume = saved;
+  other.checkpoint_dir = dir / "ckpt2";
+  std::string e = test::setup_error(other);
+  EXPECT_NE(e.find("checkpoint " + saved +
+                   " was written by optimizer 'sgd' but this run uses "
+                   "optim.name = adamw"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("--optim.name=sgd"), std::string::npos) << e;
+  // Checkpoints from before the "optimizer" attribute: the recorded config says which.
+  CheckpointState old = read_checkpoint(saved);
+  old.attrs.erase("optimizer");
+  write_checkpoint(dir / "old.h5", old);
+  other.train_resume = dir / "old.h5";
+  e = test::setup_error(other);
+  EXPECT_NE(e.find("was written by optimizer 'sgd'"), std::string::npos) << e;
+}
+
+TEST(Setup, AnUnwritableMetricsPathNamesTheKey) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  std::ofstream(dir / "a-file") << "x";
+  c.log_metrics = dir / "a-file/metrics.jsonl";
+  const std::string e = test::setup_error(c);
+  EXPECT_NE(e.find("log.metrics = " + c.log_metrics + ": metrics file"), std::string::npos) << e;
+  EXPECT_NE(e.find("Not a directory"), std::string::npos) << e;
+}
+
+TEST(Setup, OutOfMemoryNamesTheLayerTheSizeAskedAndWhatWasFree) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  // 4 x 10^17 floats: beyond any machine (and beyond what is even asked of the allocator, so
+  // sanitizer builds behave the same).
+  c.model_spec = "linear(100000000000000000)-relu-linear(3)";
+  const std::string e = test::setup_error(c);
+  EXPECT_NE(e.find("model.spec layer 0 'linear(100000000000000000)'"), std::string::npos) << e;
+  EXPECT_NE(e.find("a f32 tensor [100000000000000000, 4] on cpu"), std::string::npos) << e;
+  EXPECT_NE(e.find("out of host memory: cannot allocate 1.4 EiB (available "), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("held by this process's tensors"), std::string::npos) << e;
+}
+
+TEST(Setup, AnUnwritableExportFailsAtSetupNotAfterTraining) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  std::ofstream(dir / "a-file") << "x";
+  c.checkpoint_export = dir / "a-file/params.h5";
+  const std::string e = test::setup_error(c);
+  EXPECT_NE(e.find("checkpoint.export = " + c.checkpoint_export + ": cannot create the folder"),
+            std::string::npos)
+      << e;
+}
