@@ -9,6 +9,8 @@
 //                     (--runs=a.json,b.json; least squares over sizes, residuals per size)
 //   scaling check     predicted against measured DDP step times from a runs.jsonl as
 //                     bench/scaling-calibrate.sh writes it, with compute measured in-process
+//   scaling allreduce predicted against measured times of one allreduce (flat and
+//                     hierarchical columns of a `lockstep-bench allreduce` file)
 //   scaling profile   per-bucket bytes and readiness of a model (FLOPs, or --measure)
 // JSON to --out (or stdout), tables to stderr. docs/SCALING.md shows every mode in use.
 #include <algorithm>
@@ -433,7 +435,14 @@ int run_fit(const Args& args) {
       LOCKSTEP_CHECK(bytes.size() >= 2, file, ": fewer than 2 sizes of column ", column,
                      " between --min-bytes and --max-bytes");
       const sm::LineFit fit = sm::fit_line(bytes, seconds);
-      const sm::Link link = sm::link_from_ring_fit(fit, ranks);
+      sm::Link link;  // stays zero, and says why, when the line has no per-byte cost
+      std::string problem;
+      try {
+        link = sm::link_from_ring_fit(fit, ranks);
+      } catch (const Error& e) {
+        problem = e.message();
+        std::fprintf(stderr, "# %s [%s]: %s\n", file.c_str(), column.c_str(), problem.c_str());
+      }
       std::fprintf(stderr,
                    "# %s [%s]: %d ranks on %d node(s), load %s\n#   t = %.2f us + n / %.4f GB/s"
                    " -> ring alpha %.2f us, B %.4f GB/s; rms relative residual %.1f%%%s\n",
@@ -459,10 +468,58 @@ int run_fit(const Args& args) {
            << ", \"slope_us_per_mb\": " << fit.slope * 1e12
            << ", \"alpha_us\": " << link.alpha_s * 1e6 << ", \"gbs\": " << link.bytes_per_s / 1e9
            << ", \"rms_relative\": " << fit.rms_relative << ", \"clamped\": \"" << fit.clamped
+           << "\", \"problem\": \"" << train::json_escape(problem)
            << "\", \"points\": " << bytes.size() << ", \"bytes_measured_fit_us\": ["
            << residuals.str() << "]}";
       first = false;
     }
+  }
+  json << "\n]}\n";
+  write_output(args, json.str());
+  return 0;
+}
+
+// ---- allreduce: predicted against measured times of one allreduce
+
+int run_allreduce(const Args& args) {
+  const std::string file = args.get("runs", "");
+  LOCKSTEP_CHECK_HINT(!file.empty(), "lockstep-bench allreduce --out=FILE writes one",
+                      "scaling allreduce: give --runs=FILE");
+  const std::vector<std::string> lines = read_lines(file);
+  LOCKSTEP_CHECK(!lines.empty() && has_field(lines[0], "ranks"), file,
+                 ": not a lockstep-bench allreduce JSON file");
+  sm::Topology topo;
+  topo.ranks = static_cast<int>(number_field(lines[0], "ranks", file));
+  topo.ranks_per_node = static_cast<int>(args.get_int("ranks-per-node", topo.ranks));
+  topo.intra = link_arg(args, "intra", "none");
+  topo.inter = link_arg(args, "inter", "none");
+  std::fprintf(stderr,
+               "# scaling allreduce: %s, %d ranks, %d per node (load then %s)\n# links: intra %s;"
+               " inter %s\n#%12s %12s %12s %7s %12s %12s %7s\n",
+               file.c_str(), topo.ranks, topo.ranks_per_node,
+               text_field(lines[0], "load_avg").c_str(), link_str(topo.intra).c_str(),
+               link_str(topo.inter).c_str(), "bytes", "flat us", "model ring", "ratio", "hier us",
+               "model hier", "ratio");
+  std::ostringstream json;
+  json << "{\"benchmark\": \"scaling-allreduce\", \"file\": \"" << file
+       << "\", \"ranks\": " << topo.ranks << ", \"ranks_per_node\": " << topo.ranks_per_node
+       << ", \"intra\": " << json_link(topo.intra) << ", \"inter\": " << json_link(topo.inter)
+       << ", \"results\": [";
+  bool first = true;
+  for (const std::string& line : lines) {
+    if (!has_field(line, "bytes") || !has_field(line, "sync_us")) continue;
+    const double n = number_field(line, "bytes", file);
+    const double flat = number_field(line, "sync_us", file) * 1e-6;
+    const double hier = number_field(line, "hier_us", file) * 1e-6;
+    const double ring_model = sm::allreduce_s(n, topo, sm::Algorithm::Ring);
+    const double hier_model = sm::allreduce_s(n, topo, sm::Algorithm::Hierarchical);
+    std::fprintf(stderr, " %12.0f %12.1f %12.1f %7.2f %12.1f %12.1f %7.2f\n", n, flat * 1e6,
+                 ring_model * 1e6, ring_model / flat, hier * 1e6, hier_model * 1e6,
+                 hier_model / hier);
+    json << (first ? "" : ",") << "\n  {\"bytes\": " << n << ", \"flat_s\": " << flat
+         << ", \"ring_model_s\": " << ring_model << ", \"hier_s\": " << hier
+         << ", \"hier_model_s\": " << hier_model << "}";
+    first = false;
   }
   json << "\n]}\n";
   write_output(args, json.str());
@@ -553,6 +610,11 @@ int run_check(const Args& args) {
   std::vector<int> rank_counts;
   for (const auto& [key, s] : samples)
     if (key.first == "ddp_sync" || key.first == "one_rank") rank_counts.push_back(key.second);
+  if (args.options.count("only-ranks")) {
+    const std::vector<long long> only = int_list(args, "only-ranks", "");
+    std::erase_if(rank_counts,
+                  [&](int r) { return std::find(only.begin(), only.end(), r) == only.end(); });
+  }
   std::sort(rank_counts.begin(), rank_counts.end());
   rank_counts.erase(std::unique(rank_counts.begin(), rank_counts.end()), rank_counts.end());
   for (int ranks : rank_counts) {
@@ -594,12 +656,14 @@ int run_scaling(const Args& args) {
   if (mode == "fit") return run_fit(args);
   if (mode == "check") return run_check(args);
   if (mode == "profile") return run_profile(args);
-  LOCKSTEP_FAIL_HINT("predict, fit, check or profile", "scaling: unknown mode '", mode, "'");
+  if (mode == "allreduce") return run_allreduce(args);
+  LOCKSTEP_FAIL_HINT("predict, fit, check, allreduce or profile", "scaling: unknown mode '", mode,
+                     "'");
 }
 
 LOCKSTEP_BENCH("scaling",
                "alpha-beta model of bucketed, overlapped allreduce: predict | fit | check | "
-               "profile (see docs/SCALING.md)",
+               "allreduce | profile (see docs/SCALING.md)",
                run_scaling);
 
 }  // namespace
