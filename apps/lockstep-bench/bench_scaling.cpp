@@ -333,6 +333,7 @@ int run_predict(const Args& args) {
   std::fprintf(stderr, "#%6s %6s %-13s %10s %10s %10s %10s %8s %9s\n", "ranks", "nodes",
                "algorithm", "step(ms)", "comm(ms)", "exposed", "compute", "effic.", "speedup");
   std::ostringstream json;
+  json.precision(10);  // sizes up to GB and times in seconds, without rounding
   json << "{\"benchmark\": \"scaling-predict\", \"model\": \"" << subject.name
        << "\", \"parameters\": " << subject.parameters << ", \"buckets\": " << buckets.size()
        << ", \"bucket_bytes\": " << bucket_bytes << ", \"compute\": \""
@@ -386,6 +387,7 @@ int run_profile(const Args& args) {
                subject.name.c_str(), subject.parameters / 1e6, source.c_str(), "bucket", "bytes",
                "ready");
   std::ostringstream json;
+  json.precision(10);  // sizes up to GB and times in seconds, without rounding
   json << "{\"benchmark\": \"scaling-profile\", \"model\": \"" << subject.name
        << "\", \"source\": \"" << train::json_escape(source) << "\", \"buckets\": [";
   for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -408,6 +410,7 @@ int run_fit(const Args& args) {
   const double min_bytes = args.get_double("min-bytes", 0);
   const double max_bytes = args.get_double("max-bytes", 1e18);
   std::ostringstream json;
+  json.precision(10);  // sizes up to GB and times in seconds, without rounding
   json << "{\"benchmark\": \"scaling-fit\", \"min_bytes\": " << min_bytes
        << ", \"max_bytes\": " << max_bytes << ", \"fits\": [";
   bool first = true;
@@ -452,6 +455,7 @@ int run_fit(const Args& args) {
                    fit.clamped.empty() ? "" : (" (" + fit.clamped + " clamped to 0)").c_str());
       std::fprintf(stderr, "#   %12s %12s %12s %9s\n", "bytes", "measured us", "fit us", "resid.");
       std::ostringstream residuals;
+      residuals.precision(10);
       for (std::size_t i = 0; i < all_bytes.size(); ++i) {
         const double predicted = fit.intercept + fit.slope * all_bytes[i];
         const bool used = all_bytes[i] >= min_bytes && all_bytes[i] <= max_bytes;
@@ -501,6 +505,7 @@ int run_allreduce(const Args& args) {
                link_str(topo.inter).c_str(), "bytes", "flat us", "model ring", "ratio", "hier us",
                "model hier", "ratio");
   std::ostringstream json;
+  json.precision(10);  // sizes up to GB and times in seconds, without rounding
   json << "{\"benchmark\": \"scaling-allreduce\", \"file\": \"" << file
        << "\", \"ranks\": " << topo.ranks << ", \"ranks_per_node\": " << topo.ranks_per_node
        << ", \"intra\": " << json_link(topo.intra) << ", \"inter\": " << json_link(topo.inter)
@@ -587,6 +592,7 @@ int run_check(const Args& args) {
   std::fprintf(stderr, "#%5s %-10s %10s %10s %10s %10s %8s\n", "ranks", "source", "step ms",
                "compute", "exposed", "other", "effic.");
   std::ostringstream json;
+  json.precision(10);  // sizes up to GB and times in seconds, without rounding
   json << "{\"benchmark\": \"scaling-check\", \"model\": \"" << subject.name
        << "\", \"setting\": \"" << setting << "\", \"global_batch\": " << global_batch
        << ", \"intra\": " << json_link(topo.intra) << ", \"inter\": " << json_link(topo.inter)
