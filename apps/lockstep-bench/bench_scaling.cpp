@@ -119,8 +119,13 @@ struct Subject {
 
 Shape parse_shape(const std::string& text) {
   Shape shape;
-  for (const std::string& d : split(text, ','))
-    shape.push_back(std::stoll(d));
+  for (const std::string& d : split(text, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(d.c_str(), &end, 10);
+    LOCKSTEP_CHECK(*end == '\0' && v > 0, "--sample-shape=", text, ": '", d,
+                   "' is not a positive integer");
+    shape.push_back(v);
+  }
   LOCKSTEP_CHECK(!shape.empty(), "--sample-shape is empty");
   return shape;
 }
@@ -133,11 +138,9 @@ Subject make_subject(const Args& args) {
   if (const std::string ref = args.get("reference", ""); !ref.empty()) {
     sm::ReferenceModel r = sm::reference_model(ref);
     s.name = r.name;
-    s.layers = std::move(r.layers);
+    s.parameters = r.parameters();
     s.forward_flops = r.forward_flops;
-    for (const sm::LayerCost& l : s.layers)
-      for (std::int64_t n : l.param_numel)
-        s.parameters += n;
+    s.layers = std::move(r.layers);
     return s;
   }
   std::string spec = args.get("spec", "");

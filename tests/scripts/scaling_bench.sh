@@ -112,5 +112,7 @@ expect_error "unknown reference model" "unknown reference model 'resnet18'" pred
   --reference=resnet18 --step-ms=1
 expect_error "not an allreduce file" "not a lockstep-bench allreduce JSON file" fit \
   --runs="$WORK/profile.json"
+expect_error "a sample shape that is not positive integers" "'28x28' is not a positive integer" \
+  profile --spec=mlp:64 --sample-shape=1,28x28
 expect_error "unknown mode" "unknown mode 'plot'" plot
 echo "PASS"
