@@ -22,7 +22,8 @@ struct Args {
 using BenchFn = std::function<int(const Args&)>;
 struct Registration {
   // flags: the --key names the benchmark reads, space-separated ("reps warmup"); main refuses
-  // any other (and --out, which every benchmark takes) before running it.
+  // any other (and --out, which every benchmark takes) before running it. A token "<a|b>" says
+  // the benchmark takes positional arguments (its subcommands); without one they are refused.
   Registration(const std::string& name, const std::string& help, const std::string& flags,
                BenchFn fn);
 };

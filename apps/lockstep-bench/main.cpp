@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     for (auto& [name, e] : registry()) {
       std::string flags;
       for (const auto& f : e.flags)
-        flags += " --" + f;
+        flags += (f[0] == '<' ? " " : " --") + f;
       std::fprintf(stderr, "  %-14s %s\n  %-14s flags:%s\n", name.c_str(), e.help.c_str(), "",
                    flags.c_str());
     }
@@ -136,12 +136,15 @@ int main(int argc, char** argv) {
     if (it->second.flags.count(key)) continue;
     std::string known;
     for (const auto& f : it->second.flags)
-      known += " --" + f;
+      if (f[0] != '<') known += " --" + f;
     std::fprintf(stderr, "lockstep-bench %s: unknown flag --%s (it takes:%s)\n", argv[1],
                  key.c_str(), known.c_str());
     return 2;
   }
-  if (!args.positional.empty()) {
+  // A benchmark with subcommands declares them as one "<a|b|c>" token among its flags.
+  const bool takes_positional = std::any_of(it->second.flags.begin(), it->second.flags.end(),
+                                            [](const std::string& f) { return f[0] == '<'; });
+  if (!args.positional.empty() && !takes_positional) {
     std::fprintf(stderr, "lockstep-bench %s: unexpected argument '%s' (flags are --key=value)\n",
                  argv[1], args.positional.front().c_str());
     return 2;
