@@ -1,13 +1,15 @@
 // Why oneDNN's sgemm by default: Debian's OpenBLAS picks its kernels from a table of CPU models
 // it knew when it was built, and on a newer one (an Emerald Rapids Xeon, family 6 model 207, for
-// 0.3.21) falls back to its generic Prescott/SSE3 kernels: 32 GFLOP/s on one core where its own
-// AVX512 kernels (OPENBLAS_CORETYPE=SkylakeX) give 145-160. That variable must be in the
-// environment before OpenBLAS loads, i.e. before main() of any program linked with it, so lockstep
-// cannot set it for its users (re-executing itself would miss every program that embeds the
-// library, tests included). oneDNN's JIT sgemm detects the ISA at run time and measured 140-175
-// GFLOP/s on the MLP, CNN and GPT shapes there, as fast as OpenBLAS's AVX512 kernels or faster
-// (docs/PERFORMANCE.md, "fp32 GEMM"). Below AVX2 (and off x86) oneDNN has no tuned f32 GEMM, so
-// OpenBLAS keeps those.
+// 0.3.21) falls back to its generic Prescott/SSE3 kernels: 31 GFLOP/s on one core where its own
+// AVX512 kernels (OPENBLAS_CORETYPE=SkylakeX) give 140-160. OpenBLAS reads that variable in its
+// own load-time constructor, which runs before any constructor of a program linked with it
+// (checked: a setenv() there leaves openblas_get_corename() at "Prescott"), so lockstep could only
+// set it by re-executing itself (missing every program that embeds the library, tests included)
+// or through OpenBLAS internals. oneDNN's JIT sgemm picks its kernels from the CPU's feature flags
+// at run time: 145-165 GFLOP/s on the MLP's shapes there, and 1.5-2.5x OpenBLAS's AVX512 kernels
+// on the narrow 1024x10 ones. With oneDNN capped at AVX2 it matched OpenBLAS's Haswell kernels;
+// capped at AVX or SSE4.1 it was 5-15% slower than OpenBLAS's kernels for those, so below AVX2
+// (and off x86) OpenBLAS keeps the job (docs/PERFORMANCE.md, "fp32 GEMM").
 //
 // Both are called single-threaded: the backend splits a large GEMM over its own pool
 // (cpu_backend.cpp), so one call must not start threads of its own. OpenBLAS is set to one thread
@@ -43,9 +45,10 @@ bool onednn_has_tuned_sgemm() {
 const char* onednn_isa_name() {
   using dnnl::cpu_isa;
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  for (auto [want, name] : {std::pair{cpu_isa::avx512_core_amx, "avx512_core_amx"},
-                            std::pair{cpu_isa::avx512_core, "avx512_core"},
-                            std::pair{cpu_isa::avx2, "avx2"}, std::pair{cpu_isa::sse41, "sse41"}}) {
+  for (auto [want, name] :
+       {std::pair{cpu_isa::avx512_core_amx, "avx512_core_amx"},
+        std::pair{cpu_isa::avx512_core, "avx512_core"}, std::pair{cpu_isa::avx2, "avx2"},
+        std::pair{cpu_isa::avx, "avx"}, std::pair{cpu_isa::sse41, "sse41"}}) {
     const auto w = static_cast<unsigned>(want);
     if ((isa & w) == w) return name;
   }
