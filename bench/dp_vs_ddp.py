@@ -71,6 +71,21 @@ def _trainer_pids(root):
     return pids
 
 
+def _thread_names(pids):
+    """{(pid, tid): thread name} (lockstep names its threads: lockstep-comm, lockstep-pool)."""
+    names = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            t = _read(f"/proc/{pid}/task/{tid}/stat")
+            if t is not None:
+                names[(pid, int(tid))] = _stat_fields(t)[0]
+    return names
+
+
 def _thread_ticks(pids):
     """{(pid, tid): utime + stime in ticks} of every thread of pids; None if a pid is gone."""
     ticks = {}
@@ -124,7 +139,7 @@ def watch(argv):
     # metrics record appears. The window ends at the last record at which every thread seen at
     # its start was still there: after the last record the trainer tears down its replica
     # threads, so that is normally the record before step b.
-    offset, pids, first, last = 0, None, None, None
+    offset, pids, first, last, names = 0, None, None, None, {}
     while proc.poll() is None:
         time.sleep(POLL_S)
         steps, offset = _steps_in(opts["metrics"], offset)
@@ -141,6 +156,7 @@ def watch(argv):
                 ticks = _thread_ticks(pids)
                 if ticks is not None and all(k in ticks for k in first[2]):
                     last = (s, now, ticks)
+                    names = _thread_names(pids)
     result = {"window_steps": [a, b], "complete": first is not None and last is not None}
     if result["complete"]:
         (s0, t0, k0), (s1, t1, k1) = first, last
@@ -150,7 +166,8 @@ def watch(argv):
         for (pid, tid), v in k1.items():
             cpu = (v - k0.get((pid, tid), 0)) / CLK_TCK
             procs.setdefault(pid, []).append({"tid": tid, "main": tid == pid, "cpu_s": cpu,
-                                              "util": cpu / wall})
+                                              "util": cpu / wall,
+                                              "name": names.get((pid, tid), "?")})
         result["wall_s"] = wall
         result["processes"] = []
         for pid in sorted(procs):

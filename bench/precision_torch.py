@@ -13,10 +13,29 @@ Each prints one JSON line: the median over --reps of the mean step (or call) tim
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 
-import torch
+
+def _threads_from_argv(default="1"):
+    for i, arg in enumerate(sys.argv[1:], 1):
+        if arg.startswith("--threads="):
+            return arg.split("=", 1)[1]
+        if arg == "--threads" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+    return default
+
+
+# torch.set_num_threads covers PyTorch's own (OpenMP) threads, not the OpenBLAS its Debian build
+# calls for fp32 matmuls, which starts one thread per core when it loads: cap both before the
+# import, so --threads 1 means one thread, as it does for lockstep (bench/gpt_torch.py does the
+# same).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads_from_argv())
+os.environ.setdefault("OMP_NUM_THREADS", _threads_from_argv())
+
+import torch  # noqa: E402
 
 
 def mlp(args):
@@ -42,16 +61,19 @@ def mlp(args):
 
     for _ in range(3):  # warm-up: allocations, oneDNN primitive creation
         step()
-    times = []
+    times, cpu = [], []
     for _ in range(args.reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(args.steps):
             loss = step()
         times.append((time.perf_counter() - t0) / args.steps)
+        cpu.append((time.process_time() - c0) / args.steps)  # every thread of the process
     ms = statistics.median(times) * 1e3
     return {"bench": "torch-mlp", "precision": args.precision, "threads": args.threads,
             "batch": args.batch, "step_ms": ms, "step_ms_per_rep": [t * 1e3 for t in times],
-            "samples_per_s": args.batch / (ms / 1e3), "final_loss": float(loss)}
+            "step_cpu_ms": statistics.median(cpu) * 1e3,
+            "samples_per_s": args.batch / (ms / 1e3), "final_loss": float(loss),
+            "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE", "")}
 
 
 def matmul(args):

@@ -144,7 +144,7 @@ int run(const Args& args) {
   std::ostringstream json;
   json << "{\"benchmark\": \"gpt\", \"machine\": " << machine_json() << ",\n"
        << " \"load_average\": \"" << load_average() << "\", \"openblas_core\": \""
-       << openblas_get_corename() << "\",\n"
+       << openblas_get_corename() << "\", \"precision_info\": \"" << ctx.precision_info() << "\",\n"
        << " \"config\": {\"model\": \"" << spec << "\", \"device\": \"" << device.str()
        << "\", \"batch\": " << batch << ", \"seq\": " << seq << ", \"vocab\": " << vocab
        << ", \"threads\": " << threads << ", \"steps_per_rep\": " << steps << ", \"reps\": " << reps
@@ -167,12 +167,12 @@ int run(const Args& args) {
 
   std::fprintf(stderr,
                "gpt %s (%lld parameters) batch %lld x seq %lld, vocab %lld, %s, %d thread(s): "
-               "%.2f ms/step, %.0f tokens/s, %.1f GFLOP/s (load %s, OpenBLAS %s)\n",
+               "%.2f ms/step, %.0f tokens/s, %.1f GFLOP/s (load %s; %s)\n",
                spec.c_str(), static_cast<long long>(model.num_parameters()),
                static_cast<long long>(batch), static_cast<long long>(seq),
                static_cast<long long>(vocab), device.str().c_str(), threads, step_s * 1e3,
                tokens / step_s, train_flops / step_s * 1e-9, load_average().c_str(),
-               openblas_get_corename());
+               ctx.precision_info().c_str());
   for (auto& [name, t] : phases)
     std::fprintf(stderr, "  %-28s %8.3f ms\n", name.c_str(), median(t) * 1e3);
   return 0;

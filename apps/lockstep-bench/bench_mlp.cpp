@@ -15,6 +15,8 @@
 // once (it sits in a reuse window, as the Model's parameters do). --reuse=0 runs the step's
 // layers without the Model's reuse window, so every GEMM casts its weight again: the difference
 // is what the weight-cast cache saves.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +34,14 @@
 
 namespace lockstep::bench {
 namespace {
+
+// CPU time of every thread of this process (the pool's and OpenMP's workers included), so that a
+// step's cost can be compared on a machine whose other load varies.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 Tensor random_f32(const Shape& shape, std::uint64_t stream) {
   std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
@@ -144,8 +154,11 @@ int run(const Args& args) {
     run_gemm(i);
   std::vector<double> step_times, bound_times, ratios;
   std::vector<std::vector<double>> gemm_times(gemms.size());
+  std::vector<double> step_cpu_times;  // CPU seconds of the whole process per step
   for (int r = 0; r < reps; ++r) {
+    const double cpu0 = process_cpu_seconds();
     double step_r = mean_time(step);
+    step_cpu_times.push_back((process_cpu_seconds() - cpu0) / steps);
     double bound_r = 0.0;
     for (std::size_t i = 0; i < gemms.size(); ++i) {
       double t = mean_time([&] { run_gemm(i); });
@@ -218,7 +231,8 @@ int run(const Args& args) {
        << ctx.precision_info() << "\", \"reuse\": " << (reuse ? "true" : "false") << "},\n"
        << " \"step_ms_per_rep\": [" << join_ms(step_times) << "],\n"
        << " \"gemm_bound_ms_per_rep\": [" << join_ms(bound_times) << "],\n"
-       << " \"step_ms\": " << step_s * 1e3 << ", \"samples_per_s\": " << batch / step_s << ",\n"
+       << " \"step_ms\": " << step_s * 1e3 << ", \"samples_per_s\": " << batch / step_s
+       << ", \"step_cpu_ms\": " << median(step_cpu_times) * 1e3 << ",\n"
        << " \"gemm_bound_ms\": " << bound_s * 1e3 << ", \"gemm_gflops\": " << gemm_rate * 1e-9
        << ", \"fraction_of_bound\": " << fraction << ",\n"
        << " \"forward_gflop_per_step\": " << fwd_flops * 1e-9
@@ -243,11 +257,11 @@ int run(const Args& args) {
   write_output(args, json.str());
 
   std::fprintf(stderr,
-               "mlp %s batch %lld threads %d %s: %.2f ms/step, %.0f samples/s; GEMMs alone %.2f "
-               "ms (%.1f GFLOP/s) -> %.3f of bound (%.3f of the 3x-forward bound)\n",
+               "mlp %s batch %lld threads %d %s: %.2f ms/step (CPU %.2f ms), %.0f samples/s; GEMMs "
+               "alone %.2f ms (%.1f GFLOP/s) -> %.3f of bound (%.3f of the 3x-forward bound)\n",
                spec.c_str(), static_cast<long long>(batch), threads,
-               ops::precision_name(ctx.precision()), step_s * 1e3, batch / step_s, bound_s * 1e3,
-               gemm_rate * 1e-9, fraction, bound_3x_s / step_s);
+               ops::precision_name(ctx.precision()), step_s * 1e3, median(step_cpu_times) * 1e3,
+               batch / step_s, bound_s * 1e3, gemm_rate * 1e-9, fraction, bound_3x_s / step_s);
   for (auto& [name, t] : phases) {
     std::fprintf(stderr, "  %-28s %8.3f ms\n", name.c_str(), median(t) * 1e3);
   }

@@ -1,5 +1,7 @@
 #include "comm/comm_thread.hpp"
 
+#include <pthread.h>
+
 #include "lockstep/core/error.hpp"
 
 namespace lockstep::comm::detail {
@@ -63,6 +65,9 @@ bool CommThread::idle() const {
 }
 
 void CommThread::loop() {
+  // Named so that per-thread CPU time (top -H, /proc/<pid>/task/*/comm) shows what communication
+  // costs next to compute.
+  pthread_setname_np(pthread_self(), "lockstep-comm");
   for (;;) {
     std::shared_ptr<Job> job;
     std::string earlier_error;

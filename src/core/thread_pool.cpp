@@ -1,5 +1,7 @@
 #include "lockstep/core/thread_pool.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 #include "lockstep/core/error.hpp"
@@ -23,6 +25,7 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::worker_loop(int index) {
+  pthread_setname_np(pthread_self(), "lockstep-pool");  // for per-thread CPU time in top -H
   std::uint64_t seen = 0;
   for (;;) {
     const std::function<void(int, int)>* job;

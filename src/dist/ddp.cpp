@@ -29,6 +29,12 @@ DdpEngine::DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& co
                  "DDP: the flat parameters given are not the model's");
   broadcast_state(comm_, *flat, model_.buffers());
   reducer_ = std::make_unique<Reducer>(ctx_, comm_, std::move(flat));
+  // The average over ranks is taken by scaling the loss gradient by 1 / size before backward
+  // (forward_backward), so the allreduce's sum is already the mean: no pass over the whole
+  // gradient buffer after it, as Horovod's prescale. Gradients are linear in the loss gradient,
+  // so this differs from dividing after the sum by rounding only (not at all for power-of-two
+  // sizes).
+  reducer_->set_prescaled(averaging_scale() != 1.0f);
   model_.set_grad_ready_hook([this](nn::Parameter& p) { reducer_->on_grad_ready(p); });
 }
 
@@ -50,11 +56,16 @@ float DdpEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_s
   reducer_->prepare_for_backward(last_micro && options_.sync && comm_.size() > 1);
   Tensor logits = model_.forward(ctx_, input_);
   Tensor loss = loss_.forward(ctx_, logits, labels);
-  Tensor dlogits = loss_.backward(ctx_, loss_scale);
+  Tensor dlogits = loss_.backward(ctx_, loss_scale * averaging_scale());
   model_.backward(ctx_, dlogits);
   float value = loss.item();
   times_.compute += seconds_since(start);
   return value;
+}
+
+float DdpEngine::averaging_scale() const {
+  // Every micro-step of a step that synchronises contributes to the averaged sum.
+  return options_.sync && comm_.size() > 1 ? 1.0f / static_cast<float>(comm_.size()) : 1.0f;
 }
 
 void DdpEngine::finish_gradients() {

@@ -87,7 +87,8 @@ double Reducer::finish() {
     work_[b].reset();
   }
   // One op over the whole buffer (the padding is zero and stays zero).
-  if (comm_.size() > 1) ops::scale(ctx_, flat_->grads(), 1.0f / static_cast<float>(comm_.size()));
+  if (comm_.size() > 1 && !prescaled_)
+    ops::scale(ctx_, flat_->grads(), 1.0f / static_cast<float>(comm_.size()));
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -46,6 +46,8 @@ class DdpEngine final : public Engine {
   const std::shared_ptr<optim::FlatParams>& flat_params() const { return reducer_->flat_params(); }
 
  private:
+  float averaging_scale() const;  // 1 / size when gradients are averaged across ranks, else 1
+
   ops::Context& ctx_;
   nn::Model& model_;
   comm::Communicator& comm_;

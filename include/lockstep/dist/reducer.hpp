@@ -5,7 +5,7 @@
 // allreduce copy anything, and the optimizer updates the same buffer in one op. When the last
 // gradient of a bucket is ready, the bucket's allreduce is queued on the communicator (whose own
 // thread runs it) and backward goes on. finish() waits for every bucket and divides by the world
-// size, once.
+// size, once (or not at all when the caller divided the loss gradient: set_prescaled).
 //
 // Invariants: buckets are launched in index order on every rank (a bucket that completes early
 // waits for its predecessors), so all ranks issue the same collectives in the same order; a
@@ -58,6 +58,11 @@ class Reducer {
   // when some gradient never became ready. Returns the seconds spent waiting (exposed
   // communication).
   double finish();
+  // true: every gradient this reducer communicates was already divided by the world size (the
+  // caller scaled the loss gradient by 1 / size), so finish() only sums. Saves a pass over the
+  // whole gradient buffer per step, a tenth of the step's memory traffic for the MLP on a CPU.
+  void set_prescaled(bool prescaled) { prescaled_ = prescaled; }
+  bool prescaled() const { return prescaled_; }
   // Sets every gradient to zero (one fill of the flat buffer).
   void zero_grad();
 
@@ -78,6 +83,7 @@ class Reducer {
   std::vector<comm::WorkPtr> work_;  // per bucket: in-flight allreduce
   std::size_t next_to_launch_ = 0;
   bool communicate_ = false;
+  bool prescaled_ = false;
   bool in_backward_ = false;
 };
 

@@ -4,11 +4,11 @@
 // A Context owns ctx.threads() threads (its ThreadPool, the caller being thread 0) and every
 // kernel of its backend runs on those threads only, so two Contexts driven from two std::threads
 // (the DataParallel baseline) never share a worker, a lock or a scratch buffer.
-//  * GEMM: OpenBLAS's thread count is process-global (openblas_set_num_threads), so it is set to
-//    1 once, and each GEMM is cut into ctx.threads() blocks of rows (or columns) of C, each a
-//    single-threaded cblas_sgemm on one pool thread. The cut depends only on the shape and
-//    ctx.threads(), so results are deterministic per thread count; 1 and 2 threads can differ in
-//    the last bits (OpenBLAS's edge-tile kernels accumulate differently).
+//  * GEMM: each GEMM is cut into ctx.threads() blocks of rows (or columns) of C, each a
+//    single-threaded sgemm (oneDNN's or OpenBLAS's, cpu_sgemm.hpp) on one pool thread; OpenBLAS's
+//    thread count is process-global (openblas_set_num_threads), so it is set to 1 once. The cut
+//    depends only on the shape and ctx.threads(), so results are deterministic per thread count;
+//    1 and 2 threads can differ in the last bits (the kernels treat edge tiles differently).
 //  * Convolution: Debian's oneDNN runs on OpenMP (libgomp). omp_set_num_threads() is a
 //    per-calling-thread setting, so the backend sets it to ctx.threads() right before executing
 //    a primitive; each calling std::thread gets its own OpenMP team. libgomp workers spin before
@@ -29,6 +29,7 @@
 #include <mutex>
 
 #include "lockstep/core/error.hpp"
+#include "ops/cpu/cpu_sgemm.hpp"
 #include "ops/cpu/parallel.hpp"
 
 namespace lockstep::ops {
@@ -43,7 +44,7 @@ namespace {
 // Below this many multiply-adds a GEMM runs on the calling thread: splitting it would cost more
 // in wake-up latency than it saves (about 20 us of single-core sgemm).
 constexpr double kGemmParallelFlops = 4.0e6;
-// Blocks of C handed to one thread are a multiple of this many rows/columns, so OpenBLAS's
+// Blocks of C handed to one thread are a multiple of this many rows/columns, so the sgemm
 // micro-kernels (up to 16 wide in this build) see full tiles except at the matrix edge.
 constexpr std::int64_t kGemmSplitAlign = 16;
 
@@ -101,15 +102,12 @@ void CpuBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, 
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
   const std::int64_t lda = a.dim(1), ldb = b.dim(1), ldc = n;
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
 
   auto block = [&](std::int64_t m0, std::int64_t m1, std::int64_t n0, std::int64_t n1) {
     const float* a0 = trans_a ? pa + m0 : pa + m0 * lda;
     const float* b0 = trans_b ? pb + n0 * ldb : pb + n0;
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m1 - m0), static_cast<int>(n1 - n0),
-                static_cast<int>(k), alpha, a0, static_cast<int>(lda), b0, static_cast<int>(ldb),
-                beta, pc + m0 * ldc + n0, static_cast<int>(ldc));
+    sgemm(trans_a, trans_b, m1 - m0, n1 - n0, k, alpha, a0, lda, b0, ldb, beta, pc + m0 * ldc + n0,
+          ldc);
   };
 
   const double flops =

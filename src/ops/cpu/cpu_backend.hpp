@@ -1,8 +1,8 @@
-// CpuBackend: the CPU kernels behind ops.hpp. GEMM is OpenBLAS (single-threaded calls split over
-// the Context's pool), convolution is oneDNN primitives cached per shape, everything else
-// (pooling included) is own loops. One instance per Context; a Context is used from one thread at a
-// time, so the caches and scratch buffers below need no lock. See cpu_backend.cpp for the threading
-// model.
+// CpuBackend: the CPU kernels behind ops.hpp. GEMM is oneDNN's or OpenBLAS's sgemm (cpu_sgemm.hpp;
+// single-threaded calls split over the Context's pool), convolution is oneDNN primitives cached per
+// shape, everything else (pooling included) is own loops. One instance per Context; a Context is
+// used from one thread at a time, so the caches and scratch buffers below need no lock. See
+// cpu_backend.cpp for the threading model.
 #pragma once
 
 #include <cstdint>

@@ -28,6 +28,7 @@
 
 #include "lockstep/core/error.hpp"
 #include "ops/cpu/cpu_backend.hpp"
+#include "ops/cpu/cpu_sgemm.hpp"
 #include "ops/cpu/parallel.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -179,9 +180,10 @@ void CpuBackend::check_precision(Precision p) {
 std::string CpuBackend::precision_info(Precision p) {
   switch (p) {
     case Precision::FP32:
-      return "fp32: OpenBLAS sgemm and oneDNN f32 convolutions";
+      return "fp32: " + sgemm_description() + " and oneDNN f32 convolutions";
     case Precision::TF32:
-      return "tf32 = fp32 on the CPU (no TF32 units): OpenBLAS sgemm and oneDNN f32 convolutions";
+      return "tf32 = fp32 on the CPU (no TF32 units): " + sgemm_description() +
+             " and oneDNN f32 convolutions";
     case Precision::BF16:
       return "bf16 GEMMs and convolutions with f32 accumulation: " + onednn_version() + " on " +
              isa_name();

@@ -7,20 +7,19 @@
 // no [T, T] matrix is ever stored. The forward keeps each row's log-sum-exp; the backward
 // rebuilds the probabilities from it (one extra Q K^T per block) instead of saving them:
 // FlashAttention's trade, which here also saves the memory traffic of a [B, H, T, T] tensor.
-// All GEMMs are single-threaded OpenBLAS calls on strided views of qkv (row stride 3C, no
-// transposes or copies); the pool's threads take whole (batch, head) pairs, each with its own
+// All GEMMs are single-threaded sgemm calls (cpu_sgemm.hpp) on strided views of qkv (row stride 3C,
+// no transposes or copies); the pool's threads take whole (batch, head) pairs, each with its own
 // scratch tile, so dK and dV of a head are accumulated by one thread in a fixed order.
 //
 // Determinism: every reduction is over a fixed blocking (rows of a LayerNorm block, a head's
 // query blocks in order, the batch in order for the position gradient, all positions in order
 // for one column range of the token gradient), so results do not depend on the thread count.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 
 #include "lockstep/core/error.hpp"
 #include "ops/cpu/cpu_backend.hpp"
+#include "ops/cpu/cpu_sgemm.hpp"
 #include "ops/cpu/parallel.hpp"
 #include "ops/cpu/simd.hpp"
 
@@ -37,17 +36,13 @@ using simd::kWidth;
 using simd::vf;
 
 // Query rows per attention block: 64 keeps a block's score tile (64 x T floats, 256 KB at
-// T = 1024) in L2 while the GEMMs are still wide enough for OpenBLAS's kernels.
+// T = 1024) in L2 while the GEMMs are still wide enough for the sgemm kernels.
 constexpr std::int64_t kAttnBlock = 64;
 // Rows per LayerNorm-backward block: the unit of the deterministic weight-gradient reduction.
 constexpr std::int64_t kLnRows = 32;
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
-
-int as_int(std::int64_t v) {
-  return static_cast<int>(v);
-}
 
 // Token ids are checked on the host before any parallel work, so the error names the first bad
 // position whatever the thread count.
@@ -478,11 +473,9 @@ void CpuBackend::attention_forward(const Tensor& qkv, int heads, Tensor& out, Te
     float* s = scratch + slot * tile;
     for (std::int64_t r0 = 0; r0 < t; r0 += kAttnBlock) {
       const std::int64_t nq = std::min(kAttnBlock, t - r0), nk = r0 + nq;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_int(nq), as_int(nk), as_int(d), scale,
-                  q + r0 * ld, as_int(ld), k, as_int(ld), 0.0f, s, as_int(nk));
+      sgemm(false, true, nq, nk, d, scale, q + r0 * ld, ld, k, ld, 0.0f, s, nk);
       causal_softmax_rows(s, nk, nq, r0, l + r0);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, as_int(nq), as_int(d), as_int(nk),
-                  1.0f, s, as_int(nk), v, as_int(ld), 0.0f, o + r0 * c, as_int(c));
+      sgemm(false, false, nq, d, nk, 1.0f, s, nk, v, ld, 0.0f, o + r0 * c, c);
     }
   });
 }
@@ -529,18 +522,13 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
       const float beta = r0 == last_block ? 0.0f : 1.0f;
       const float* qb = q + r0 * ld;
       const float* gb = g + r0 * c;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_int(nq), as_int(nk), as_int(d), scale,
-                  qb, as_int(ld), k, as_int(ld), 0.0f, p, as_int(nk));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_int(nq), as_int(nk), as_int(d), 1.0f,
-                  gb, as_int(c), v, as_int(ld), 0.0f, ds, as_int(nk));
+      sgemm(false, true, nq, nk, d, scale, qb, ld, k, ld, 0.0f, p, nk);
+      sgemm(false, true, nq, nk, d, 1.0f, gb, c, v, ld, 0.0f, ds, nk);
       causal_softmax_backward_rows(p, ds, nk, nq, r0, l + r0, delta + r0);
       // dV[0:nk] += P^T dO_b;  dQ_b = scale dS K[0:nk];  dK[0:nk] += scale dS^T Q_b
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, as_int(nk), as_int(d), as_int(nq), 1.0f,
-                  p, as_int(nk), gb, as_int(c), beta, dv, as_int(ld));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, as_int(nq), as_int(d), as_int(nk),
-                  scale, ds, as_int(nk), k, as_int(ld), 0.0f, dq + r0 * ld, as_int(ld));
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, as_int(nk), as_int(d), as_int(nq), scale,
-                  ds, as_int(nk), qb, as_int(ld), beta, dk, as_int(ld));
+      sgemm(true, false, nk, d, nq, 1.0f, p, nk, gb, c, beta, dv, ld);
+      sgemm(false, false, nq, d, nk, scale, ds, nk, k, ld, 0.0f, dq + r0 * ld, ld);
+      sgemm(true, false, nk, d, nq, scale, ds, nk, qb, ld, beta, dk, ld);
     }
   });
 }

@@ -167,3 +167,32 @@ TEST(Ddp, ConfigMismatchBetweenRanksNamesTheKey) {
 }
 
 }  // namespace lockstep::test
+
+namespace lockstep::test {
+
+TEST(Ddp, ReducerAveragesUnlessTheGradientsArrivePrescaled) {
+  // Rank r's gradients hold r + 1 everywhere: the mean is (W + 1) / 2 and the sum W (W + 1) / 2.
+  comm::Communicator& comm = world();
+  const int W = comm.size();
+  ops::Context ctx(Device::cpu(), 1);
+  for (bool prescaled : {false, true}) {
+    nn::Parameter a{"a", Tensor::zeros({300}), Tensor::zeros({300})};
+    nn::Parameter b{"b", Tensor::zeros({7, 5}), Tensor::zeros({7, 5})};
+    dist::Reducer reducer(ctx, comm, {&a, &b}, dist::ReducerOptions{1024, 512});
+    reducer.set_prescaled(prescaled);
+    reducer.prepare_for_backward(/*communicate=*/true);
+    for (nn::Parameter* p : {&b, &a}) {
+      ops::fill(ctx, p->grad, static_cast<float>(comm.rank() + 1));
+      reducer.on_grad_ready(*p);
+    }
+    reducer.finish();
+    const float want =
+        prescaled ? 0.5f * static_cast<float>(W * (W + 1)) : 0.5f * static_cast<float>(W + 1);
+    for (nn::Parameter* p : {&a, &b}) {
+      for (float v : p->grad.to_vector<float>())
+        ASSERT_EQ(v, want) << p->name << " prescaled=" << prescaled << " world " << W;
+    }
+  }
+}
+
+}  // namespace lockstep::test
