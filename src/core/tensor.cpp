@@ -8,10 +8,18 @@
 namespace lockstep {
 
 std::int64_t shape_numel(const Shape& shape) {
-  std::int64_t n = 1;
+  bool empty = false;
   for (std::int64_t d : shape) {
     LOCKSTEP_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-    n *= d;
+    empty = empty || d == 0;
+  }
+  if (empty) return 0;
+  // Shapes come from files too (idx headers, HDF5 dataspaces): a product past 2^63 must be an
+  // error, not a wrapped count that a small allocation then "satisfies".
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    LOCKSTEP_CHECK(!__builtin_mul_overflow(n, d, &n), "shape ", shape_str(shape),
+                   " has more than 2^63 elements");
   }
   return n;
 }
@@ -38,6 +46,10 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.shape_ = shape;
   t.numel_ = shape_numel(shape);
   t.dtype_ = dtype;
+  std::size_t bytes = 0;
+  LOCKSTEP_CHECK(
+      !__builtin_mul_overflow(static_cast<std::size_t>(t.numel_), dtype_size(dtype), &bytes),
+      dtype_name(dtype), shape_str(shape), " needs more than 2^64 bytes");
   t.storage_ = std::make_shared<Storage>(t.nbytes(), device);
   return t;
 }
