@@ -10,7 +10,8 @@
 # tests/fuzz/corpus/<target>/ (replayed by CTest). Crashes, leaks, timeouts and OOMs land in
 # build-fuzz/artifacts/<target>/; the script lists them and exits 1. After fixing one, copy the
 # input to tests/fuzz/regressions/<target>/ so CI replays it forever.
-# Every run appends "date target seconds execs new-crashes" to build-fuzz/fuzz-log.tsv.
+# Every run appends "date target wall-seconds cpu-seconds execs new-findings" to
+# build-fuzz/fuzz-log.tsv.
 # Environment: FUZZ_JOBS (default 1) parallel fuzzing processes per target; FUZZ_ARGS extra
 # libFuzzer flags; FUZZ_NO_MERGE=1 keeps tests/fuzz/corpus untouched.
 set -euo pipefail
@@ -59,18 +60,28 @@ for t in "${TARGETS[@]}"; do
   log="$BUILD/fuzz-$t.log"
   echo "fuzz.sh: $t for ${SECONDS_EACH}s (log $log; load: $(cut -d' ' -f1-3 /proc/loadavg))"
   # -timeout: one input taking longer is a hang; -rss_limit_mb bounds the whole process.
+  # Several jobs (FUZZ_JOBS > 1) share the working corpus; each logs to $BUILD/fuzz-N.log.
+  PAR=()
+  [ "${FUZZ_JOBS:-1}" -gt 1 ] && PAR=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS")
+  rm -f "$BUILD"/fuzz-[0-9]*.log
+  # CPU seconds, not wall seconds, are what a run is worth on a shared machine at nice 19: bash's
+  # `time` counts every process the fuzzer waited for (the -fork and -jobs children too).
   set +e
-  nice -n 19 "$BUILD/tests/fuzz/fuzz_$t" "$WORK" -dict="$FUZZ/dict/$t.dict" \
+  TIMEFORMAT='%R %U %S'
+  { time (cd "$BUILD" && nice -n 19 "$BUILD/tests/fuzz/fuzz_$t" "$WORK" -dict="$FUZZ/dict/$t.dict" \
     -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
-    -artifact_prefix="$ART/" -print_final_stats=1 -jobs="${FUZZ_JOBS:-1}" \
-    -workers="${FUZZ_JOBS:-1}" ${FUZZ_ARGS:-} >"$log" 2>&1
+    -artifact_prefix="$ART/" -print_final_stats=1 "${PAR[@]}" ${FUZZ_ARGS:-} >"$log" 2>&1); } \
+    2>"$BUILD/time-$t"
   rc=$?
   set -e
-  execs=$(grep -h 'stat::number_of_executed_units' "$log" fuzz-*.log 2>/dev/null |
-          awk '{s += $2} END {print s + 0}')
-  rm -f fuzz-*.log
+  cpu=$(awk '{printf "%.0f", $2 + $3}' "$BUILD/time-$t")
+  # -fork mode prints no final stats: its last "#N:" status line counts the executions.
+  execs=$({ cat "$log" "$BUILD"/fuzz-[0-9]*.log 2>/dev/null || true; } |
+          awk '/stat::number_of_executed_units/ {s += $2; st = 1}
+               /^#[0-9]+: cov:/ {f = substr($1, 2) + 0}
+               END {print st ? s : f + 0}')
   after=$(ls "$ART" | wc -l)
-  printf '%s\t%s\t%s\t%s\t%s\n' "$(date -Is)" "$t" "$SECONDS_EACH" "$execs" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -Is)" "$t" "$SECONDS_EACH" "$cpu" "$execs" \
     "$((after - before))" >>"$BUILD/fuzz-log.tsv"
   if [ "$rc" -ne 0 ] || [ "$after" -gt "$before" ]; then
     echo "fuzz.sh: $t found something (exit $rc): $ART" >&2
@@ -86,8 +97,8 @@ for t in "${TARGETS[@]}"; do
       { echo "fuzz.sh: merge of $t failed, see $BUILD/merge-$t.log" >&2; status=1; continue; }
     find "$FUZZ/corpus/$t" -maxdepth 1 -type f -delete
     cp "$MERGED"/* "$FUZZ/corpus/$t/"
-    echo "fuzz.sh: $t: $execs inputs run, corpus $(ls "$FUZZ/corpus/$t" | wc -l) files," \
-      "$(du -sk "$FUZZ/corpus/$t" | cut -f1) KiB"
+    echo "fuzz.sh: $t: $execs inputs in ${cpu} CPU-s, corpus $(ls "$FUZZ/corpus/$t" | wc -l)" \
+      "files, $(du -sk "$FUZZ/corpus/$t" | cut -f1) KiB"
   fi
 done
 exit $status
