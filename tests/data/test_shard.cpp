@@ -353,3 +353,36 @@ TEST(ShardedDataset, CorruptedCompressedChunkIsAnErrorNamingTheFile) {
   std::vector<std::int64_t> idx{3};
   expect_error([&] { ds->gather(idx, x, y); }, {paths[0], "shard 0 of 1", "/x"});
 }
+
+TEST(ShardedDataset, AFlippedByteInAnUncompressedChunkIsAnErrorNotAWrongSample) {
+  // Without a checksum a damaged sample was read back silently; the writer now adds HDF5's
+  // Fletcher-32 filter to every chunk, which the reader's HDF5 verifies.
+  TempDir dir;
+  SetSpec spec;
+  spec.num_shards = 1;
+  spec.num_samples = 8;
+  spec.deflate_level = 0;
+  spec.chunk_samples = 8;  // one chunk
+  auto paths = write_set(dir.path(), spec);
+  haddr_t offset = 0;
+  hsize_t size = 0;
+  {
+    hid_t f = H5Fopen(paths[0].c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t x = H5Dopen2(f, "x", H5P_DEFAULT);
+    hsize_t origin[4] = {0, 0, 0, 0};
+    unsigned mask = 0;
+    ASSERT_GE(H5Dget_chunk_info_by_coord(x, origin, &mask, &offset, &size), 0);
+    H5Dclose(x);
+    H5Fclose(f);
+  }
+  ASSERT_GT(size, 30u);
+  {
+    std::fstream io(paths[0], std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(static_cast<std::streamoff>(offset + 30));  // sample 1, element 6
+    const char byte = static_cast<char>(io.get());
+    io.seekp(static_cast<std::streamoff>(offset + 30));
+    io.put(static_cast<char>(byte ^ 0x10));
+  }
+  auto e = expect_error([&] { ShardedDataset::open(paths[0]); }, {paths[0], "/x"});
+  expect_regenerate_hint(e);
+}
