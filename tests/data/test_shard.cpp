@@ -386,3 +386,65 @@ TEST(ShardedDataset, AFlippedByteInAnUncompressedChunkIsAnErrorNotAWrongSample) 
   auto e = expect_error([&] { ShardedDataset::open(paths[0]); }, {paths[0], "/x"});
   expect_regenerate_hint(e);
 }
+
+TEST(ShardFile, DatasetsClaimingSamplesWithNoStoredDataAreAnErrorNotAnAllocation) {
+  // A few KB of HDF5 can declare /x and /y of 2^40 samples without storing any: reading /y then
+  // asked for 4 TiB (std::bad_alloc, not an Error). Every sample must have stored data.
+  TempDir dir;
+  const std::string path = dir / "hollow.h5";
+  {
+    RawShard raw;
+    raw.sample_shape = std::vector<std::int64_t>{1};
+    raw.x_dims = {0, 1};
+    raw.y = {};
+    write_raw_shard(path, raw);
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Ldelete(f, "x", H5P_DEFAULT);
+    H5Ldelete(f, "y", H5P_DEFAULT);
+    const hsize_t n = hsize_t{1} << 40;
+    hsize_t xdims[2] = {n, 1};
+    hid_t xs = H5Screate_simple(2, xdims, nullptr);
+    hid_t ys = H5Screate_simple(1, &n, nullptr);
+    H5Dclose(H5Dcreate2(f, "x", H5T_STD_U8LE, xs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Dclose(H5Dcreate2(f, "y", H5T_STD_I32LE, ys, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Sclose(xs);
+    H5Sclose(ys);
+    H5Fclose(f);
+  }
+  ASSERT_LT(std::filesystem::file_size(path), 100000u);
+  auto e = expect_error([&] { ShardFile::open(path)->read_y(); },
+                        {path, "/x has no data stored for its 1099511627776 samples"});
+  expect_regenerate_hint(e);
+
+  // The same with chunked datasets, one chunk of each written.
+  {
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Ldelete(f, "x", H5P_DEFAULT);
+    H5Ldelete(f, "y", H5P_DEFAULT);
+    const hsize_t n = hsize_t{1} << 40, one = 1;
+    hsize_t xdims[2] = {n, 1}, xchunk[2] = {4, 1}, ychunk = 4;
+    hid_t xs = H5Screate_simple(2, xdims, nullptr), ys = H5Screate_simple(1, &n, nullptr);
+    hid_t xp = H5Pcreate(H5P_DATASET_CREATE), yp = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(xp, 2, xchunk);
+    H5Pset_chunk(yp, 1, &ychunk);
+    hid_t x = H5Dcreate2(f, "x", H5T_STD_U8LE, xs, H5P_DEFAULT, xp, H5P_DEFAULT);
+    hid_t y = H5Dcreate2(f, "y", H5T_STD_I32LE, ys, H5P_DEFAULT, yp, H5P_DEFAULT);
+    const std::uint8_t pixel = 7;
+    const std::int32_t label = 1;
+    hid_t ms = H5Screate_simple(1, &one, nullptr);
+    hsize_t origin[2] = {0, 0}, count[2] = {1, 1};
+    H5Sselect_hyperslab(xs, H5S_SELECT_SET, origin, nullptr, count, nullptr);
+    H5Sselect_hyperslab(ys, H5S_SELECT_SET, origin, nullptr, count, nullptr);
+    H5Dwrite(x, H5T_NATIVE_UINT8, ms, xs, H5P_DEFAULT, &pixel);
+    H5Dwrite(y, H5T_NATIVE_INT32, ms, ys, H5P_DEFAULT, &label);
+    for (hid_t id : {x, y})
+      H5Dclose(id);
+    for (hid_t id : {xp, yp})
+      H5Pclose(id);
+    for (hid_t id : {xs, ys, ms})
+      H5Sclose(id);
+    H5Fclose(f);
+  }
+  expect_error([&] { ShardFile::open(path)->read_y(); },
+               {path, "/x has no data stored for some of its 1099511627776 samples"});
+}
