@@ -59,7 +59,8 @@ for t in "${TARGETS[@]}"; do
   before=$(ls "$ART" | wc -l)
   log="$BUILD/fuzz-$t.log"
   echo "fuzz.sh: $t for ${SECONDS_EACH}s (log $log; load: $(cut -d' ' -f1-3 /proc/loadavg))"
-  # -timeout: one input taking longer is a hang; -rss_limit_mb bounds the whole process.
+  # -timeout: one input taking longer (wall clock, so generous on a loaded machine) is a hang;
+  # -rss_limit_mb bounds the whole process.
   # Several jobs (FUZZ_JOBS > 1) share the working corpus; each logs to $BUILD/fuzz-N.log.
   PAR=()
   [ "${FUZZ_JOBS:-1}" -gt 1 ] && PAR=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS")
@@ -69,7 +70,7 @@ for t in "${TARGETS[@]}"; do
   set +e
   TIMEFORMAT='%R %U %S'
   { time (cd "$BUILD" && nice -n 19 "$BUILD/tests/fuzz/fuzz_$t" "$WORK" -dict="$FUZZ/dict/$t.dict" \
-    -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
+    -max_total_time="$SECONDS_EACH" -timeout=30 -rss_limit_mb=2048 -malloc_limit_mb=512 \
     -artifact_prefix="$ART/" -print_final_stats=1 "${PAR[@]}" ${FUZZ_ARGS:-} >"$log" 2>&1); } \
     2>"$BUILD/time-$t"
   rc=$?
@@ -92,13 +93,13 @@ for t in "${TARGETS[@]}"; do
     # Minimal subset of committed + working corpus with the same coverage, written back.
     MERGED="$BUILD/merged/$t"
     rm -rf "$MERGED" && mkdir -p "$MERGED"
-    nice -n 19 "$BUILD/tests/fuzz/fuzz_$t" -merge=1 -timeout=10 -rss_limit_mb=2048 \
+    nice -n 19 "$BUILD/tests/fuzz/fuzz_$t" -merge=1 -timeout=30 -rss_limit_mb=2048 \
       -malloc_limit_mb=512 "$MERGED" "$FUZZ/corpus/$t" "$WORK" >"$BUILD/merge-$t.log" 2>&1 ||
       { echo "fuzz.sh: merge of $t failed, see $BUILD/merge-$t.log" >&2; status=1; continue; }
     find "$FUZZ/corpus/$t" -maxdepth 1 -type f -delete
     cp "$MERGED"/* "$FUZZ/corpus/$t/"
     echo "fuzz.sh: $t: $execs inputs in ${cpu} CPU-s, corpus $(ls "$FUZZ/corpus/$t" | wc -l)" \
-      "files, $(du -sk "$FUZZ/corpus/$t" | cut -f1) KiB"
+      "files, $(( $(cat "$FUZZ/corpus/$t"/* | wc -c) / 1024 )) KiB"
   fi
 done
 exit $status

@@ -179,7 +179,9 @@ std::vector<double> bind_args(const SpecText& spec, const LayerToken& t,
     const Formal& f = formals[k];
     char* end = nullptr;
     double v = std::strtod(a.value.c_str(), &end);
-    bool ok = end && *end == '\0' && std::isfinite(v) && (!f.integer || v == std::floor(v));
+    // The whole value must be the number: a NUL inside it ends c_str() but not the text.
+    bool ok = end == a.value.c_str() + a.value.size() && std::isfinite(v) &&
+              (!f.integer || v == std::floor(v));
     if (!ok) {
       spec.fail(a.pos, a.len,
                 str("argument '", f.name, "' of '", t.name, "' must be ",
@@ -302,7 +304,7 @@ std::string expand_preset(const std::string& spec, std::int64_t classes, std::st
       std::string value = trim(item, item_pos);
       char* stop = nullptr;
       long long v = std::strtoll(value.c_str(), &stop, 10);
-      if (value.empty() || *stop != '\0' || v <= 0) {
+      if (value.empty() || stop != value.c_str() + value.size() || v <= 0) {
         text.fail(item_pos, std::max<std::size_t>(value.size(), 1),
                   str("preset '", name, "' needs positive integers after ':', got '", value, "'"),
                   "e.g. mlp:1024,1024 or resnet:3");

@@ -144,6 +144,12 @@ TEST(ModelSpec, IntegersBeyondIntAreErrorsNotOverflows) {
   EXPECT_NE(e.find("padding may be at most half the kernel"), std::string::npos) << e;
   e = build_error("conv(1,1,pad=2147483647)", {1, 8, 8});
   EXPECT_NE(e.find("has more than 2^63 elements"), std::string::npos) << e;
+  // Found by fuzzing: strtod/strtoll stopped at an embedded NUL, so "resnet:922\0...387978"
+  // built a ResNet-5534 and "conv(8,3\0x)" ignored the rest of its argument.
+  e = build_error(std::string("resnet:922\0\0387978", 17), {3, 8, 8});
+  EXPECT_NE(e.find("needs positive integers after ':'"), std::string::npos) << e;
+  e = build_error(std::string("conv(8,3\0x)", 11), {1, 8, 8});
+  EXPECT_NE(e.find("argument 'k' of 'conv' must be an integer"), std::string::npos) << e;
   // The largest int is still a valid argument (it fails later, on the shapes).
   e = build_error("maxpool(2147483647)", {1, 8, 8});
   EXPECT_EQ(e.find("outside"), std::string::npos) << e;
