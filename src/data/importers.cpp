@@ -106,12 +106,12 @@ Tensor read_idx_u8(const std::string& path) {
         overflow || __builtin_mul_overflow(promised, std::uint64_t{big_endian(b)}, &promised);
   }
   // The header alone must not decide how much memory is taken (16 bytes can promise terabytes):
-  // read in blocks, so memory grows only with data that is actually there.
-  constexpr std::size_t kBlock = std::size_t{64} << 20;
+  // read in blocks that double from 1 MiB, so memory grows only with data that is actually there.
   std::vector<unsigned char> bytes;
   std::size_t got = 0;
   while (!overflow && got < promised) {
-    bytes.resize(got + static_cast<std::size_t>(std::min<std::uint64_t>(promised - got, kBlock)));
+    const std::size_t block = std::max<std::size_t>(got, std::size_t{1} << 20);
+    bytes.resize(got + static_cast<std::size_t>(std::min<std::uint64_t>(promised - got, block)));
     const std::size_t n = in.read(bytes.data() + got, bytes.size() - got);
     got += n;
     if (n == 0) break;
