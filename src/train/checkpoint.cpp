@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -588,8 +589,14 @@ std::vector<Listed> list_checkpoints(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file(ec) && std::regex_match(name, m, pattern)) {
-      out.push_back({std::stoll(m[1].str()), entry.path()});
+    std::int64_t step = 0;
+    // A step beyond 2^63 cannot be lockstep's (std::stoll threw std::out_of_range here): not a
+    // checkpoint, and so never pruned either.
+    if (entry.is_regular_file(ec) && std::regex_match(name, m, pattern) &&
+        std::from_chars(name.data() + m.position(1), name.data() + m.position(1) + m.length(1),
+                        step)
+                .ec == std::errc()) {
+      out.push_back({step, entry.path()});
     }
   }
   std::sort(out.begin(), out.end(), [](const Listed& a, const Listed& b) {
