@@ -7,6 +7,7 @@
 
 #include "data_test_util.hpp"
 #include "lockstep/data/dataset.hpp"
+#include "lockstep/data/hdf5_lock.hpp"
 #include "lockstep/data/shard.hpp"
 
 using namespace lockstep;
@@ -385,6 +386,55 @@ TEST(ShardedDataset, AFlippedByteInAnUncompressedChunkIsAnErrorNotAWrongSample) 
   }
   auto e = expect_error([&] { ShardedDataset::open(paths[0]); }, {paths[0], "/x"});
   expect_regenerate_hint(e);
+}
+
+namespace {
+bool has_fletcher32(const std::string& path, const char* dataset) {
+  Hdf5Scope quiet;  // H5Pget_filter_by_id2 prints an error stack when the filter is absent
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, dataset, H5P_DEFAULT);
+  hid_t dcpl = H5Dget_create_plist(d);
+  unsigned flags = 0;
+  std::size_t nvalues = 0;
+  const bool found = H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, &nvalues, nullptr, 0,
+                                          nullptr, nullptr) >= 0;
+  H5Pclose(dcpl);
+  H5Dclose(d);
+  H5Fclose(f);
+  return found;
+}
+}  // namespace
+
+TEST(ShardWriter, ChecksumsEveryChunkOfXAndY) {
+  TempDir dir;
+  SetSpec spec;
+  spec.num_shards = 1;
+  for (int level : {0, 4}) {
+    spec.deflate_level = level;
+    auto paths = write_set(dir.path(), spec);
+    EXPECT_TRUE(has_fletcher32(paths[0], "x")) << "deflate " << level;
+    EXPECT_TRUE(has_fletcher32(paths[0], "y")) << "deflate " << level;
+  }
+}
+
+TEST(ShardFile, ReadsAChunkedDeflatedShardWithoutChecksumsAsWrittenBeforeThem) {
+  // Shards written before the writer added Fletcher-32 (HDF5's earliest object format, chunks
+  // deflated without a checksum) must read as before.
+  TempDir dir;
+  RawShard raw;
+  raw.x_chunk_samples = 4;  // 6 samples: one full chunk and one partial
+  raw.deflate_level = 4;
+  write_raw_shard(dir / "old.h5", raw);
+  ASSERT_FALSE(has_fletcher32(dir / "old.h5", "x"));
+  auto ds = ShardedDataset::open(dir / "old.h5");
+  ASSERT_EQ(ds->size(), 6);
+  Tensor x, y;
+  std::vector<std::int64_t> idx{5, 0, 3};
+  ds->gather(idx, x, y);
+  // The raw writer stores byte i of /x as i: sample s is bytes 4s..4s+3.
+  EXPECT_EQ(x.to_vector<std::uint8_t>(),
+            (std::vector<std::uint8_t>{20, 21, 22, 23, 0, 1, 2, 3, 12, 13, 14, 15}));
+  EXPECT_EQ(y.to_vector<std::int32_t>(), (std::vector<std::int32_t>{5, 0, 3}));
 }
 
 TEST(ShardFile, DatasetsClaimingSamplesWithNoStoredDataAreAnErrorNotAnAllocation) {
