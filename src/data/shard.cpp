@@ -91,7 +91,10 @@ void write_array_attr(hid_t obj, const char* name, const std::vector<T>& values,
 
 // ---- attribute reading: every failure names the file and the attribute.
 h5::Handle open_attr(hid_t obj, const char* name, const std::string& where) {
-  htri_t exists = H5Aexists(obj, name);
+  // H5Aexists fails (rather than answering no) when the object header is damaged, e.g. its
+  // checksum does not match: that is a corrupted file, not a missing attribute.
+  htri_t exists = LOCKSTEP_H5(H5Aexists(obj, name), kRegenerateHint, where,
+                              "cannot look up attribute '", name, "' (corrupted file?)");
   LOCKSTEP_CHECK_HINT(exists > 0, kRegenerateHint, where, ": attribute '", name, "' is missing");
   return h5::attr(LOCKSTEP_H5(H5Aopen(obj, name, H5P_DEFAULT), kRegenerateHint, where,
                               "cannot open attribute '", name, "'"));

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 
 #include "data_test_util.hpp"
 #include "lockstep/data/dataset.hpp"
@@ -385,6 +386,30 @@ TEST(ShardedDataset, AFlippedByteInAnUncompressedChunkIsAnErrorNotAWrongSample) 
     io.put(static_cast<char>(byte ^ 0x10));
   }
   auto e = expect_error([&] { ShardedDataset::open(paths[0]); }, {paths[0], "/x"});
+  expect_regenerate_hint(e);
+}
+
+TEST(ShardFile, AFlippedByteInTheAttributesIsACorruptedFileNotAMissingAttribute) {
+  // The root group's object header (holding the attributes) is checksummed: HDF5 then fails to
+  // look the attribute up at all, which was reported as "attribute 'num_classes' is missing".
+  TempDir dir;
+  SetSpec spec;
+  spec.num_shards = 1;
+  auto paths = write_set(dir.path(), spec);
+  std::string bytes;
+  {
+    std::ifstream in(paths[0], std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::size_t at = bytes.find("num_classes");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 4] ^= 0x01;  // "num_Classes"
+  {
+    std::ofstream out(paths[0], std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  auto e = expect_error([&] { ShardFile::open(paths[0]); }, {paths[0], "corrupted file?"});
+  EXPECT_EQ(std::string(e.what()).find("missing"), std::string::npos) << e.what();
   expect_regenerate_hint(e);
 }
 
