@@ -259,11 +259,13 @@ ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta, ShardWr
                  options.deflate_level, " is outside 0..9");
   h5::Quiet quiet;
   // Checksums, so a damaged shard is an error instead of wrong samples or a crash inside HDF5
-  // (docs/FUZZING.md): the 1.8 object format checksums every object header (HDF5 1.10 crashes
-  // on some damaged version-1 headers), and Fletcher-32 (below) every chunk.
+  // (docs/FUZZING.md): the 1.10 format checksums every object header (HDF5 1.10 crashes on some
+  // damaged version-1 headers) and the chunk index (1.8's version-1 B-tree has none: a flipped
+  // byte there moved a chunk or skipped its filters, reading zeros or deflated bytes as
+  // samples), and Fletcher-32 (below) checksums every chunk. Readers need HDF5 1.10 or later.
   auto fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS));
-  LOCKSTEP_H5(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), "", m.tmp_path,
-              "cannot select the HDF5 1.8 file format");
+  LOCKSTEP_H5(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), "", m.tmp_path,
+              "cannot select the HDF5 1.10 file format");
   m.file = h5::file(LOCKSTEP_H5(
       H5Fcreate(m.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
       "does the output folder exist and is it writable?", m.tmp_path, "cannot create the file"));
