@@ -6,14 +6,16 @@
 # Builds build-fuzz/ (clang, the library with -fsanitize=fuzzer-no-link,address,undefined), runs
 # each target for SECONDS over a working corpus (build-fuzz/corpus/<target>, seeded from the
 # committed corpus, the regressions and fresh seeds) with its dictionary, then merges the working
-# corpus into a minimal set that keeps every feature and writes that back to
-# tests/fuzz/corpus/<target>/ (replayed by CTest). Crashes, leaks, timeouts and OOMs land in
+# corpus into a minimal set that keeps every feature (the next run's working corpus) and writes
+# the FUZZ_KEEP (default 10) inputs covering the most of it to tests/fuzz/corpus/<target>/
+# (committed, replayed by CTest: kept small). Crashes, leaks, timeouts and OOMs land in
 # build-fuzz/artifacts/<target>/; the script lists them and exits 1. After fixing one, copy the
 # input to tests/fuzz/regressions/<target>/ so CI replays it forever.
 # Every run appends "date target wall-seconds cpu-seconds execs new-findings" to
 # build-fuzz/fuzz-log.tsv.
 # Environment: FUZZ_JOBS (default 1) parallel fuzzing processes per target; FUZZ_ARGS extra
-# libFuzzer flags; FUZZ_NO_MERGE=1 keeps tests/fuzz/corpus untouched.
+# libFuzzer flags; FUZZ_KEEP inputs per target in tests/fuzz/corpus; FUZZ_NO_MERGE=1 keeps
+# tests/fuzz/corpus and the working corpus as they are.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ALL=(idx csv config model_spec shard checkpoint)
@@ -90,16 +92,23 @@ for t in "${TARGETS[@]}"; do
     status=1
   fi
   if [ "${FUZZ_NO_MERGE:-0}" != 1 ]; then
-    # Minimal subset of committed + working corpus with the same coverage, written back.
+    # The committed + working corpus is merged into a minimal set with the same coverage, which
+    # becomes the next run's working corpus; the committed corpus (in git, replayed by every
+    # CTest run) gets only the FUZZ_KEEP inputs that cover the most of it.
     MERGED="$BUILD/merged/$t"
-    rm -rf "$MERGED" && mkdir -p "$MERGED"
+    rm -rf "$MERGED" "$BUILD/merge-$t.ctl" && mkdir -p "$MERGED"
     nice -n 19 "$BUILD/tests/fuzz/fuzz_$t" -merge=1 -timeout=30 -rss_limit_mb=2048 \
-      -malloc_limit_mb=512 "$MERGED" "$FUZZ/corpus/$t" "$WORK" >"$BUILD/merge-$t.log" 2>&1 ||
+      -malloc_limit_mb=512 -merge_control_file="$BUILD/merge-$t.ctl" "$MERGED" \
+      "$FUZZ/corpus/$t" "$WORK" >"$BUILD/merge-$t.log" 2>&1 ||
       { echo "fuzz.sh: merge of $t failed, see $BUILD/merge-$t.log" >&2; status=1; continue; }
+    rm -rf "$BUILD/picked/$t"
+    kept=$("$ROOT/bench/fuzz-pick-seeds.py" "$BUILD/merge-$t.ctl" "${FUZZ_KEEP:-10}" \
+           "$BUILD/picked/$t")
     find "$FUZZ/corpus/$t" -maxdepth 1 -type f -delete
-    cp "$MERGED"/* "$FUZZ/corpus/$t/"
-    echo "fuzz.sh: $t: $execs inputs in ${cpu} CPU-s, corpus $(ls "$FUZZ/corpus/$t" | wc -l)" \
-      "files, $(( $(cat "$FUZZ/corpus/$t"/* | wc -c) / 1024 )) KiB"
+    cp "$BUILD/picked/$t"/* "$FUZZ/corpus/$t/"
+    rm -rf "$WORK" && mv "$MERGED" "$WORK"
+    echo "fuzz.sh: $t: $execs inputs in ${cpu} CPU-s; working corpus $(ls "$WORK" | wc -l)" \
+      "files; tests/fuzz/corpus/$t: $kept, $(( $(cat "$FUZZ/corpus/$t"/* | wc -c) / 1024 )) KiB"
   fi
 done
 exit $status
