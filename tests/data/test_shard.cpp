@@ -6,6 +6,10 @@
 #include <functional>
 #include <iterator>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
 #include "data_test_util.hpp"
 #include "lockstep/data/dataset.hpp"
 #include "lockstep/data/hdf5_lock.hpp"
@@ -408,9 +412,17 @@ TEST(ShardFile, AFlippedByteInTheAttributesIsACorruptedFileNotAMissingAttribute)
     std::ofstream out(paths[0], std::ios::binary | std::ios::trunc);
     out << bytes;
   }
-  auto e = expect_error([&] { ShardFile::open(paths[0]); }, {paths[0], "corrupted file?"});
+  Error e = [&] {
+#if defined(__SANITIZE_ADDRESS__)
+    // HDF5 1.10.8 itself leaks 56 bytes when a metadata checksum fails (like H1 in
+    // docs/FUZZING.md); that lockstep closes every HDF5 object it opened is checked below.
+    __lsan::ScopedDisabler hdf5_own_leak;
+#endif
+    return expect_error([&] { ShardFile::open(paths[0]); }, {paths[0], "corrupted file?"});
+  }();
   EXPECT_EQ(std::string(e.what()).find("missing"), std::string::npos) << e.what();
   expect_regenerate_hint(e);
+  EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0);
 }
 
 namespace {
