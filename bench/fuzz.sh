@@ -43,7 +43,8 @@ nice -n 19 cmake --build "$BUILD" -j "$JOBS" --target fuzz_make_seeds \
   $(printf 'fuzz_%s ' "${TARGETS[@]}")
 
 SEEDS="$BUILD/seeds"
-[ -d "$SEEDS" ] || "$BUILD/tests/fuzz/fuzz_make_seeds" "$SEEDS" >/dev/null
+# Made afresh each run, so the seeds follow the writers' current format (shards, checkpoints).
+rm -rf "$SEEDS" && "$BUILD/tests/fuzz/fuzz_make_seeds" "$SEEDS" >/dev/null
 
 # UBSan reports are fatal; ASan's defaults come from tests/fuzz/harness/fuzz_options.cpp.
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
