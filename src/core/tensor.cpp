@@ -8,11 +8,18 @@
 namespace lockstep {
 
 std::int64_t shape_numel(const Shape& shape) {
-  std::int64_t n = 1;
+  bool empty = false;
   for (std::int64_t d : shape) {
     LOCKSTEP_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+    empty = empty || d == 0;
+  }
+  if (empty) return 0;
+  // Shapes come from files too (idx headers, HDF5 dataspaces): a product past 2^63 must be an
+  // error, not a wrapped count that a small allocation then "satisfies".
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
     LOCKSTEP_CHECK(!__builtin_mul_overflow(n, d, &n), "shape ", shape_str(shape),
-                   " has more elements than a 64-bit count holds");
+                   " has more than 2^63 elements");
   }
   return n;
 }

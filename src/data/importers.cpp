@@ -3,10 +3,13 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 
 namespace lockstep::data {
@@ -93,15 +96,36 @@ Tensor read_idx_u8(const std::string& path) {
   LOCKSTEP_CHECK_HINT(head[2] == 0x08, kIdxHint, path, ": idx element type 0x", std::hex,
                       static_cast<int>(head[2]), " is not unsigned byte (0x08)");
   Shape shape;
+  std::uint64_t promised = 1;  // up to four 32-bit extents: the product can overflow 64 bits
+  bool overflow = false;
   for (int d = 0; d < head[3]; ++d) {
     unsigned char b[4];
     LOCKSTEP_CHECK_HINT(in.read(b, 4) == 4, kIdxHint, path, ": truncated in the idx header");
     shape.push_back(big_endian(b));
+    overflow =
+        overflow || __builtin_mul_overflow(promised, std::uint64_t{big_endian(b)}, &promised);
   }
+  // The header alone must not decide how much memory is taken (16 bytes can promise terabytes):
+  // read in blocks that double from 1 MiB, so memory grows only with data that is actually there.
+  std::vector<unsigned char> bytes;
+  std::size_t got = 0;
+  while (!overflow && got < promised) {
+    const std::size_t block = std::max<std::size_t>(got, std::size_t{1} << 20);
+    bytes.resize(got + static_cast<std::size_t>(std::min<std::uint64_t>(promised - got, block)));
+    const std::size_t n = in.read(bytes.data() + got, bytes.size() - got);
+    got += n;
+    if (n == 0) break;
+  }
+  LOCKSTEP_CHECK_HINT(!overflow && got == promised, kIdxHint, path,
+                      ": truncated: the header promises ", shape_str(shape), " = ",
+                      overflow ? std::string("more than 2^64") : std::to_string(promised),
+                      " bytes of data but the file has ", got);
+  unsigned char extra;
+  LOCKSTEP_CHECK_HINT(in.read(&extra, 1) == 0, kIdxHint, path, ": more data than the header's ",
+                      shape_str(shape), " = ", promised,
+                      " bytes (a wrong count in the header, or two files joined?)");
   Tensor t = Tensor::empty(shape, DType::U8);
-  const std::size_t got = in.read(t.raw_data(), t.nbytes());
-  LOCKSTEP_CHECK_HINT(got == t.nbytes(), kIdxHint, path, ": truncated: the header promises ",
-                      shape_str(shape), " = ", t.nbytes(), " bytes of data but the file has ", got);
+  if (got > 0) std::memcpy(t.raw_data(), bytes.data(), got);
   return t;
 }
 
@@ -157,8 +181,12 @@ LabeledArray read_csv(const std::string& path, const CsvOptions& options) {
     }
     if (label_col < 0) {
       const auto& k = options.label_column;
-      if (!k.empty() && std::all_of(k.begin(), k.end(), ::isdigit)) {
-        label_col = std::stoll(k);
+      if (!k.empty() &&
+          std::all_of(k.begin(), k.end(), [](unsigned char ch) { return std::isdigit(ch); })) {
+        // from_chars, not stoll: a 20-digit column must be this error, not std::out_of_range.
+        auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), label_col);
+        LOCKSTEP_CHECK(ec == std::errc() && end == k.data() + k.size(), path, ": label column ", k,
+                       " does not exist");
       } else {
         auto it = std::find(header.begin(), header.end(), k);
         LOCKSTEP_CHECK_HINT(
@@ -180,9 +208,16 @@ LabeledArray read_csv(const std::string& path, const CsvOptions& options) {
                      fields[c], "' is not a number");
       if (static_cast<std::int64_t>(c) == label_col) {
         LOCKSTEP_CHECK(v >= 0 && v == std::floor(v) && v < 2147483647.0, path, " line ", line_no,
-                       ": label '", fields[c], "' is not a non-negative integer");
+                       " column ", c, ": label '", fields[c], "' is not a non-negative integer");
         labels.push_back(static_cast<std::int32_t>(v));
       } else {
+        // from_chars reads "nan" and "inf"; a NaN would poison the statistics and every step.
+        LOCKSTEP_CHECK_HINT(std::isfinite(v), "fix or drop the row", path, " line ", line_no,
+                            " column ", c, ": '", fields[c], "' is not a finite number");
+        LOCKSTEP_CHECK_HINT(
+            options.dtype != DType::F32 || std::fabs(v) <= std::numeric_limits<float>::max(),
+            "rescale the data", path, " line ", line_no, " column ", c, ": '", fields[c],
+            "' is outside the range of f32 (it would be stored as inf)");
         LOCKSTEP_CHECK_HINT(
             options.dtype != DType::U8 || (v >= 0 && v <= 255 && v == std::floor(v)),
             "store such data with --dtype=f32", path, " line ", line_no, " column ", c, ": '",

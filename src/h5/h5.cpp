@@ -99,6 +99,9 @@ Handle create_file(const std::string& path, const CreateOptions& options, const 
   // 64 KiB (a large model structure).
   if (options.v18_format)
     check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), path, "format version");
+  if (options.v110_format)
+    check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), path,
+          "format version");
 #if H5_VERSION_GE(1, 10, 7)
   if (!options.locking) check(H5Pset_file_locking(fapl.get(), 0, 1), path, "file locking");
 #endif
@@ -240,7 +243,7 @@ std::string read_string(hid_t obj, bool is_attr, const std::string& where, const
 
 Handle open_attr(hid_t obj, const std::string& name, const std::string& where,
                  const std::string& hint) {
-  LOCKSTEP_CHECK_HINT(has_attr(obj, name, where), hint, where, ": attribute '", name,
+  LOCKSTEP_CHECK_HINT(has_attr(obj, name, where, hint), hint, where, ": attribute '", name,
                       "' is missing");
   return {check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), where,
                 "cannot open attribute '" + name + "'", hint),
@@ -277,8 +280,12 @@ std::vector<T> read_array_attr(hid_t obj, const std::string& name, const std::st
 
 }  // namespace
 
-bool has_attr(hid_t obj, const std::string& name, const std::string& where) {
-  return check(H5Aexists(obj, name.c_str()), where, "looking up attribute '" + name + "'") > 0;
+bool has_attr(hid_t obj, const std::string& name, const std::string& where,
+              const std::string& hint) {
+  // H5Aexists fails (rather than answering no) when the object header is damaged, e.g. its
+  // checksum does not match: that is a corrupted file, not a missing attribute.
+  return check(H5Aexists(obj, name.c_str()), where,
+               "cannot look up attribute '" + name + "' (corrupted file?)", hint) > 0;
 }
 
 void write_string_attr(hid_t obj, const std::string& name, const std::string& value,

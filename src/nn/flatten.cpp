@@ -4,10 +4,8 @@ namespace lockstep::nn {
 
 Shape Flatten::output_shape(const Shape& input) const {
   LOCKSTEP_CHECK(!input.empty(), "flatten needs a batch dimension, got ", shape_str(input));
-  std::int64_t features = 1;
-  for (std::size_t i = 1; i < input.size(); ++i)
-    features *= input[i];
-  return {input[0], features};
+  // shape_numel checks the product: a huge padding upstream can push it past 2^63.
+  return {input[0], shape_numel(Shape(input.begin() + 1, input.end()))};
 }
 
 Tensor Flatten::forward(ops::Context& ctx, const Tensor& x) {

@@ -141,6 +141,10 @@ struct Formal {
 };
 constexpr double kRequired = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kIntMax = std::numeric_limits<int>::max();
+// The deepest CIFAR ResNet of He et al. has 200 blocks per stage; more is a typo, and expanding
+// it would build a spec of billions of layers.
+constexpr std::int64_t kMaxResNetBlocks = 1000;
 
 std::vector<double> bind_args(const SpecText& spec, const LayerToken& t,
                               const std::vector<Formal>& formals) {
@@ -177,18 +181,24 @@ std::vector<double> bind_args(const SpecText& spec, const LayerToken& t,
     const Formal& f = formals[k];
     char* end = nullptr;
     double v = std::strtod(a.value.c_str(), &end);
-    bool ok = end && *end == '\0' && std::isfinite(v) && (!f.integer || v == std::floor(v));
+    // The whole value must be the number: a NUL inside it ends c_str() but not the text.
+    bool ok = end == a.value.c_str() + a.value.size() && std::isfinite(v) &&
+              (!f.integer || v == std::floor(v));
     if (!ok) {
       spec.fail(a.pos, a.len,
                 str("argument '", f.name, "' of '", t.name, "' must be ",
                     f.integer ? "an integer" : "a number", ", got '", a.value, "'"),
                 str("usage: ", signature));
     }
-    if (v < f.min || v > f.max) {
-      spec.fail(a.pos, a.len,
-                str("argument '", f.name, "' of '", t.name, "' is ", a.value, ", outside [", f.min,
-                    ", ", f.max == kInf ? std::string("inf") : str(f.max), "]"),
-                str("usage: ", signature));
+    // Integer arguments become ints (kernel, stride, padding; widths reach BLAS as int): a larger
+    // value must be this error, not an overflowing conversion.
+    const double max = f.integer ? std::min(f.max, kIntMax) : f.max;
+    if (v < f.min || v > max) {
+      spec.fail(
+          a.pos, a.len,
+          str("argument '", f.name, "' of '", t.name, "' is ", a.value, ", outside [", f.min, ", ",
+              max == kInf ? std::string("inf") : str(static_cast<std::int64_t>(max)), "]"),
+          str("usage: ", signature));
     }
     values[k] = v;
     set[k] = true;
@@ -331,9 +341,15 @@ std::string expand_preset(const std::string& spec, std::int64_t classes, std::st
       std::string value = trim(item, item_pos);
       char* stop = nullptr;
       long long v = std::strtoll(value.c_str(), &stop, 10);
-      if (value.empty() || *stop != '\0' || v <= 0) {
+      if (value.empty() || stop != value.c_str() + value.size() || v <= 0) {
         text.fail(item_pos, std::max<std::size_t>(value.size(), 1),
                   str("preset '", name, "' needs positive integers after ':', got '", value, "'"),
+                  "e.g. mlp:1024,1024 or resnet:3");
+      }
+      if (v > static_cast<long long>(kIntMax)) {  // strtoll saturates: this covers ERANGE too
+        text.fail(item_pos, value.size(),
+                  str("preset '", name, "' takes integers up to ", static_cast<int>(kIntMax),
+                      " after ':', got '", value, "'"),
                   "e.g. mlp:1024,1024 or resnet:3");
       }
       values.push_back(v);
@@ -360,6 +376,11 @@ std::string expand_preset(const std::string& spec, std::int64_t classes, std::st
     text.fail(offset + colon, s.size() - colon, "resnet takes one argument, blocks per stage", "");
   }
   std::int64_t blocks = values.empty() ? 2 : values[0];
+  if (blocks > kMaxResNetBlocks) {
+    text.fail(offset + colon + 1, s.size() - colon - 1,
+              str("resnet takes at most ", kMaxResNetBlocks, " blocks per stage, got ", blocks),
+              "e.g. resnet:3 (ResNet-20) or resnet:18 (ResNet-110)");
+  }
   std::string out = "conv(16,3,pad=1,bias=0)-bn-relu";
   const std::int64_t widths[] = {16, 32, 64};
   for (int stage = 0; stage < 3; ++stage) {

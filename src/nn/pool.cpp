@@ -6,7 +6,8 @@ namespace lockstep::nn {
 
 Pool2d::Pool2d(ops::PoolKind kind, int kernel, int stride, int padding) : kind_(kind) {
   if (stride == 0) stride = kernel;
-  LOCKSTEP_CHECK(kernel > 0 && stride > 0 && padding >= 0 && 2 * padding <= kernel, type(),
+  // padding <= kernel / 2, not 2 * padding <= kernel: the doubling overflows for huge paddings.
+  LOCKSTEP_CHECK(kernel > 0 && stride > 0 && padding >= 0 && padding <= kernel / 2, type(),
                  ": bad arguments kernel=", kernel, " stride=", stride, " pad=", padding,
                  " (padding may be at most half the kernel)");
   params_.kernel_h = params_.kernel_w = kernel;

@@ -61,10 +61,10 @@ void check_labels_tensor(Context& ctx, const char* op, const Tensor& rows, const
 std::int64_t window_output_size(std::int64_t in, int kernel, int stride, int pad) {
   LOCKSTEP_CHECK(kernel >= 1 && stride >= 1 && pad >= 0, "window: kernel ", kernel, ", stride ",
                  stride, " and padding ", pad, " must be >= 1, >= 1 and >= 0");
-  LOCKSTEP_CHECK_HINT(in + 2 * pad >= kernel, "use a smaller kernel or more padding",
-                      "window: kernel ", kernel, " does not fit an input of size ", in,
-                      " with padding ", pad);
-  return (in + 2 * pad - kernel) / stride + 1;
+  const std::int64_t padded = in + 2 * std::int64_t{pad};  // 2 * pad overflows as an int
+  LOCKSTEP_CHECK_HINT(padded >= kernel, "use a smaller kernel or more padding", "window: kernel ",
+                      kernel, " does not fit an input of size ", in, " with padding ", pad);
+  return (padded - kernel) / stride + 1;
 }
 
 // ---- memory

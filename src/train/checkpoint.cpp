@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -449,13 +450,13 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file(ec) && std::regex_match(name, m, pattern)) {
-      std::int64_t step = 0;
-      try {
-        step = std::stoll(m[1].str());
-      } catch (const std::out_of_range&) {
-        step = std::numeric_limits<std::int64_t>::max();  // a name no run writes: sorts first
-      }
+    std::int64_t step = 0;
+    // A step beyond 2^63 cannot be lockstep's (std::stoll threw std::out_of_range here): not a
+    // checkpoint, and so never pruned either.
+    if (entry.is_regular_file(ec) && std::regex_match(name, m, pattern) &&
+        std::from_chars(name.data() + m.position(1), name.data() + m.position(1) + m.length(1),
+                        step)
+                .ec == std::errc()) {
       out.push_back({step, entry.path().string()});
     }
   }

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -34,6 +35,35 @@ TEST(Tensor, MismatchedShapesAndDtypesAreErrorsNamingTheTensor) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("f32[2, 3]"), std::string::npos) << e.what();
   }
+}
+
+TEST(Tensor, ShapesWhoseSizeOverflowsAreErrorsNotWrappedCounts) {
+  // Found by fuzzing the idx reader: shapes read from files multiplied past 2^63 (undefined
+  // behaviour; in practice a wrapped, possibly small or negative element count).
+  auto message = [](const std::function<void()>& fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  const std::int64_t big = std::int64_t{1} << 32;
+  EXPECT_NE(message([&] {
+              shape_numel({big, big});
+            }).find("shape [4294967296, 4294967296] has more than 2^63 elements"),
+            std::string::npos);
+  // Fits as elements, not as bytes.
+  EXPECT_NE(message([&] {
+              Tensor::empty({std::int64_t{1} << 62}, DType::F32);
+            }).find("more bytes than a 64-bit size holds"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              Tensor::empty({std::int64_t{1} << 62}, DType::F32);
+            }).find("f32 tensor [4611686018427387904]"),
+            std::string::npos);
+  EXPECT_EQ(shape_numel({big, 0, big}), 0);  // a zero extent anywhere means no elements
+  EXPECT_EQ(shape_numel({3037000499, 3037000499}), std::int64_t{9223372030926249001});
 }
 
 TEST(Error, CarriesHintAndPlace) {

@@ -103,13 +103,21 @@ void write_raw_shard(const std::string& path, const RawShard& spec) {
   if (!spec.mean.empty()) array_attr(f, "mean", spec.mean, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT);
   if (!spec.stddev.empty()) array_attr(f, "std", spec.stddev, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT);
 
-  // /x contiguous (the format asks writers for chunks; readers must not depend on it).
+  // /x contiguous unless asked (the format asks writers for chunks; readers must not depend on it).
   hsize_t numel = 1;
   for (auto d : spec.x_dims)
     numel *= d;
   hid_t xs = H5Screate_simple(static_cast<int>(spec.x_dims.size()), spec.x_dims.data(), nullptr);
-  hid_t x = H5Dcreate2(f, "x", spec.x_float ? H5T_IEEE_F32LE : H5T_STD_U8LE, xs, H5P_DEFAULT,
-                       H5P_DEFAULT, H5P_DEFAULT);
+  hid_t xp = H5Pcreate(H5P_DATASET_CREATE);
+  if (spec.x_chunk_samples > 0) {
+    std::vector<hsize_t> chunk = spec.x_dims;
+    chunk[0] = spec.x_chunk_samples;
+    H5Pset_chunk(xp, static_cast<int>(chunk.size()), chunk.data());
+    if (spec.deflate_level > 0) H5Pset_deflate(xp, spec.deflate_level);
+  }
+  hid_t x = H5Dcreate2(f, "x", spec.x_float ? H5T_IEEE_F32LE : H5T_STD_U8LE, xs, H5P_DEFAULT, xp,
+                       H5P_DEFAULT);
+  H5Pclose(xp);
   if (spec.x_float) {
     std::vector<float> data(numel);
     for (hsize_t i = 0; i < numel; ++i)

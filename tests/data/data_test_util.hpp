@@ -63,6 +63,10 @@ struct RawShard {
   std::vector<hsize_t> x_dims{6, 1, 2, 2};
   bool x_float = false;
   std::vector<std::int32_t> y{0, 1, 2, 3, 4, 5};
+  // > 0: /x in chunks of this many samples, deflated at `deflate_level` (as lockstep-shard wrote
+  // shards before they carried Fletcher-32 checksums); 0: contiguous.
+  hsize_t x_chunk_samples = 0;
+  unsigned deflate_level = 0;
 };
 void write_raw_shard(const std::string& path, const RawShard& spec);
 

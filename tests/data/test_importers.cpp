@@ -128,6 +128,32 @@ TEST(Idx, BadMagicTruncationAndMismatchedCountsAreErrorsNamingTheFile) {
   EXPECT_NE(e.find("absent.gz: no such file"), std::string::npos) << e;
 }
 
+TEST(Idx, AHeaderPromisingMoreThanTheFileHoldsIsTruncationNotAnAllocation) {
+  // 16 bytes promising 65535^3 bytes made the reader allocate ~280 TB up front
+  // (std::bad_alloc, not an Error); four dimensions of 2^32-1 overflowed the element count.
+  TempDir dir;
+  for (const auto& dims : std::vector<std::vector<std::uint32_t>>{
+           {65535, 65535, 65535}, {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}}) {
+    for (bool gz : {false, true}) {
+      SCOPED_TRACE(std::to_string(dims.size()) + (gz ? " dims, gzipped" : " dims, raw"));
+      write_file(dir / "big", idx_bytes(dims, {1, 2, 3}), gz);
+      auto e = error_of([&] { read_idx_u8(dir / "big"); });
+      EXPECT_NE(e.find("big: truncated"), std::string::npos) << e;
+    }
+  }
+}
+
+TEST(Idx, BytesAfterTheDataTheHeaderPromisesAreAnError) {
+  // A header whose count is too small (e.g. 10 of 60000 images) must not silently drop the rest.
+  TempDir dir;
+  for (bool gz : {false, true}) {
+    write_file(dir / "long", idx_bytes({2, 1, 2}, {1, 2, 3, 4, 5}), gz);
+    auto e = error_of([&] { read_idx_u8(dir / "long"); });
+    EXPECT_NE(e.find("long: more data than the header's [2, 1, 2] = 4 bytes"), std::string::npos)
+        << e;
+  }
+}
+
 TEST(Csv, ReadsAHeaderAndANamedLabelColumnAnywhereInTheRow) {
   TempDir dir;
   std::ofstream(dir / "a.csv") << "p0,p1,label,p2,p3\n0.5,1,2,-3,4e-1\r\n1,2,0,3,4\n";
@@ -174,6 +200,48 @@ TEST(Csv, BadRowsAreErrorsNamingFileLineAndColumn) {
   o.label_column = "label";
   e = error_of([&] { read_csv(dir / "e.csv", o); });
   EXPECT_NE(e.find("no column named 'label'"), std::string::npos) << e;
+
+  // A column index too large for an integer is the same error, not std::out_of_range.
+  o.label_column = "99999999999999999999";
+  e = error_of([&] { read_csv(dir / "c.csv", o); });
+  EXPECT_NE(e.find("c.csv: label column 99999999999999999999 does not exist"), std::string::npos)
+      << e;
+}
+
+TEST(Csv, NonFiniteValuesAreErrorsNamingFileLineAndColumn) {
+  // std::from_chars reads nan/inf in any case; a float beyond f32's range would become inf when
+  // stored. Each must be an error naming the file, the line and the (0-based) column.
+  TempDir dir;
+  CsvOptions o;
+  o.sample_shape = {2};
+  struct Case {
+    const char* text;
+    const char* expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"1,2,3\n0,nan,1\n", "bad.csv line 2 column 1: 'nan' is not a finite number"},
+           {"0,1,-Infinity\n", "bad.csv line 1 column 2: '-Infinity' is not a finite number"},
+           {"0,INF,1\n", "bad.csv line 1 column 1: 'INF' is not a finite number"},
+           {"0,1,1e39\n", "bad.csv line 1 column 2: '1e39' is outside the range of f32"},
+           {"0,1,2\n1,-1e300,2\n", "bad.csv line 2 column 1: '-1e300' is outside the range of f32"},
+           {"nan,1,2\n", "bad.csv line 1 column 0: label 'nan' is not a non-negative integer"},
+       }) {
+    SCOPED_TRACE(c.text);
+    std::ofstream(dir / "bad.csv") << c.text;
+    auto e = error_of([&] { read_csv(dir / "bad.csv", o); });
+    EXPECT_NE(e.find(c.expected), std::string::npos) << e;
+  }
+  // NaN in a u8 file is refused too (it is not an integer in 0..255).
+  o.dtype = DType::U8;
+  std::ofstream(dir / "bad.csv") << "0,nan,1\n";
+  auto e = error_of([&] { read_csv(dir / "bad.csv", o); });
+  EXPECT_NE(e.find("bad.csv line 1 column 1: 'nan' is not a finite number"), std::string::npos)
+      << e;
+  // The largest finite f32 is still accepted, as is a subnormal.
+  o.dtype = DType::F32;
+  std::ofstream(dir / "ok.csv") << "0,3.4028234e38,1e-40\n";
+  auto d = read_csv(dir / "ok.csv", o);
+  EXPECT_EQ(d.x.to_vector<float>(), (std::vector<float>{3.4028234e38f, 1e-40f}));
 }
 
 TEST(ChannelStats, MatchHandComputedMeanAndPopulationStd) {

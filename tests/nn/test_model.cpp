@@ -115,6 +115,46 @@ TEST(ModelSpec, BadArgumentsPointAtTheArgument) {
   EXPECT_NE(e.find("preset 'lenet' cannot be combined"), std::string::npos) << e;
 }
 
+TEST(ModelSpec, IntegersBeyondIntAreErrorsNotOverflows) {
+  // Found by fuzzing: 1e10 as a kernel size or 5e23 as a width passed the range check (max was
+  // inf) and overflowed the conversion to int / int64 (undefined behaviour); resnet:21474836471
+  // expanded to a spec of 64 billion blocks (a hang).
+  std::string e = build_error("conv(8,1e10)", {1, 8, 8});
+  EXPECT_NE(e.find("argument 'k' of 'conv' is 1e10, outside [1, 2147483647]"), std::string::npos)
+      << e;
+  e = build_error("conv(5e23,3)", {1, 8, 8});
+  EXPECT_NE(e.find("argument 'out' of 'conv' is 5e23, outside [1, 2147483647]"), std::string::npos)
+      << e;
+  e = build_error("maxpool(2,pad=3e9)", {1, 8, 8});
+  EXPECT_NE(e.find("argument 'pad' of 'maxpool' is 3e9, outside [0, 2147483647]"),
+            std::string::npos)
+      << e;
+  e = build_error("resnet:21474836471", {3, 8, 8});
+  EXPECT_NE(e.find("preset 'resnet' takes integers up to 2147483647"), std::string::npos) << e;
+  e = build_error("resnet:2000", {3, 8, 8});
+  EXPECT_NE(e.find("resnet takes at most 1000 blocks per stage, got 2000"), std::string::npos) << e;
+  e = build_error("mlp:64,99999999999999999999", {784});
+  EXPECT_NE(e.find("preset 'mlp' takes integers up to 2147483647 after ':', got "
+                   "'99999999999999999999'"),
+            std::string::npos)
+      << e;
+  // Doubling such a padding overflowed int: the pool's "at most half the kernel" check passed,
+  // and a conv's output size came out small, so both models built.
+  e = build_error("maxpool(2,pad=2147483647)", {1, 8, 8});
+  EXPECT_NE(e.find("padding may be at most half the kernel"), std::string::npos) << e;
+  e = build_error("conv(1,1,pad=2147483647)", {1, 8, 8});
+  EXPECT_NE(e.find("has more than 2^63 elements"), std::string::npos) << e;
+  // Found by fuzzing: strtod/strtoll stopped at an embedded NUL, so "resnet:922\0...387978"
+  // built a ResNet-5534 and "conv(8,3\0x)" ignored the rest of its argument.
+  e = build_error(std::string("resnet:922\0\0387978", 17), {3, 8, 8});
+  EXPECT_NE(e.find("needs positive integers after ':'"), std::string::npos) << e;
+  e = build_error(std::string("conv(8,3\0x)", 11), {1, 8, 8});
+  EXPECT_NE(e.find("argument 'k' of 'conv' must be an integer"), std::string::npos) << e;
+  // The largest int is still a valid argument (it fails later, on the shapes).
+  e = build_error("maxpool(2147483647)", {1, 8, 8});
+  EXPECT_EQ(e.find("outside"), std::string::npos) << e;
+}
+
 TEST(ModelSpec, SampleShapeThatDoesNotFitNamesTheLayerAndShapes) {
   // lenet on 8x8: conv(6,5,pad=2) keeps 8x8, maxpool -> 4x4, and conv(16,5) no longer fits.
   std::string e = build_error("lenet", {1, 8, 8});

@@ -309,6 +309,15 @@ TEST_F(CheckpointTest, FindLatestSkipsDamagedCheckpointsWithAWarningEach) {
   EXPECT_EQ(find_latest_checkpoint(path("no-such-folder"), nullptr), std::nullopt);
 }
 
+TEST_F(CheckpointTest, AFileNamedWithAStepBeyond64BitsIsNotACheckpoint) {
+  // std::stoll on its digits threw std::out_of_range out of find_latest_checkpoint and prune.
+  write_checkpoint(checkpoint_path(dir_.string(), 7), sample_state(7));
+  spit(path("ckpt-99999999999999999999.h5"), std::vector<char>(10, 'x'));
+  EXPECT_EQ(find_latest_checkpoint(dir_.string(), nullptr), checkpoint_path(dir_.string(), 7));
+  prune_checkpoints(dir_.string(), 1);
+  EXPECT_TRUE(fs::exists(path("ckpt-99999999999999999999.h5")));
+}
+
 TEST_F(CheckpointTest, PruneKeepsTheNewestCompleteOnes) {
   for (std::int64_t step = 1; step <= 5; ++step) {
     write_checkpoint(checkpoint_path(dir_.string(), step), sample_state(step));

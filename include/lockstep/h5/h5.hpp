@@ -114,6 +114,7 @@ Handle open_file(const std::string& path, bool locking, const std::string& hint 
 struct CreateOptions {
   std::size_t userblock = 0;  // bytes reserved in front of the HDF5 data (0 or a power of 2 >= 512)
   bool v18_format = false;    // the 1.8 object format: attributes over 64 KiB, readable by h5py
+  bool v110_format = false;   // the 1.10 format: checksummed object headers and chunk index
   bool locking = true;
 };
 // Creates (truncates) `path`; a failure names the folder problem when there is one.
@@ -138,7 +139,9 @@ std::string unescape_name(const std::string& escaped);
 
 // ---- attributes (every reader names the file and the attribute on failure, with `hint`) -------
 
-bool has_attr(hid_t obj, const std::string& name, const std::string& where);
+// False when absent; an Error (with `hint`) when HDF5 cannot tell, e.g. a damaged object header.
+bool has_attr(hid_t obj, const std::string& name, const std::string& where,
+              const std::string& hint = "");
 // Fixed-length, NUL-padded (HDF5 has no empty strings: "" is one NUL byte).
 void write_string_attr(hid_t obj, const std::string& name, const std::string& value,
                        const std::string& where);
