@@ -52,7 +52,9 @@ dpkg-deb -x "$deb" "$WORK/root"
 for prog in "$WORK"/root/usr/bin/lockstep-*; do
   for so in $(readelf -d "$prog" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p'); do
     case "$so" in libcu*|libnccl*|libcudnn*) continue ;; esac
-    owner=$(dpkg -S "/usr/lib/x86_64-linux-gnu/$so" "/lib/x86_64-linux-gnu/$so" 2>/dev/null | head -n1 | cut -d: -f1)
+    path=$(ldconfig -p | awk -v so="$so" '$1 == so { print $NF; exit }')
+    # Through symlinks (alternatives: libopenblas.so.0) to the file a package owns.
+    owner=$([ -n "$path" ] && dpkg -S "$(readlink -f "$path")" 2>/dev/null | head -n1 | cut -d: -f1)
     [ -n "$owner" ] || { echo "note: cannot tell which package ships $so"; continue; }
     case "$owner" in libc6|libopenblas0-*) continue ;; esac  # libc6 by version; libopenblas0 picks a variant
     grep -qw -- "$owner" <<<"$depends" || fail "$(basename "$prog") needs $so from $owner, not in Depends"
@@ -72,7 +74,7 @@ cd "$WORK" || fail "no $WORK"
   >"$WORK/shard.log" 2>&1 || { cat "$WORK/shard.log"; fail "the installed lockstep-shard failed"; }
 timeout -k 10 240 mpirun -np 2 --oversubscribe --bind-to none /usr/bin/lockstep-train \
   --config /usr/share/lockstep/configs/fashion_mlp.ini --data.train="$WORK/data/train" \
-  --data.test="$WORK/data/test" --train.max_steps=20 --train.threads=1 --log.every=5 \
+  --data.test="$WORK/data/test" --train.max_steps=20 --optim.warmup_steps=5 --train.threads=1 --log.every=5 \
   --log.metrics="$WORK/metrics.jsonl" >"$WORK/train.log" 2>&1
 rc=$?
 tail -n 5 "$WORK/train.log"
