@@ -33,7 +33,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (args.help) {
-    std::cout << train::help_text();
+    std::cout << train::help_text()
+              << "  --version  the version and what this build can do here (CUDA, cuDNN, NCCL, "
+                 "GPUs visible, oneDNN, bf16)\n";
     return 0;
   }
   if (args.print_config) {

@@ -17,6 +17,8 @@ for tool in cpack dpkg dpkg-deb apt-get mpirun; do
   command -v "$tool" >/dev/null || skip "$tool not available"
 done
 [ -f "$BUILD/CPackConfig.cmake" ] || skip "$BUILD has no CPackConfig.cmake"
+grep -q '^LOCKSTEP_SANITIZE:BOOL=ON' "$BUILD/CMakeCache.txt" &&
+  { echo "SKIP: sanitized build: a package of sanitizer-instrumented programs (needing libasan) is not one to install; the regular build runs this test"; exit 77; }
 grep -q '^LOCKSTEP_GPU_CHECK_ONLY:BOOL=ON' "$BUILD/CMakeCache.txt" &&
   skip "a LOCKSTEP_GPU_CHECK_ONLY build has no lockstep-train"
 [ -f "$FASHION/train-images-idx3-ubyte.gz" ] || skip "$FASHION missing (apt-get install dataset-fashion-mnist)"
