@@ -43,8 +43,7 @@ install(TARGETS lockstep ${LOCKSTEP_LAYER_TARGETS} EXPORT lockstepTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Development
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Runtime
                 NAMELINK_COMPONENT Development
-        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT Runtime
-        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT Runtime)
 
 # ---- the CMake package: find_package(lockstep CONFIG) -> lockstep::lockstep and one target per
 # layer, each carrying its include path and its dependencies (found again by lockstepConfig.cmake).

@@ -51,12 +51,15 @@ done
 dpkg-deb -c "$deb" | grep -q '\./usr/include/' && fail "the runtime package ships headers"
 # Every shared library the programs need must come from a package in Depends (or be NVIDIA's).
 dpkg-deb -x "$deb" "$WORK/root"
-for prog in "$WORK"/root/usr/bin/lockstep-*; do
+for prog in "$WORK"/root/usr/bin/lockstep-* "$WORK"/root/usr/lib/liblockstep_*.so*; do
+  [ -f "$prog" ] && [ ! -L "$prog" ] || continue
   for so in $(readelf -d "$prog" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p'); do
     case "$so" in libcu*|libnccl*|libcudnn*) continue ;; esac
-    path=$(ldconfig -p | awk -v so="$so" '$1 == so { print $NF; exit }')
-    # Through symlinks (alternatives: libopenblas.so.0) to the file a package owns.
-    owner=$([ -n "$path" ] && dpkg -S "$(readlink -f "$path")" 2>/dev/null | head -n1 | cut -d: -f1)
+    case "$so" in liblockstep_*) continue ;; esac  # shipped in this package (shared build)
+    path=$(ldconfig -p | awk -v so="$so" '$1 == so && /x86-64/ { print $NF; exit }')
+    # The path as dpkg registered it, else through symlinks (alternatives: libopenblas.so.0).
+    owner=$([ -n "$path" ] && { dpkg -S "$path" 2>/dev/null || dpkg -S "$(readlink -f "$path")" 2>/dev/null; } |
+            head -n1 | cut -d: -f1)
     [ -n "$owner" ] || { echo "note: cannot tell which package ships $so"; continue; }
     case "$owner" in libc6|libopenblas0-*) continue ;; esac  # libc6 by version; libopenblas0 picks a variant
     grep -qw -- "$owner" <<<"$depends" || fail "$(basename "$prog") needs $so from $owner, not in Depends"
