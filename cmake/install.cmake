@@ -3,7 +3,8 @@
 #                                      (find_package(lockstep)) for programs of one's own; configs,
 #                                      Slurm templates and the Lmod modulefile in P/share/lockstep;
 #                                      docs in P/share/doc/lockstep.
-#   cd build && cpack -G DEB           the same tree as a Debian package under /usr.
+#   cd build && cpack -G DEB           the same tree as two Debian packages under /usr: lockstep
+#                                      (runtime) and lockstep-dev (headers, libraries, package).
 # The tree is relocatable: programs find the libraries by an RPATH relative to themselves
 # ($ORIGIN/../lib), the package's files locate themselves (CMAKE_CURRENT_LIST_DIR), the modulefile
 # derives the prefix from its own path. No file holds a build-tree or source-tree path.
