@@ -22,6 +22,8 @@ done
 PKGS=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libhdf5-dev
       libboost-program-options-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
       libgtest-dev dataset-fashion-mnist gnuplot-nox libicu-dev bible-kjv)
+# lmod: tests/scripts/install_module.sh loads the installed modulefile with Debian's Lmod.
+PKGS+=(lmod)
 [ "$SLURM" = 1 ] && PKGS+=(munge slurmctld slurmd slurm-client libpmix-dev)
 # The namespace cluster's tests (start.sh --hosts=N): ip/tc, nsenter/unshare, h5diff.
 [ "$SLURM" = 1 ] && PKGS+=(iproute2 util-linux hdf5-tools)

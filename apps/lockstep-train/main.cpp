@@ -3,16 +3,26 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string_view>
 
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/comm/mpi_communicator.hpp"
 #include "lockstep/core/error.hpp"
+#include "lockstep/ops/build_info.hpp"
 #include "lockstep/train/config.hpp"
 #include "lockstep/train/signals.hpp"
 #include "lockstep/train/trainer.hpp"
 
 int main(int argc, char** argv) {
   using namespace lockstep;
+  // --version before anything else, so a site admin can check an installed build (what it was
+  // built with, what this node offers) without a config file or an MPI launch.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--version") {
+      std::cout << ops::build_info();
+      return 0;
+    }
+  }
   // Parse before MPI so --help and config errors need no MPI launch; under mpirun every rank
   // parses the same arguments, so an error here is the same on every rank.
   train::ParsedArgs args;
@@ -23,7 +33,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (args.help) {
-    std::cout << train::help_text();
+    std::cout << train::help_text()
+              << "  --version  the version and what this build can do here (CUDA, cuDNN, NCCL, "
+                 "GPUs visible, oneDNN, bf16)\n";
     return 0;
   }
   if (args.print_config) {

@@ -171,4 +171,20 @@ if [ "$JOB_KIND" = train ]; then
     fail "slurm/train.sbatch did not report its ranks and arguments"
   check_learned "$WORK/template/metrics.jsonl" || fail "the template's training did not learn"
 fi
-echo "PASS: sbatch jobs completed; both ranks trained; slurm/train.sbatch runs"
+# The installed template, as a user after `module load lockstep` submits it: from a folder that is
+# not a clone, with LOCKSTEP_ROOT = the install prefix (what the module sets) and no LOCKSTEP_TRAIN.
+if [ "$JOB_KIND" = train ]; then
+  rm -rf "$WORK/prefix" "$WORK/user" && mkdir -p "$WORK/user"
+  cmake --install "$BUILD" --prefix "$WORK/prefix" --component Runtime >/dev/null ||
+    fail "cmake --install into $WORK/prefix failed"
+  share=$WORK/prefix/share/lockstep
+  (cd "$WORK/user" && unset LOCKSTEP_TRAIN && export LOCKSTEP_ROOT=$WORK/prefix &&
+    submit_and_wait installed "$share/slurm/train.sbatch" "$share/configs/ci_tiny.ini" \
+      --data.train="$WORK/data/train" --data.test="$WORK/data/test" \
+      --log.metrics="$WORK/installed/metrics.jsonl") || exit 1
+  out=$(ls -t "$WORK"/installed-*.out | head -n1)
+  grep -qx "lockstep: running $WORK/prefix/bin/lockstep-train" "$out" ||
+    fail "the installed train.sbatch did not run the installed lockstep-train"
+  check_learned "$WORK/installed/metrics.jsonl" || fail "the installed template's training did not learn"
+fi
+echo "PASS: sbatch jobs completed; both ranks trained; slurm/train.sbatch runs, from the clone and installed"
