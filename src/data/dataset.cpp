@@ -84,9 +84,13 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
     LOCKSTEP_FAIL_HINT("name one set: DIR/NAME reads DIR/NAME-*-of-*.h5", "the shard files are of ",
                        sets.size(), " sets (", names, "), e.g. ", files.front());
   }
+  // Without a chunk cache until the mode is known: an in-memory read goes straight into the
+  // block, while through a cache it would leave a full cache (4 MiB) behind in every shard,
+  // 23 MiB per process for Fashion-MNIST (bench/rss.sh). HDF5 shares one cache among all handles
+  // of a dataset, so on-demand sets reopen their shards below, after these handles are closed.
   std::vector<std::unique_ptr<ShardFile>> opened;
   for (const auto& f : files)
-    opened.push_back(ShardFile::open(f));
+    opened.push_back(ShardFile::open(f, /*chunk_cache_bytes=*/0));
 
   // The files must be the shards 0..n-1 of one set: same description, each index exactly once.
   const ShardMeta& first = opened[0]->meta();
@@ -191,6 +195,12 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
     ds->resident_ = base;
     ds->resident_owner_ = std::move(block.owner);
     ds->shared_copy_ = !block.fill;
+  } else {
+    for (auto& shard : ds->shards_) {
+      const std::string path = shard->path();
+      shard.reset();
+      shard = ShardFile::open(path);
+    }
   }
   return ds;
 }
