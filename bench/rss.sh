@@ -47,7 +47,7 @@ for mode in off on; do
   rm -f "$metrics"
   rm -rf "$OUT/smaps-$mode"
   mpirun -np "$RANKS" --oversubscribe --bind-to none "$BUILD/apps/lockstep-train" \
-    --config configs/fashion_mlp.ini --train.max_steps="$STEPS" --train.eval=false \
+    --config configs/fashion_mlp.ini --train.max_steps="$STEPS" \
     --data.node_shared="$mode" --log.progress=none --log.metrics="$metrics" \
     >"$OUT/log-$mode.txt" 2>&1 &
   job=$!
