@@ -58,12 +58,14 @@ std::vector<std::string> resolve_shard_files(const std::string& spec) {
 }
 
 std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::string& spec,
-                                                     std::int64_t memory_budget_bytes) {
-  return open(resolve_shard_files(spec), memory_budget_bytes);
+                                                     std::int64_t memory_budget_bytes,
+                                                     const ResidentAllocator& allocator) {
+  return open(resolve_shard_files(spec), memory_budget_bytes, allocator);
 }
 
 std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::string>& files,
-                                                     std::int64_t memory_budget_bytes) {
+                                                     std::int64_t memory_budget_bytes,
+                                                     const ResidentAllocator& allocator) {
   LOCKSTEP_CHECK_HINT(!files.empty(), "make shards with lockstep-shard",
                       "empty shard set: no shard files given");
   // A folder holding train and test (or two versions of a set): say so before the files'
@@ -82,9 +84,13 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
     LOCKSTEP_FAIL_HINT("name one set: DIR/NAME reads DIR/NAME-*-of-*.h5", "the shard files are of ",
                        sets.size(), " sets (", names, "), e.g. ", files.front());
   }
+  // Without a chunk cache until the mode is known: an in-memory read goes straight into the
+  // block, while through a cache it would leave a full cache (4 MiB) behind in every shard,
+  // 23 MiB per process for Fashion-MNIST (bench/rss.sh). HDF5 shares one cache among all handles
+  // of a dataset, so on-demand sets reopen their shards below, after these handles are closed.
   std::vector<std::unique_ptr<ShardFile>> opened;
   for (const auto& f : files)
-    opened.push_back(ShardFile::open(f));
+    opened.push_back(ShardFile::open(f, /*chunk_cache_bytes=*/0));
 
   // The files must be the shards 0..n-1 of one set: same description, each index exactly once.
   const ShardMeta& first = opened[0]->meta();
@@ -150,23 +156,51 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
   const std::int64_t x_bytes = ds->size_ * ds->sample_bytes();
   const std::int64_t label_bytes = ds->size_ * static_cast<std::int64_t>(sizeof(std::int32_t));
   if (x_bytes + label_bytes <= memory_budget_bytes) {
-    Shape shape{ds->size_};
-    shape.insert(shape.end(), ds->meta_.sample_shape.begin(), ds->meta_.sample_shape.end());
-    try {
-      ds->resident_ = Tensor::empty(shape, ds->meta_.dtype);
-    } catch (const OutOfMemory&) {
-      rethrow_with_context(str("holding the set ", ds->files_.front(), " ... in memory (",
-                               format_bytes(static_cast<double>(x_bytes)),
-                               ", within the memory budget of ",
-                               format_bytes(static_cast<double>(memory_budget_bytes)),
-                               "; a smaller budget reads it on demand)"));
+    ResidentBlock block;
+    if (allocator) {
+      block = allocator(x_bytes, ds->describe());
+      LOCKSTEP_CHECK(block.data != nullptr || x_bytes == 0, "holding the set ", ds->describe(),
+                     " in memory: the allocator returned no block for ",
+                     format_bytes(static_cast<double>(x_bytes)));
+    } else {
+      Shape shape{ds->size_};
+      shape.insert(shape.end(), ds->meta_.sample_shape.begin(), ds->meta_.sample_shape.end());
+      try {
+        auto heap = std::make_shared<Tensor>(Tensor::empty(shape, ds->meta_.dtype));
+        block.data = heap->raw_data();
+        block.owner = std::move(heap);
+      } catch (const OutOfMemory&) {
+        rethrow_with_context(str("holding the set ", ds->files_.front(), " ... in memory (",
+                                 format_bytes(static_cast<double>(x_bytes)),
+                                 ", within the memory budget of ",
+                                 format_bytes(static_cast<double>(memory_budget_bytes)),
+                                 "; a smaller budget reads it on demand)"));
+      }
     }
-    auto* base = static_cast<char*>(ds->resident_.raw_data());
-    for (std::size_t s = 0; s < ds->shards_.size(); ++s) {
-      ds->shards_[s]->read_x(0, ds->shards_[s]->meta().num_samples,
-                             base + ds->offsets_[s] * ds->sample_bytes());
+    auto* base = static_cast<char*>(block.data);
+    if (block.fill) {
+      try {
+        for (std::size_t s = 0; s < ds->shards_.size(); ++s) {
+          ds->shards_[s]->read_x(0, ds->shards_[s]->meta().num_samples,
+                                 base + ds->offsets_[s] * ds->sample_bytes());
+        }
+      } catch (...) {
+        // The ranks waiting for this copy learn that it failed instead of waiting forever.
+        if (block.filled) block.filled(false);
+        throw;
+      }
+      ds->bytes_read_ += x_bytes;
     }
-    ds->bytes_read_ += x_bytes;
+    if (block.filled) block.filled(true);
+    ds->resident_ = base;
+    ds->resident_owner_ = std::move(block.owner);
+    ds->shared_copy_ = !block.fill;
+  } else {
+    for (auto& shard : ds->shards_) {
+      const std::string path = shard->path();
+      shard.reset();
+      shard = ShardFile::open(path);
+    }
   }
   return ds;
 }
@@ -227,8 +261,8 @@ void ShardedDataset::gather(std::span<const std::int64_t> indices, Tensor& x, Te
                    " is outside the dataset [0, ", size_, ") of ", files_.front(), " ...");
     yo[j] = labels_[static_cast<std::size_t>(indices[j])];
   }
-  if (resident_.defined()) {
-    const auto* base = static_cast<const char*>(resident_.raw_data());
+  if (resident_ != nullptr) {
+    const char* base = resident_;
     for (std::int64_t j = 0; j < k; ++j)
       std::memcpy(xo + j * sb, base + indices[j] * sb, sb);
     return;

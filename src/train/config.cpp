@@ -78,6 +78,11 @@ const std::vector<Key>& keys() {
        {},
        0},
       {"data.prefetch", &Config::data_prefetch, "batches the loader thread prepares ahead", {}, 1},
+      {"data.node_shared",
+       &Config::data_node_shared,
+       "hold an in-memory set once per node, in shared memory that local rank 0 fills and the "
+       "other local ranks map read-only: on, off, or auto (on when several ranks share a node)",
+       {"auto", "on", "off"}},
       {"model.spec", &Config::model_spec,
        "a preset (mlp:H1,H2,... | lenet | resnet) or a layer spec such as "
        "conv(32,3)-relu-maxpool(2)-flatten-linear(10)"},

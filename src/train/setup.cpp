@@ -8,6 +8,7 @@
 
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/comm/gpu_select.hpp"
+#include "lockstep/comm/node_shared.hpp"
 #include "lockstep/comm/transport.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
@@ -68,10 +69,34 @@ Device choose_device(const Config& config, comm::Communicator& comm, const std::
   return comm::select_gpu(comm, config.train_gpu);
 }
 
+// data.node_shared: auto shares when several ranks of this job run on this node. Sharing needs
+// the MPI communicator (an in-process run has no node to share with).
+bool node_shared(const Config& config, comm::Communicator& control) {
+  if (config.data_node_shared == "off") return false;
+  const bool mpi = control.backend() == "mpi";
+  if (config.data_node_shared == "auto") return mpi && control.local_size() > 1;
+  LOCKSTEP_CHECK_HINT(mpi, "set data.node_shared = auto or off", "data.node_shared = on needs an ",
+                      "MPI launch, but this run's communicator is ", control.backend());
+  return true;
+}
+
+// The in-memory samples of a set, once per node: local rank 0 reads them into shared memory,
+// the other local ranks map it read-only (comm/node_shared.hpp).
+data::ResidentAllocator node_shared_allocator(comm::Communicator& control, const std::string& key) {
+  return [&control, key](std::int64_t bytes, const std::string& what) {
+    comm::NodeSharedBlock b = comm::allocate_node_shared(
+        control, bytes, str(key, " (", what, ")"),
+        "set data.node_shared = off (each rank holds its own copy) or lower "
+        "data.memory_budget_mb (read on demand)");
+    return data::ResidentBlock{b.data, b.writer, b.published, b.mapping};
+  };
+}
+
 std::shared_ptr<data::ShardedDataset> open_set(const std::string& key, const std::string& spec,
-                                               std::int64_t budget_mb) {
+                                               std::int64_t budget_mb,
+                                               const data::ResidentAllocator& allocator = {}) {
   try {
-    return data::ShardedDataset::open(spec, budget_mb << 20);
+    return data::ShardedDataset::open(spec, budget_mb << 20, allocator);
   } catch (const Error& e) {
     // The data layer names the files; say which key pointed there.
     rethrow_with_context(e.message().rfind(spec, 0) == 0 ? key : key + " = " + spec);
@@ -230,9 +255,14 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   r.ctx->set_precision(ops::precision_from_name(config.train_precision));
   const Device device = r.ctx->device();
 
-  r.train_set = open_set("data.train", config.data_train, config.data_memory_budget_mb);
+  const bool shared = node_shared(config, control);
+  r.train_set =
+      open_set("data.train", config.data_train, config.data_memory_budget_mb,
+               shared ? node_shared_allocator(control, "data.train") : data::ResidentAllocator{});
   if (!config.data_test.empty() && (config.train_eval || options.eval_only))
-    r.test_set = open_set("data.test", config.data_test, config.data_memory_budget_mb);
+    r.test_set =
+        open_set("data.test", config.data_test, config.data_memory_budget_mb,
+                 shared ? node_shared_allocator(control, "data.test") : data::ResidentAllocator{});
   if (r.test_set) {
     LOCKSTEP_CHECK_HINT(
         r.test_set->sample_shape() == r.train_set->sample_shape() &&

@@ -17,6 +17,16 @@ std::int64_t peak_rss_bytes() {
   return 0;
 }
 
+// Proportional set size now (smaps_rollup "Pss:"), in bytes: resident pages, each shared page
+// divided by the processes that map it, so a node-shared data set counts once per node, not once
+// per rank as in VmHWM. 0 where the kernel has no smaps_rollup.
+std::int64_t pss_bytes() {
+  std::ifstream rollup("/proc/self/smaps_rollup");
+  for (std::string line; std::getline(rollup, line);)
+    if (line.rfind("Pss:", 0) == 0) return std::stoll(line.substr(4)) * 1024;
+  return 0;
+}
+
 std::string json_list(const std::vector<std::string>& items) {
   std::string list = "[";
   for (std::size_t i = 0; i < items.size(); ++i)
@@ -70,6 +80,7 @@ void write_final_record(Run& run, const TrainResult& result) {
   // replica holds (replicas share one process, so RSS cannot tell them apart).
   record.add_raw("rank_peak_rss_bytes",
                  json_list(run.comm.allgather(std::to_string(peak_rss_bytes()))));
+  record.add_raw("rank_pss_bytes", json_list(run.comm.allgather(std::to_string(pss_bytes()))));
   std::int64_t optimizer_bytes = 0;
   for (const optim::StateTensor& t : run.optimizer->state())
     optimizer_bytes += static_cast<std::int64_t>(t.value.nbytes());

@@ -2,10 +2,13 @@
 // shard_index order. Opening checks every file and that the files form one set. A set that fits
 // the memory budget is read into host memory once; a larger one is read on demand, each batch's
 // samples by hyperslab (contiguous runs in one call). Both modes return identical samples.
+// In memory, samples keep the files' dtype (u8 stays u8; batches are normalised on the device),
+// and the block holding them may be one shared by the ranks of a node (ResidentAllocator).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,15 +27,33 @@ namespace lockstep::data {
 // Throws when nothing matches (naming what was looked for).
 std::vector<std::string> resolve_shard_files(const std::string& spec);
 
+// Host memory for an in-memory set's samples. The data layer knows no MPI: train/ passes an
+// allocator from comm/ that hands every rank of a node the same block, which one of them fills.
+struct ResidentBlock {
+  void* data = nullptr;  // at least the bytes asked for
+  bool fill = true;      // true: this process reads the samples into data; false: another one does
+  // Called by every holder once its filling is done (ok = false: it failed and is about to
+  // throw), or at once when it fills nothing. Returns when the block holds every sample (for a
+  // shared block: after the node's ranks agree); throws on a rank whose filler failed.
+  std::function<void(bool ok)> filled;
+  std::shared_ptr<void> owner;  // keeps data valid while the dataset lives
+};
+// Called once per in-memory set with its sample bytes and the set's name for messages. When the
+// block is shared, every rank sharing it opens the same set with the same budget (so all call
+// it, in the same order). Empty: the process's own heap.
+using ResidentAllocator = std::function<ResidentBlock(std::int64_t bytes, const std::string& what)>;
+
 class ShardedDataset : public Dataset {
  public:
   // spec as for resolve_shard_files. memory_budget_bytes: see kDefaultMemoryBudgetBytes
-  // (0 forces on-demand reading).
+  // (0 forces on-demand reading). allocator: where an in-memory set is held (see above).
   static std::shared_ptr<ShardedDataset> open(
-      const std::string& spec, std::int64_t memory_budget_bytes = kDefaultMemoryBudgetBytes);
+      const std::string& spec, std::int64_t memory_budget_bytes = kDefaultMemoryBudgetBytes,
+      const ResidentAllocator& allocator = {});
   static std::shared_ptr<ShardedDataset> open(
       const std::vector<std::string>& files,
-      std::int64_t memory_budget_bytes = kDefaultMemoryBudgetBytes);
+      std::int64_t memory_budget_bytes = kDefaultMemoryBudgetBytes,
+      const ResidentAllocator& allocator = {});
   ~ShardedDataset() override;
   ShardedDataset(const ShardedDataset&) = delete;
   ShardedDataset& operator=(const ShardedDataset&) = delete;
@@ -46,7 +67,9 @@ class ShardedDataset : public Dataset {
   const std::vector<std::string>& files() const { return files_; }   // in shard_index order
   std::vector<std::int64_t> shard_sizes() const;
   std::int64_t sample_bytes() const { return meta_.sample_bytes(); }
-  bool in_memory() const { return resident_.defined(); }
+  bool in_memory() const { return resident_ != nullptr; }
+  // In memory, in a block another process filled (a node-shared copy): it only maps it.
+  bool shared_copy() const { return shared_copy_; }
 
   // Labels are always held in memory (4 bytes a sample), checked against num_classes at open.
   const std::vector<std::int32_t>& labels() const { return labels_; }
@@ -68,7 +91,8 @@ class ShardedDataset : public Dataset {
   // indices (any order, repeats allowed), grouped by shard: for messages about bad samples.
   std::string describe_samples(std::vector<std::int64_t> indices) const;
 
-  // Bytes of /x read from the files so far (at open in memory mode, per batch on demand).
+  // Bytes of /x this process read from the files so far (at open in memory mode, per batch on
+  // demand; 0 for a shared_copy()).
   std::int64_t bytes_read() const { return bytes_read_.load(); }
 
  private:
@@ -79,7 +103,10 @@ class ShardedDataset : public Dataset {
   ShardMeta meta_;                     // the set's common metadata (shard_index meaningless)
   std::int64_t size_ = 0;
   std::vector<std::int32_t> labels_;
-  Tensor resident_;  // [size, ...sample_shape] in memory mode, undefined on demand
+  // [size, ...sample_shape] of dtype() in memory mode, null on demand; owned by resident_owner_.
+  const char* resident_ = nullptr;
+  std::shared_ptr<void> resident_owner_;
+  bool shared_copy_ = false;
   mutable std::atomic<std::int64_t> bytes_read_{0};
 };
 

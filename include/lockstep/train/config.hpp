@@ -22,6 +22,7 @@ struct Config {
   std::string data_test = "data/fashion-mnist/test";
   std::int64_t data_memory_budget_mb = data::kDefaultMemoryBudgetBytes >> 20;
   std::int64_t data_prefetch = data::kDefaultPrefetchDepth;
+  std::string data_node_shared = "auto";
   // [model]
   std::string model_spec = "mlp:256,256";
   // [train]
