@@ -7,7 +7,7 @@
 //    the flat buckets with one readback, optim/clip.hpp).
 //  - sequence models: the loss scale comes from the rows of y (y.numel(): B for classification,
 //    B*T for next-token labels [B, T]), not from the sample count, and evaluation is called from
-//    one place (evaluate_now), which can as well run every N steps.
+//    one place (evaluate_now): after each epoch and every train.eval_every_steps.
 #include "lockstep/train/loop.hpp"
 
 #include <cmath>
