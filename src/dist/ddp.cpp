@@ -9,6 +9,11 @@ namespace lockstep::dist {
 
 void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization& norm,
                    Tensor& out) {
+  if (x.dtype() == DType::I32) {
+    // Token ids index an embedding: no normalisation, only the move to the device.
+    out = x.device() == ctx.device() ? x : x.to(ctx.device());
+    return;
+  }
   if (!out.defined() || out.shape() != x.shape() || out.device() != ctx.device())
     out = Tensor::empty(x.shape(), DType::F32, ctx.device());
   if (ctx.device().is_cpu()) {
@@ -52,7 +57,9 @@ float DdpEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_s
                                   bool last_micro) {
   auto start = std::chrono::steady_clock::now();
   prepare_input(ctx_, x, options_.input, input_);
+  // Token labels [B, T] are one row per position, as the logits [B*T, V].
   Tensor labels = y.device() == ctx_.device() ? y : y.to(ctx_.device());
+  if (labels.ndim() > 1) labels = labels.view({labels.numel()});
   reducer_->prepare_for_backward(last_micro && options_.sync && comm_.size() > 1);
   Tensor logits = model_.forward(ctx_, input_);
   Tensor loss = loss_.forward(ctx_, logits, labels);

@@ -505,7 +505,7 @@ std::string expand_gpt(const std::string& spec, const Shape& sample_shape, std::
   }
   std::int64_t vocab = static_cast<std::int64_t>(v[4]);
   if (vocab < 0) vocab = classes;
-  if (vocab != classes) {
+  if (classes >= 0 && vocab != classes) {  // classes < 0: unknown (spec_context)
     fail_at(4,
             str("vocab = ", vocab, " but the data has ", classes, " classes (its vocabulary size)"),
             "make vocab the data's vocabulary size, or leave it out to take it from the data");
@@ -524,6 +524,15 @@ std::string batch_shape_str(const Shape& shape) {
 }
 
 }  // namespace
+
+std::int64_t spec_context(const std::string& spec) {
+  std::string preset;
+  // No data yet: T = 0 (so an unstated ctx comes out as 0) and an unknown vocabulary.
+  const std::string expanded = expand_gpt(spec, Shape{0}, -1, preset);
+  const std::size_t at = expanded.find("ctx=");
+  if (expanded.empty() || at == std::string::npos) return 0;
+  return std::stoll(expanded.substr(at + 4));
+}
 
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;

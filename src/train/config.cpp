@@ -83,6 +83,11 @@ const std::vector<Key>& keys() {
        "hold an in-memory set once per node, in shared memory that local rank 0 fills and the "
        "other local ranks map read-only: on, off, or auto (on when several ranks share a node)",
        {"auto", "on", "off"}},
+      {"data.context",
+       &Config::data_context,
+       "token shards: tokens per training window (T); 0 = the model spec's ctx",
+       {},
+       0},
       {"model.spec", &Config::model_spec,
        "a preset (mlp:H1,H2,... | lenet | resnet) or a layer spec such as "
        "conv(32,3)-relu-maxpool(2)-flatten-linear(10)"},
@@ -139,6 +144,11 @@ const std::vector<Key>& keys() {
        "on a NaN/Inf loss or gradient: stop (error naming the step) or skip the step",
        {"stop", "skip"}},
       {"train.eval", &Config::train_eval, "evaluate on data.test after every epoch"},
+      {"train.eval_every_steps",
+       &Config::train_eval_every_steps,
+       "also evaluate on data.test every this many steps (0 = after each epoch only)",
+       {},
+       0},
       {"optim.name", &Config::optim_name, "sgd or adamw", {"sgd", "adamw"}},
       {"optim.lr", &Config::optim_lr, "peak learning rate", {}, 0},
       {"optim.momentum", &Config::optim_momentum, "SGD momentum", {}, 0},

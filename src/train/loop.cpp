@@ -7,7 +7,7 @@
 //    the flat buckets with one readback, optim/clip.hpp).
 //  - sequence models: the loss scale comes from the rows of y (y.numel(): B for classification,
 //    B*T for next-token labels [B, T]), not from the sample count, and evaluation is called from
-//    one place (evaluate_now), which can as well run every N steps.
+//    one place (evaluate_now): after each epoch and every train.eval_every_steps.
 #include "lockstep/train/loop.hpp"
 
 #include <cmath>
@@ -116,22 +116,39 @@ TrainResult train_loop(Run& run) {
   bool stopping = false;
   std::vector<data::Batch> batches;  // the current step's micro-batches
 
+  std::int64_t evaluated_at = -1;  // the step of the last evaluation (one per step at most)
   auto evaluate_now = [&](std::int64_t epoch) {
+    if (evaluated_at == state.step) return;
+    evaluated_at = state.step;
     auto eval_start = Clock::now();
-    EvalResult ev = evaluate(run, *run.test_set);
+    EvalResult ev = evaluate(run, *run.test_data());
     result.test_accuracy = ev.accuracy;
     result.test_loss = ev.loss;
-    run.line(str("epoch ", epoch, ": test_loss ", ev.loss, " test_accuracy ", ev.accuracy, " (",
-                 ev.samples, " samples)"));
-    run.metrics.write(JsonRecord()
-                          .add("event", "eval")
-                          .add("epoch", epoch)
-                          .add("step", state.step)
-                          .add("test_loss", ev.loss)
-                          .add("test_accuracy", ev.accuracy));
+    JsonRecord record;
+    record.add("event", "eval").add("epoch", epoch).add("step", state.step);
+    if (run.test_tokens) {
+      // A language model: loss per token, perplexity, and next-token accuracy.
+      run.line(str("step ", state.step, ": val_loss ", ev.loss, " val_perplexity ",
+                   std::exp(ev.loss), " next-token accuracy ", ev.accuracy, " (", ev.samples,
+                   " windows)"));
+      record.add("val_loss", ev.loss)
+          .add("val_perplexity", std::exp(ev.loss))
+          .add("val_token_accuracy", ev.accuracy);
+    } else {
+      run.line(str("epoch ", epoch, ": test_loss ", ev.loss, " test_accuracy ", ev.accuracy, " (",
+                   ev.samples, " samples)"));
+      record.add("test_loss", ev.loss).add("test_accuracy", ev.accuracy);
+    }
+    run.metrics.write(record);
     // Evaluation time is not training time: shift the interval's start past it.
     interval.start += Clock::now() - eval_start;
   };
+  if (run.unigram_nats > 0) {
+    run.line(str("unigram baseline: ", run.unigram_nats, " nats/token (perplexity ",
+                 std::exp(run.unigram_nats),
+                 "), the loss of predicting each token by its frequency"));
+    run.metrics.write(JsonRecord().add("event", "baseline").add("unigram_loss", run.unigram_nats));
+  }
 
   for (std::int64_t epoch = start_epoch;
        epoch < c.train_epochs && state.step < plan.total_steps && !stopping; ++epoch) {
@@ -168,7 +185,8 @@ TrainResult train_loop(Run& run) {
       if (!(std::isfinite(step_loss) && grads.finite())) {
         // Bad data is not a learning-rate problem: name the samples. Every rank is here (the
         // averaged gradients are the same everywhere), so the ranks agree on whose data it was.
-        std::string bad = bad_inputs(*run.train_set, batches);
+        // (Token ids are integers: only image inputs can hold NaN.)
+        std::string bad = run.train_set ? bad_inputs(*run.train_set, batches) : "";
         if (c.dist_sync && run.world > 1) {
           std::vector<std::int64_t> holder = {bad.empty() ? -1 : run.rank};
           run.comm.allreduce(holder, comm::ReduceOp::Max);
@@ -222,6 +240,11 @@ TrainResult train_loop(Run& run) {
         loader.reset_data_wait();
       }
 
+      // ---- evaluation every train.eval_every_steps (as well as after each epoch)
+      if (run.test_data() && c.train_eval && c.train_eval_every_steps > 0 &&
+          state.step % c.train_eval_every_steps == 0)
+        evaluate_now(epoch);
+
       // ---- checkpoint when due; stop (with a checkpoint) on a signal
       if (int signal = checkpoints.after_step(result)) {
         run.line(str("stopping at step ", state.step, " on ", StopRequest::signal_name(signal),
@@ -232,7 +255,7 @@ TrainResult train_loop(Run& run) {
     }
     if (stopping) break;
     result.epochs = epoch + 1;
-    if (run.test_set && c.train_eval) evaluate_now(epoch);
+    if (run.test_data() && c.train_eval) evaluate_now(epoch);
   }
   run.progress->finish();
   result.steps = state.step;

@@ -16,6 +16,7 @@
 #include "lockstep/dist/data_parallel.hpp"
 #include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/sgd.hpp"
+#include "lockstep/train/token_data.hpp"
 
 namespace lockstep::train {
 namespace {
@@ -163,6 +164,16 @@ void Run::line(const std::string& text) const {
   if (logs && progress) progress->line(text);
 }
 
+std::shared_ptr<const data::Dataset> Run::train_data() const {
+  if (train_tokens) return train_tokens;
+  return train_set;
+}
+
+const data::Dataset* Run::test_data() const {
+  if (test_tokens) return test_tokens.get();
+  return test_set.get();
+}
+
 void check_config_agrees(comm::Communicator& comm, const Config& config) {
   std::ostringstream text;
   for (const auto& [key, value] : rank_invariant_settings(config))
@@ -255,11 +266,14 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   r.ctx->set_precision(ops::precision_from_name(config.train_precision));
   const Device device = r.ctx->device();
 
-  const bool shared = node_shared(config, control);
-  r.train_set =
-      open_set("data.train", config.data_train, config.data_memory_budget_mb,
-               shared ? node_shared_allocator(control, "data.train") : data::ResidentAllocator{});
-  if (!config.data_test.empty() && (config.train_eval || options.eval_only))
+  const bool tokens = uses_token_data(config);  // token shards: a language model
+  if (tokens) open_token_sets(r, config, options);
+  const bool shared = !tokens && node_shared(config, control);
+  if (!tokens)
+    r.train_set =
+        open_set("data.train", config.data_train, config.data_memory_budget_mb,
+                 shared ? node_shared_allocator(control, "data.train") : data::ResidentAllocator{});
+  if (!tokens && !config.data_test.empty() && (config.train_eval || options.eval_only))
     r.test_set =
         open_set("data.test", config.data_test, config.data_memory_budget_mb,
                  shared ? node_shared_allocator(control, "data.test") : data::ResidentAllocator{});
@@ -272,20 +286,23 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
         r.test_set->num_classes(), " classes, but the training set ", config.data_train, " has ",
         shape_str(r.train_set->sample_shape()), " and ", r.train_set->num_classes());
   }
-  const Shape input_shape = r.train_set->sample_shape();
+  // Token windows are [T] i32 samples whose classes are the vocabulary.
+  const Shape input_shape = tokens ? Shape{r.train_tokens->context()} : r.train_set->sample_shape();
+  const std::int64_t classes = tokens ? r.train_tokens->vocab_size() : r.train_set->num_classes();
   r.model = std::make_unique<nn::Model>(
-      nn::Model::build(config.model_spec, input_shape, r.train_set->num_classes(),
+      nn::Model::build(config.model_spec, input_shape, classes,
                        static_cast<std::uint64_t>(config.train_seed), device));
+  if (tokens) check_token_model(r);
   comm::check_same_on_all_ranks(control, "model structure", r.model->structure());
   comm::check_same_on_all_ranks(control, "training data",
-                                str(r.train_set->size(), " samples of ", shape_str(input_shape),
-                                    ", ", r.train_set->num_classes(), " classes"));
+                                str(r.train_data()->size(), " samples of ", shape_str(input_shape),
+                                    ", ", classes, " classes"));
 
-  r.norm = {r.train_set->mean(), r.train_set->stddev()};
-  data::DistributedSampler sampler(r.train_set->size(), r.world, r.rank, /*shuffle=*/true,
+  if (!tokens) r.norm = {r.train_set->mean(), r.train_set->stddev()};
+  data::DistributedSampler sampler(r.train_data()->size(), r.world, r.rank, /*shuffle=*/true,
                                    static_cast<std::uint64_t>(config.train_seed),
                                    /*drop_last=*/false);
-  r.plan = plan_steps(config, r.world, sampler.num_samples(), r.train_set->size());
+  r.plan = plan_steps(config, r.world, sampler.num_samples(), r.train_data()->size());
   // Values, gradients and optimizer state in one flat layout, bucketed as DDP communicates it.
   r.flat = std::make_shared<optim::FlatParams>(
       r.model->parameters(),
@@ -308,6 +325,7 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   layout.accumulation = r.plan.accumulation;
   layout.parallel = r.parallel;
   layout.config_ini = to_ini(config);
+  layout.attrs = token_attributes(r);
   r.state = std::make_unique<TrainState>(*r.model, *r.optimizer, layout);
   r.resumed_from = choose_resume(
       config, control, [&](const std::string& w) { r.line("warning: " + w); }, !options.eval_only);
@@ -341,7 +359,7 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   loader_options.drop_last_batch = true;
   loader_options.start_batch = r.state->position.batch_in_epoch;
   r.loader =
-      std::make_unique<data::Loader>(r.train_set, sampler, r.plan.local_batch, loader_options);
+      std::make_unique<data::Loader>(r.train_data(), sampler, r.plan.local_batch, loader_options);
   r.schedule = make_schedule(config, r.plan.total_steps);
   return run;
 }

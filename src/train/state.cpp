@@ -61,6 +61,8 @@ CheckpointState TrainState::to_checkpoint() const {
   s.attrs[kDropoutCalls] = std::to_string(model_.dropout_calls());
   s.attrs[kSamplesPerLoaderBatch] = std::to_string(layout_.samples_per_loader_batch);
   s.attrs[kParallel] = layout_.parallel;
+  for (const auto& [key, value] : layout_.attrs)
+    s.attrs[key] = value;
   for (nn::Parameter* p : model_.parameters())
     s.tensors.emplace_back(kParam + p->name, p->value);
   for (nn::Buffer* b : model_.buffers())

@@ -1,5 +1,6 @@
 #include "lockstep/train/trainer.hpp"
 
+#include <cmath>
 #include <fstream>
 
 #include "lockstep/dist/data_parallel.hpp"
@@ -49,17 +50,19 @@ void export_if_asked(Run& run) {
 
 TrainResult evaluate_only(Run& run) {
   TrainResult result;
-  EvalResult ev = evaluate(run, *run.test_set);
+  EvalResult ev = evaluate(run, *run.test_data());
   result.test_accuracy = ev.accuracy;
   result.test_loss = ev.loss;
   result.steps = run.state->step;
   run.line(str("eval: test_loss ", ev.loss, " test_accuracy ", ev.accuracy, " (", ev.samples,
                " samples)"));
-  run.metrics.write(JsonRecord()
-                        .add("event", "final")
-                        .add("test_accuracy", ev.accuracy)
-                        .add("test_loss", ev.loss)
-                        .add("steps", result.steps));
+  JsonRecord record;
+  record.add("event", "final")
+      .add("test_accuracy", ev.accuracy)
+      .add("test_loss", ev.loss)
+      .add("steps", result.steps);
+  if (run.test_tokens) record.add("val_perplexity", std::exp(ev.loss));
+  run.metrics.write(record);
   export_if_asked(run);
   return result;
 }
@@ -105,9 +108,10 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
   const StepPlan& plan = run->plan;
   run->line(str("lockstep: ", run->parallel, " with ", run->world, " rank(s) x ", run->replicas,
                 " replica(s) x ", run->threads, " thread(s) on ", run->ctx->device().str(),
-                "; model ", run->model->num_parameters(), " parameters; ", run->train_set->size(),
-                " training samples; global batch ", plan.global_batch, " = ", run->world, " x ",
-                plan.accumulation, " x ", plan.local_batch, "; ", plan.total_steps, " steps"));
+                "; model ", run->model->num_parameters(), " parameters; ",
+                run->train_data()->size(), " training samples; global batch ", plan.global_batch,
+                " = ", run->world, " x ", plan.accumulation, " x ", plan.local_batch, "; ",
+                plan.total_steps, " steps"));
   if (run->ctx->precision() != ops::Precision::FP32)
     run->line("precision " + run->ctx->precision_info());
   run->metrics.write(JsonRecord()

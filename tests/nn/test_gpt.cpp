@@ -666,3 +666,11 @@ TEST(GptSpec, SameSeedGivesTheSameInitialisationWithGpt2Statistics) {
 }
 
 }  // namespace
+
+TEST(GptSpec, SpecContextIsTheStatedCtxOrZero) {
+  EXPECT_EQ(spec_context("gpt-tiny"), 128);
+  EXPECT_EQ(spec_context("gpt-mini(ctx=64)"), 64);
+  EXPECT_EQ(spec_context("gpt(layers=1,heads=2,dim=32,ctx=32,vocab=256)"), 32);
+  EXPECT_EQ(spec_context("gpt(2,2,64)"), 0);  // left to the data
+  EXPECT_EQ(spec_context("mlp:32"), 0);
+}

@@ -15,7 +15,8 @@
 
 namespace lockstep::dist {
 
-// How raw input batches become network inputs: y = (x/255 - mean[c]) / std[c] for u8 data.
+// How raw input batches become network inputs: y = (x/255 - mean[c]) / std[c] for u8 data;
+// i32 token ids are not normalised.
 struct InputNormalization {
   std::vector<float> mean;
   std::vector<float> stddev;
@@ -59,7 +60,8 @@ class DdpEngine final : public Engine {
 };
 
 // Prepares a host batch for the network on ctx's device: copy (when the device is a GPU) and
-// normalise into `out` (reallocated only when the shape changes). Shared by every engine.
+// normalise into `out` (reallocated only when the shape changes). Shared by every engine. i32
+// token ids pass through unnormalised (`out` then shares x's storage on the CPU).
 void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization& norm, Tensor& out);
 
 }  // namespace lockstep::dist

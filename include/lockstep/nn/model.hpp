@@ -56,6 +56,10 @@
 
 namespace lockstep::nn {
 
+// The context (ctx) a gpt(...) spec or preset states, or 0 when it leaves ctx to the data (or is
+// not a gpt spec): what a trainer opening token data uses as the window length T.
+std::int64_t spec_context(const std::string& spec);
+
 class Model {
  public:
   // sample_shape: one sample without the batch dimension, e.g. {1, 28, 28} or {784}.

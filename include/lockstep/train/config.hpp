@@ -23,6 +23,7 @@ struct Config {
   std::int64_t data_memory_budget_mb = data::kDefaultMemoryBudgetBytes >> 20;
   std::int64_t data_prefetch = data::kDefaultPrefetchDepth;
   std::string data_node_shared = "auto";
+  std::int64_t data_context = 0;  // token shards: window length T; 0 = the model's ctx
   // [model]
   std::string model_spec = "mlp:256,256";
   // [train]
@@ -40,6 +41,7 @@ struct Config {
   std::string train_resume = "";
   std::string train_nan_policy = "stop";
   bool train_eval = true;
+  std::int64_t train_eval_every_steps = 0;
   // [optim]
   std::string optim_name = "sgd";
   double optim_lr = 0.1;

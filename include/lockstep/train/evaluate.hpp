@@ -9,12 +9,14 @@
 
 namespace lockstep::train {
 
+// Means over label rows: one per sample for images, one per position for token windows (so the
+// loss is per token and the accuracy is next-token accuracy).
 struct EvalResult {
-  double loss = 0;      // mean softmax cross-entropy per sample
-  double accuracy = 0;  // fraction of samples whose argmax is the label
+  double loss = 0;      // mean softmax cross-entropy per label row
+  double accuracy = 0;  // fraction of label rows whose argmax is the label
   std::int64_t samples = 0;
 };
 
-EvalResult evaluate(Run& run, const data::ShardedDataset& set);
+EvalResult evaluate(Run& run, const data::Dataset& set);
 
 }  // namespace lockstep::train

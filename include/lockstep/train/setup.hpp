@@ -12,6 +12,7 @@
 #include "lockstep/comm/communicator.hpp"
 #include "lockstep/data/dataset.hpp"
 #include "lockstep/data/loader.hpp"
+#include "lockstep/data/token_dataset.hpp"
 #include "lockstep/dist/ddp.hpp"
 #include "lockstep/dist/engine.hpp"
 #include "lockstep/nn/model.hpp"
@@ -54,6 +55,9 @@ struct Run {
   std::string prefix;  // "[rank R] " with log.rank_prefix
   std::unique_ptr<ops::Context> ctx;
   std::shared_ptr<data::ShardedDataset> train_set, test_set;  // test_set null without evaluation
+  // Token shards (a language model; token_data.hpp): then these are set and the two above null.
+  std::shared_ptr<data::TokenDataset> train_tokens, test_tokens;
+  double unigram_nats = 0;  // token data: the evaluation set's unigram entropy (ranks that log)
   dist::InputNormalization norm;
   StepPlan plan;
   std::unique_ptr<nn::Model> model;
@@ -72,6 +76,9 @@ struct Run {
   // Evaluation batch: at least 256 samples (no gradients are kept, so larger is cheap).
   std::int64_t eval_batch() const { return std::max<std::int64_t>(plan.local_batch, 256); }
   void line(const std::string& text) const;  // a progress line, on the ranks that log
+  // The training and evaluation sets, whichever kind they are (test_data() null without one).
+  std::shared_ptr<const data::Dataset> train_data() const;
+  const data::Dataset* test_data() const;
 };
 
 // Builds the run. Collective over `control`: every rank must call it.

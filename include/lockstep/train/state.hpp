@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "lockstep/comm/communicator.hpp"
@@ -31,7 +32,8 @@ struct RunLayout {
   std::int64_t samples_per_loader_batch = 1;  // local batch x world size
   std::int64_t accumulation = 1;
   std::string parallel = "none";
-  std::string config_ini;  // the resolved config, recorded for the record
+  std::string config_ini;                    // the resolved config, recorded for the record
+  std::map<std::string, std::string> attrs;  // more checkpoint attributes (token data: tokenizer)
 };
 
 class TrainState {

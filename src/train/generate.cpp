@@ -1,0 +1,110 @@
+#include "lockstep/train/generate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "lockstep/core/error.hpp"
+#include "lockstep/core/rng.hpp"
+#include "lockstep/ops/ops.hpp"
+#include "lockstep/train/checkpoint.hpp"
+#include "lockstep/train/config.hpp"
+
+namespace lockstep::train {
+namespace {
+
+// Picks a token from logits: argmax at temperature 0 (the lowest id on ties), else a draw from
+// softmax(logits / temperature), restricted to the top_k largest when top_k > 0.
+std::int32_t pick(const std::vector<float>& logits, const SampleOptions& o, float uniform) {
+  const auto vocab = static_cast<std::int64_t>(logits.size());
+  if (o.temperature <= 0)
+    return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                     logits.begin());
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  // Largest first, ties by id, so the order (and the draw) never depends on the sort.
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b]; });
+  if (o.top_k > 0 && o.top_k < vocab) ids.resize(static_cast<std::size_t>(o.top_k));
+  std::vector<double> p(ids.size());
+  const double top = logits[static_cast<std::size_t>(ids[0])];
+  double sum = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    sum += p[i] = std::exp((logits[static_cast<std::size_t>(ids[i])] - top) / o.temperature);
+  double target = static_cast<double>(uniform) * sum;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    target -= p[i];
+    if (target < 0) return ids[i];
+  }
+  return ids.back();
+}
+
+}  // namespace
+
+std::vector<float> next_token_logits(ops::Context& ctx, nn::Model& model,
+                                     const std::vector<std::int32_t>& tokens) {
+  LOCKSTEP_CHECK(model.sample_shape().size() == 1 && model.outputs_per_sample() > 1,
+                 "generation needs a language model (token windows in, one row of logits per "
+                 "position out); model ",
+                 model.spec(), " is not one");
+  LOCKSTEP_CHECK(!tokens.empty(), "generation needs at least one token to start from");
+  const std::int64_t window = model.sample_shape()[0];
+  // The last `window` tokens; a shorter sequence is padded after its end, which the causal mask
+  // keeps from influencing the positions before it.
+  const std::size_t n = std::min(tokens.size(), static_cast<std::size_t>(window));
+  std::vector<std::int32_t> x(static_cast<std::size_t>(window), 0);
+  std::copy(tokens.end() - static_cast<std::ptrdiff_t>(n), tokens.end(), x.begin());
+  const bool was_training = model.training();
+  model.set_training(false);
+  Tensor input = Tensor::from_vector(x, {1, window}).to(ctx.device());
+  Tensor logits = model.forward(ctx, input).to(Device::cpu());  // [window, vocab]
+  model.set_training(was_training);
+  const std::int64_t vocab = logits.dim(1);
+  const float* row = logits.data<float>() + (static_cast<std::int64_t>(n) - 1) * vocab;
+  return std::vector<float>(row, row + vocab);
+}
+
+std::vector<std::int32_t> generate_tokens(ops::Context& ctx, nn::Model& model,
+                                          std::vector<std::int32_t>& tokens, std::int64_t count,
+                                          const SampleOptions& options) {
+  const Philox rng(options.seed, hash_string("lockstep-generate"));
+  std::vector<std::int32_t> out;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int32_t next = pick(next_token_logits(ctx, model, tokens), options,
+                                   rng.uniform(static_cast<std::uint64_t>(i)));
+    tokens.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+LanguageModel load_language_model(ops::Context& ctx, const std::string& path) {
+  const CheckpointState c = read_checkpoint(path);
+  auto attr = [&](const std::string& key) {
+    auto it = c.attrs.find(key);
+    LOCKSTEP_CHECK_HINT(it != c.attrs.end(),
+                        "generate from a checkpoint of a run on token shards (lockstep-shard text)",
+                        "checkpoint ", path, " has no '", key,
+                        "' attribute: it was not written by a language-model run");
+    return it->second;
+  };
+  LanguageModel lm;
+  lm.tokenizer = attr("tokenizer");
+  lm.context = std::stoll(attr("context"));
+  lm.eot_token = static_cast<std::int32_t>(std::stoll(attr("eot_token")));
+  const std::int64_t vocab = std::stoll(attr("vocab_size"));
+  const std::string spec = ini_value(c.config_ini, "model.spec");
+  LOCKSTEP_CHECK(!spec.empty(), "checkpoint ", path, " records no model.spec in its config");
+  lm.model = std::make_unique<nn::Model>(
+      nn::Model::build(spec, Shape{lm.context}, vocab, /*seed=*/0, ctx.device()));
+  LOCKSTEP_CHECK(lm.model->structure() == c.model_structure, "checkpoint ", path,
+                 ": model.spec = ", spec, " rebuilds another model than the one it holds");
+  for (nn::Parameter* p : lm.model->parameters())
+    ops::copy(ctx, c.tensor("param/" + p->name), p->value);
+  for (nn::Buffer* b : lm.model->buffers())
+    ops::copy(ctx, c.tensor("buffer/" + b->name), b->value);
+  lm.model->set_training(false);
+  return lm;
+}
+
+}  // namespace lockstep::train
