@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 
 #include "data_test_util.hpp"
@@ -69,6 +70,10 @@ TEST(ResidentAllocator, ANonFillingHolderReadsNothingAndServesTheBlocksBytes) {
 TEST(ResidentAllocator, AFillerWhoseReadFailsTellsTheHoldersBeforeThrowing) {
   TempDir dir;
   SetSpec spec;
+  // Shards of MiBs: a tiny file is wholly in HDF5's caches after open, and reads on unharmed.
+  spec.num_samples = 4000;
+  spec.sample_shape = {3, 32, 32};
+  spec.chunk_samples = 64;
   auto files = write_set(dir.path(), spec);
   auto block = std::make_shared<std::vector<std::uint8_t>>();
   std::vector<bool> filled;
@@ -76,8 +81,15 @@ TEST(ResidentAllocator, AFillerWhoseReadFailsTellsTheHoldersBeforeThrowing) {
   try {
     ShardedDataset::open(
         dir / "train", kDefaultMemoryBudgetBytes, [&](std::int64_t bytes, const std::string&) {
-          // The files were checked at open; break one before the samples are read.
-          std::filesystem::resize_file(files[2], 512);
+          // The files were checked at open; break one before the samples are read: its second
+          // half overwritten, so the chunks fail their checksums. (Truncating it would not do:
+          // HDF5 reads past the end of a file as zeros, and a zero chunk passes Fletcher-32;
+          // a file truncated before open is refused at open.)
+          const auto size = static_cast<std::streamoff>(std::filesystem::file_size(files[2]));
+          std::fstream f(files[2], std::ios::in | std::ios::out | std::ios::binary);
+          f.seekp(size / 2);
+          const std::string junk(static_cast<std::size_t>(size - size / 2), 'Z');
+          f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
           block->resize(static_cast<std::size_t>(bytes));
           return ResidentBlock{block->data(), true, [&](bool ok) { filled.push_back(ok); }, block};
         });
