@@ -24,6 +24,8 @@
 #include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/clip.hpp"
 #include "lockstep/optim/sgd.hpp"
+#include "lockstep/train/config.hpp"
+#include "lockstep/train/setup.hpp"
 #include "support/mpi_env.hpp"
 #include "support/training.hpp"
 
@@ -248,6 +250,22 @@ TEST(Zero, OptimizerOfAnotherShardIsRefused) {
     what = e.what();
   }
   EXPECT_NE(what.find("engine's shard()"), std::string::npos) << what;
+}
+
+TEST(Zero, DistZeroMustAgreeBetweenRanks) {
+  std::vector<std::string> overrides;
+  if (world().rank() == world().size() - 1) overrides.push_back("dist.zero=1");
+  train::Config c = train::parse_config_text("", overrides);
+  std::string what;
+  try {
+    train::check_config_agrees(world(), c);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("dist.zero: rank 0 has '0', rank " + std::to_string(world().size() - 1) +
+                      " has '1'"),
+            std::string::npos)
+      << what;
 }
 
 }  // namespace lockstep::test
