@@ -85,12 +85,10 @@ class Checkpoints {
   // Every rank takes part (ZeRO-1 gathers the optimizer state); rank 0 writes; every rank
   // restarts the clock.
   void save(TrainResult& result) {
-    const std::string path =
+    // The path on every rank: the final save below is skipped on all ranks or none.
+    result.checkpoint =
         run_.state->save(run_.config.checkpoint_dir, static_cast<int>(run_.config.checkpoint_keep));
-    if (run_.rank == 0) {
-      result.checkpoint = path;
-      run_.line("checkpoint " + result.checkpoint);
-    }
+    if (run_.rank == 0) run_.line("checkpoint " + result.checkpoint);
     last_save_ = Clock::now();
   }
 

@@ -117,7 +117,7 @@ void TrainState::restore(ops::Context& ctx, const CheckpointState& c, const std:
 std::string TrainState::save(const std::string& dir, int keep) const {
   const std::string path = checkpoint_path(dir, step);
   const CheckpointState state = to_checkpoint();  // collective under ZeRO-1
-  if (layout_.rank != 0) return "";
+  if (layout_.rank != 0) return path;
   write_checkpoint(path, state);
   prune_checkpoints(dir, keep);
   return path;

@@ -52,9 +52,9 @@ class TrainState {
   // samples per loader batch changed, and rounded down to whole optimizer steps.
   void restore(ops::Context& ctx, const CheckpointState& checkpoint, const std::string& path);
   // Every rank calls it (a ZeRO-1 optimizer's state is gathered first); rank 0 writes
-  // DIR/ckpt-<step>.h5 atomically, prunes to the newest `keep` and returns the path ("" on other
-  // ranks). The file is the same with or without ZeRO-1, so either mode and any world size
-  // resumes it.
+  // DIR/ckpt-<step>.h5 atomically and prunes to the newest `keep`; every rank returns the path,
+  // so all decide alike whether a step is saved. The file is the same with or without ZeRO-1, so
+  // either mode and any world size resumes it.
   std::string save(const std::string& dir, int keep) const;
 
   const RunLayout& layout() const { return layout_; }
