@@ -27,13 +27,19 @@ void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization&
 DdpEngine::DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& comm,
                      DdpOptions options, std::shared_ptr<optim::FlatParams> flat)
     : ctx_(ctx), model_(model), comm_(comm), options_(std::move(options)) {
-  if (!flat)
-    flat =
-        std::make_shared<optim::FlatParams>(model_.parameters(), bucket_limits(options_.reducer));
+  LOCKSTEP_CHECK_HINT(!options_.zero || options_.sync, "set dist.sync = true, or dist.zero = 0",
+                      "dist.zero = 1 needs gradient communication, but dist.sync = false");
+  const bool zero = options_.zero && comm_.size() > 1;
+  if (!flat) {
+    optim::BucketLimits limits = bucket_limits(options_.reducer);
+    if (zero) limits.shards = comm_.size();
+    flat = std::make_shared<optim::FlatParams>(model_.parameters(), limits);
+  }
   LOCKSTEP_CHECK(flat->parameters() == model_.parameters(),
                  "DDP: the flat parameters given are not the model's");
+  shard_ = flat->shard(zero ? comm_.rank() : 0, zero ? comm_.size() : 1);
   broadcast_state(comm_, *flat, model_.buffers());
-  reducer_ = std::make_unique<Reducer>(ctx_, comm_, std::move(flat));
+  reducer_ = std::make_unique<Reducer>(ctx_, comm_, std::move(flat), shard_);
   // The average over ranks is taken by scaling the loss gradient by 1 / size before backward
   // (forward_backward), so the allreduce's sum is already the mean: no pass over the whole
   // gradient buffer after it, as Horovod's prescale. Gradients are linear in the loss gradient,
@@ -77,6 +83,47 @@ float DdpEngine::averaging_scale() const {
 
 void DdpEngine::finish_gradients() {
   times_.comm_exposed += reducer_->finish();
+}
+
+optim::GradientCheck DdpEngine::check_gradients(optim::FlatParams& flat, bool with_norm) {
+  if (!shard_.sharded()) return optim::check_gradients(ctx_, flat, with_norm);
+  // The shard's partial sums (one pass and readback per bucket), then one small allreduce: the
+  // squares add up to the global sum of squares, and a NaN or Inf anywhere makes every rank's
+  // total non-finite (NaN + x = NaN, Inf - Inf = NaN), so all ranks skip or clip alike.
+  const ops::FlatSums what = with_norm ? ops::FlatSums::Squares : ops::FlatSums::FinitenessOnly;
+  std::vector<double> total = {0.0};
+  for (const ops::FlatRange& range : shard_.ranges) {
+    flat.grad_sum_squares(ctx_, what, range);
+    total[0] += flat.read_grad_sum_squares(ctx_);
+  }
+  auto start = std::chrono::steady_clock::now();
+  comm_.allreduce(total, comm::ReduceOp::Sum);
+  times_.comm_exposed += seconds_since(start);
+  return optim::GradientCheck{total[0], with_norm};
+}
+
+void DdpEngine::step(optim::Optimizer& optimizer) {
+  if (!shard_.sharded()) return optimizer.step(ctx_);
+  const optim::FlatShard& own = optimizer.shard();
+  LOCKSTEP_CHECK_HINT(own.count == shard_.count && own.rank == shard_.rank,
+                      "make the optimizer with the engine's shard() (ZeRO-1)",
+                      "DDP: the optimizer holds shard ", own.rank, " of ", own.count,
+                      " but the engine's is ", shard_.rank, " of ", shard_.count);
+  optimizer.step(ctx_);
+  // Every rank's updated block of each bucket to every rank, in place (the input is this rank's
+  // block of the output). Before the next forward, and before a checkpoint or evaluation reads
+  // the parameters.
+  auto start = std::chrono::steady_clock::now();
+  optim::FlatParams& flat = *reducer_->flat_params();
+  std::vector<comm::WorkPtr> work;
+  for (std::size_t b = 0; b < shard_.ranges.size(); ++b) {
+    const ops::FlatRange& r = shard_.ranges[b];
+    work.push_back(
+        comm_.allgather_async(flat.values().sub(r.begin, {r.end - r.begin}), flat.value_bucket(b)));
+  }
+  for (auto& w : work)
+    w->wait();
+  times_.comm_exposed += seconds_since(start);
 }
 
 }  // namespace lockstep::dist

@@ -12,11 +12,16 @@ optim::BucketLimits bucket_limits(const ReducerOptions& options) {
 }
 
 Reducer::Reducer(ops::Context& ctx, comm::Communicator& comm,
-                 std::shared_ptr<optim::FlatParams> flat)
-    : ctx_(ctx), comm_(comm), flat_(std::move(flat)) {
+                 std::shared_ptr<optim::FlatParams> flat, optim::FlatShard shard)
+    : ctx_(ctx), comm_(comm), flat_(std::move(flat)), shard_(std::move(shard)) {
   LOCKSTEP_CHECK(flat_ != nullptr, "reducer: no parameters (null FlatParams)");
   LOCKSTEP_CHECK(flat_->device() == ctx_.device(), "reducer: the gradients are on ",
                  flat_->device().str(), " but the context runs on ", ctx_.device().str());
+  if (shard_.ranges.empty()) shard_ = flat_->shard(0, 1);
+  LOCKSTEP_CHECK(!shard_.sharded() || (shard_.count == comm_.size() && shard_.rank == comm_.rank()),
+                 "reducer: shard ", shard_.rank, " of ", shard_.count, " on rank ", comm_.rank(),
+                 " of ", comm_.size());
+  if (shard_.sharded()) shard_grads_ = flat_->zeros(shard_.numel);
   const auto& buckets = flat_->layout().buckets();
   bucket_of_param_.assign(flat_->parameters().size(), 0);
   for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -64,7 +69,14 @@ void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets().size() && pending_[next_to_launch_] == 0) {
     // Compute on a device stream must be complete before the communicator reads the bucket;
     // the communicator orders this itself (NCCL: an event on the compute stream).
-    work_[next_to_launch_] = comm_.allreduce_async(bucket_tensors_[next_to_launch_]);
+    const std::size_t b = next_to_launch_;
+    if (shard_.sharded()) {
+      const ops::FlatRange& r = shard_.ranges[b];
+      work_[b] = comm_.reduce_scatter_async(bucket_tensors_[b],
+                                            shard_grads_.sub(shard_.offsets[b], {r.end - r.begin}));
+    } else {
+      work_[b] = comm_.allreduce_async(bucket_tensors_[b]);
+    }
     ++next_to_launch_;
   }
 }
@@ -86,9 +98,20 @@ double Reducer::finish() {
     work_[b]->wait();
     work_[b].reset();
   }
-  // One op over the whole buffer (the padding is zero and stays zero).
-  if (comm_.size() > 1 && !prescaled_)
+  if (shard_.sharded()) {
+    // The average of the shard (unless the loss gradient was prescaled by 1/world, see
+    // ddp.cpp), then into its place in the flat gradients (the fused ops and the gradient check
+    // read it there).
+    if (!prescaled_) ops::scale(ctx_, shard_grads_, 1.0f / static_cast<float>(comm_.size()));
+    for (std::size_t b = 0; b < shard_.ranges.size(); ++b) {
+      const ops::FlatRange& r = shard_.ranges[b];
+      Tensor to = flat_->grads().sub(r.begin, {r.end - r.begin});
+      ops::copy(ctx_, shard_grads_.sub(shard_.offsets[b], {r.end - r.begin}), to);
+    }
+  } else if (comm_.size() > 1 && !prescaled_) {
+    // One op over the whole buffer (the padding is zero and stays zero).
     ops::scale(ctx_, flat_->grads(), 1.0f / static_cast<float>(comm_.size()));
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

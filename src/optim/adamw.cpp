@@ -4,16 +4,16 @@
 
 namespace lockstep::optim {
 
-AdamW::AdamW(std::shared_ptr<FlatParams> flat, const AdamWOptions& options)
-    : Optimizer(std::move(flat)), options_(options) {
+AdamW::AdamW(std::shared_ptr<FlatParams> flat, const AdamWOptions& options, FlatShard shard)
+    : Optimizer(std::move(flat), std::move(shard)), options_(options) {
   LOCKSTEP_CHECK(options.lr >= 0.0f && options.eps > 0.0f && options.weight_decay >= 0.0f,
                  "adamw: lr and weight_decay must be non-negative and eps positive");
   LOCKSTEP_CHECK(options.beta1 >= 0.0f && options.beta1 < 1.0f && options.beta2 >= 0.0f &&
                      options.beta2 < 1.0f,
                  "adamw: betas must be in [0, 1), got ", options.beta1, ", ", options.beta2);
   lr_ = options.lr;
-  m_ = flat_->zeros();
-  v_ = flat_->zeros();
+  m_ = flat_->zeros(shard_.numel);
+  v_ = flat_->zeros(shard_.numel);
 }
 
 AdamW::AdamW(std::vector<nn::Parameter*> params, const AdamWOptions& options)
@@ -29,17 +29,12 @@ void AdamW::update(ops::Context& ctx, std::span<const ops::FlatRange> ranges) {
   ap.step = steps_ + 1;
   const ops::FlatPlan& p = plan(ctx, options_.decay);
   for (const ops::FlatRange& range : ranges)
-    ops::flat_adamw_update(ctx, p, range, flat_->values(), flat_->grads(), m_, v_, 0, ap);
+    ops::flat_adamw_update(ctx, p, range, flat_->values(), flat_->grads(), m_, v_,
+                           shard_.state_origin(range), ap);
 }
 
-std::vector<StateTensor> AdamW::state() {
-  std::vector<StateTensor> out;
-  const auto& params = flat_->parameters();
-  for (std::size_t k = 0; k < params.size(); ++k) {
-    out.push_back({params[k]->name + ".exp_avg", flat_->view(m_, k)});
-    out.push_back({params[k]->name + ".exp_avg_sq", flat_->view(v_, k)});
-  }
-  return out;
+std::vector<std::pair<std::string, Tensor>> AdamW::state_buffers() {
+  return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
 }
 
 }  // namespace lockstep::optim

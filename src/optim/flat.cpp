@@ -34,6 +34,8 @@ Tensor aligned_buffer(const std::vector<float>& values, Device device) {
 
 FlatLayout FlatLayout::build(const std::vector<nn::Parameter*>& params,
                              const BucketLimits& limits) {
+  LOCKSTEP_CHECK(limits.shards >= 1, "flat parameters: ", limits.shards,
+                 " shards per bucket; need at least 1");
   FlatLayout layout;
   // Bucket assignment (PyTorch DDP's rule): parameters in reverse order, a new bucket once the
   // current one holds at least its limit.
@@ -60,6 +62,9 @@ FlatLayout FlatLayout::build(const std::vector<nn::Parameter*>& params,
       s.slot = static_cast<std::int32_t>(k);
       offset = align_up(offset + s.numel);
     }
+    // Padding up to a multiple of shards x kAlign (no-op for one shard: offset is aligned).
+    const std::int64_t block = kAlign * std::max(1, limits.shards);
+    offset = (offset + block - 1) / block * block;
     bucket.end = offset;
   }
   layout.numel_ = offset;
@@ -121,6 +126,42 @@ Tensor FlatParams::zeros() const {
                         device_);
 }
 
+Tensor FlatParams::zeros(std::int64_t numel) const {
+  return aligned_buffer(std::vector<float>(static_cast<std::size_t>(numel), 0.0f), device_);
+}
+
+FlatShard FlatParams::shard(int rank, int count) const {
+  LOCKSTEP_CHECK(count >= 1 && rank >= 0 && rank < count, "flat parameters: shard ", rank, " of ",
+                 count);
+  FlatShard s;
+  s.rank = rank;
+  s.count = count;
+  for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
+    const FlatBucket& bucket = layout_.buckets()[b];
+    LOCKSTEP_CHECK_HINT(
+        bucket.numel() % (kAlign * count) == 0,
+        str("lay the parameters out with BucketLimits::shards = ", count, " (the world size)"),
+        "flat parameters: bucket ", b, " holds ", bucket.numel(),
+        " elements, which do not split into ", count, " aligned shards");
+    const std::int64_t len = bucket.numel() / count;
+    s.ranges.push_back({bucket.begin + rank * len, bucket.begin + (rank + 1) * len});
+    s.offsets.push_back(s.numel);
+    s.numel += len;
+  }
+  return s;
+}
+
+std::int64_t FlatShard::state_origin(const ops::FlatRange& range) const {
+  for (std::size_t i = 0; i < ranges.size(); ++i)
+    if (ranges[i].begin <= range.begin && range.end <= ranges[i].end)
+      return ranges[i].begin - offsets[i];
+  // Unsharded, the state buffer is the layout: any range (several buckets too) has origin 0.
+  LOCKSTEP_CHECK(!sharded(), "optimizer: range [", range.begin, ", ", range.end,
+                 ") is not inside rank ", rank, "'s shard of one bucket (ZeRO-1: a rank updates ",
+                 "only its own shards)");
+  return 0;
+}
+
 Tensor FlatParams::view(const Tensor& buffer, std::size_t k) const {
   LOCKSTEP_CHECK(buffer.numel() == layout_.numel(), "flat parameters: a buffer of ",
                  buffer.describe(), " does not have the layout's ", layout_.numel(), " elements");
@@ -141,12 +182,14 @@ std::shared_ptr<const ops::FlatPlan> FlatParams::make_plan(ops::Context& ctx,
   return ops::make_flat_plan(ctx, std::move(segments), layout_.numel());
 }
 
-const Tensor& FlatParams::grad_sum_squares(ops::Context& ctx, ops::FlatSums what) {
+const Tensor& FlatParams::grad_sum_squares(ops::Context& ctx, ops::FlatSums what,
+                                           std::optional<ops::FlatRange> range) {
   if (!stats_plan_ || stats_plan_->device() != ctx.device()) stats_plan_ = make_plan(ctx);
   if (!sums_.defined() || sums_.device() != ctx.device())
     sums_ =
         Tensor::empty({static_cast<std::int64_t>(params_.size()) + 1}, DType::F64, ctx.device());
-  ops::flat_sum_squares(ctx, *stats_plan_, {0, layout_.numel()}, grads_, sums_, what);
+  ops::flat_sum_squares(ctx, *stats_plan_, range.value_or(ops::FlatRange{0, layout_.numel()}),
+                        grads_, sums_, what);
   return sums_;
 }
 

@@ -1,5 +1,7 @@
 #include "lockstep/optim/optimizer.hpp"
 
+#include "lockstep/ops/ops.hpp"
+
 namespace lockstep::optim {
 
 DecayScope parse_decay_scope(const std::string& name) {
@@ -12,13 +14,59 @@ const char* decay_scope_name(DecayScope scope) {
   return scope == DecayScope::All ? "all" : "matrices";
 }
 
-Optimizer::Optimizer(std::shared_ptr<FlatParams> flat) : flat_(std::move(flat)) {
+Optimizer::Optimizer(std::shared_ptr<FlatParams> flat, FlatShard shard)
+    : flat_(std::move(flat)), shard_(std::move(shard)) {
   LOCKSTEP_CHECK(flat_ != nullptr, "optimizer: no parameters (null FlatParams)");
+  if (shard_.ranges.empty()) shard_ = flat_->shard(0, 1);
+  LOCKSTEP_CHECK(shard_.ranges.size() == flat_->layout().buckets().size(), "optimizer: a shard of ",
+                 shard_.ranges.size(), " buckets for a layout of ",
+                 flat_->layout().buckets().size());
 }
 
 void Optimizer::step(ops::Context& ctx) {
+  if (shard_.sharded()) return step(ctx, shard_.ranges);
   const ops::FlatRange all{0, flat_->layout().numel()};
   step(ctx, std::span<const ops::FlatRange>(&all, 1));
+}
+
+std::vector<StateTensor> Optimizer::state() {
+  LOCKSTEP_CHECK_HINT(!shard_.sharded(),
+                      "gather it over the ranks first (dist::gather_optimizer_state)",
+                      "optimizer: rank ", shard_.rank, " holds only its shard of the state (ZeRO-1",
+                      " over ", shard_.count, " ranks), not whole tensors");
+  std::vector<StateTensor> out;
+  const std::vector<std::pair<std::string, Tensor>> buffers = state_buffers();
+  const auto& params = flat_->parameters();
+  for (std::size_t k = 0; k < params.size(); ++k)
+    for (const auto& [kind, buffer] : buffers)
+      out.push_back({params[k]->name + "." + kind, flat_->view(buffer, k)});
+  return out;
+}
+
+void Optimizer::load_state(ops::Context& ctx,
+                           const std::function<Tensor(const std::string&)>& whole) {
+  const auto& params = flat_->parameters();
+  for (auto& [kind, buffer] : state_buffers()) {
+    // Whole tensors into a buffer of the layout, then the shard's ranges out of it.
+    Tensor full = shard_.sharded() ? flat_->zeros() : buffer;
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      Tensor view = flat_->view(full, k);
+      ops::copy(ctx, whole(params[k]->name + "." + kind), view);
+    }
+    if (!shard_.sharded()) continue;
+    for (std::size_t i = 0; i < shard_.ranges.size(); ++i) {
+      const ops::FlatRange& r = shard_.ranges[i];
+      Tensor to = buffer.sub(shard_.offsets[i], {r.end - r.begin});
+      ops::copy(ctx, full.sub(r.begin, {r.end - r.begin}), to);
+    }
+  }
+}
+
+std::int64_t Optimizer::state_bytes() {
+  std::int64_t bytes = 0;
+  for (const auto& [kind, buffer] : state_buffers())
+    bytes += static_cast<std::int64_t>(buffer.nbytes());
+  return bytes;
 }
 
 void Optimizer::step(ops::Context& ctx, std::span<const ops::FlatRange> ranges) {

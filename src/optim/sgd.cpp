@@ -4,15 +4,15 @@
 
 namespace lockstep::optim {
 
-Sgd::Sgd(std::shared_ptr<FlatParams> flat, const SgdOptions& options)
-    : Optimizer(std::move(flat)), options_(options) {
+Sgd::Sgd(std::shared_ptr<FlatParams> flat, const SgdOptions& options, FlatShard shard)
+    : Optimizer(std::move(flat), std::move(shard)), options_(options) {
   LOCKSTEP_CHECK(options.lr >= 0.0f && options.momentum >= 0.0f && options.weight_decay >= 0.0f,
                  "sgd: lr, momentum and weight_decay must be non-negative");
   LOCKSTEP_CHECK_HINT(!options.nesterov || (options.momentum > 0.0f && options.dampening == 0.0f),
                       "set momentum > 0 and dampening = 0, or turn nesterov off",
                       "sgd: nesterov momentum requires momentum > 0 and zero dampening");
   lr_ = options.lr;
-  if (options.momentum != 0.0f) momentum_ = flat_->zeros();
+  if (options.momentum != 0.0f) momentum_ = flat_->zeros(shard_.numel);
 }
 
 Sgd::Sgd(std::vector<nn::Parameter*> params, const SgdOptions& options)
@@ -28,16 +28,13 @@ void Sgd::update(ops::Context& ctx, std::span<const ops::FlatRange> ranges) {
   sp.first_step = steps_ == 0;
   const ops::FlatPlan& p = plan(ctx, options_.decay);
   for (const ops::FlatRange& range : ranges)
-    ops::flat_sgd_update(ctx, p, range, flat_->values(), flat_->grads(), momentum_, 0, sp);
+    ops::flat_sgd_update(ctx, p, range, flat_->values(), flat_->grads(), momentum_,
+                         shard_.state_origin(range), sp);
 }
 
-std::vector<StateTensor> Sgd::state() {
-  std::vector<StateTensor> out;
-  if (!momentum_.defined()) return out;
-  const auto& params = flat_->parameters();
-  for (std::size_t k = 0; k < params.size(); ++k)
-    out.push_back({params[k]->name + ".momentum_buffer", flat_->view(momentum_, k)});
-  return out;
+std::vector<std::pair<std::string, Tensor>> Sgd::state_buffers() {
+  if (!momentum_.defined()) return {};
+  return {{"momentum_buffer", momentum_}};
 }
 
 }  // namespace lockstep::optim

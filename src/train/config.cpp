@@ -213,6 +213,13 @@ const std::vector<Key>& keys() {
        "shared memory, allreduce between node leaders, copy back) or auto (flat: faster in "
        "every setting measured so far, docs/MULTINODE.md)",
        {"auto", "flat", "hierarchical"}},
+      {"dist.zero",
+       &Config::dist_zero,
+       "ZeRO stage: 0 (every rank holds all optimizer state) or 1 (gradients reduce-scattered, "
+       "each rank updates its 1/world shard and holds only its shard's optimizer state, "
+       "parameters allgathered; same result as 0, docs/DISTRIBUTED.md)",
+       {},
+       0},
       {"log.every",
        &Config::log_every,
        "log a progress line and a metrics record every N steps",
@@ -430,6 +437,14 @@ void validate(const Config& c) {
                       c.checkpoint_every_steps ? format_value(c, &Config::checkpoint_every_steps)
                                                : format_value(c, &Config::checkpoint_every_minutes),
                       " asks for checkpoints, but checkpoint.dir is empty");
+  LOCKSTEP_CHECK(c.dist_zero == 0 || c.dist_zero == 1, "key dist.zero must be 0 or 1, got ",
+                 c.dist_zero);
+  LOCKSTEP_CHECK_HINT(c.dist_zero == 0 || c.train_parallel != "dp",
+                      "use train.parallel = ddp (or auto) for ZeRO-1, or set dist.zero = 0",
+                      "key dist.zero = 1 shards optimizer state across MPI ranks, but "
+                      "train.parallel = dp runs one process");
+  LOCKSTEP_CHECK_HINT(c.dist_zero == 0 || c.dist_sync, "set dist.sync = true, or dist.zero = 0",
+                      "key dist.zero = 1 needs gradient communication, but dist.sync = false");
 }
 
 // Calls fn(section.key, value, line number) for every "key = value" line of INI text, read as

@@ -82,13 +82,13 @@ class Checkpoints {
     if (flags[0] != 0 || (due && step < run_.plan.total_steps)) save(result);
     return static_cast<int>(flags[0]);
   }
-  // Rank 0 writes; every rank restarts the clock.
+  // Every rank takes part (ZeRO-1 gathers the optimizer state); rank 0 writes; every rank
+  // restarts the clock.
   void save(TrainResult& result) {
-    if (run_.rank == 0) {
-      result.checkpoint = run_.state->save(run_.config.checkpoint_dir,
-                                           static_cast<int>(run_.config.checkpoint_keep));
-      run_.line("checkpoint " + result.checkpoint);
-    }
+    // The path on every rank: the final save below is skipped on all ranks or none.
+    result.checkpoint =
+        run_.state->save(run_.config.checkpoint_dir, static_cast<int>(run_.config.checkpoint_keep));
+    if (run_.rank == 0) run_.line("checkpoint " + result.checkpoint);
     last_save_ = Clock::now();
   }
 
@@ -177,11 +177,11 @@ TrainResult train_loop(Run& run) {
 
       // ---- the update, unless the step is not finite
       const double lr = run.schedule->lr_at(state.step - 1);
-      // After the allreduce every rank holds the same gradients, so this gives the same answer
-      // everywhere without another collective: one pass over the flat gradients, one readback
-      // (with the global norm when clipping needs it).
+      // The same answer on every rank: after an allreduce every rank holds the same gradients
+      // (one pass over the flat gradients, one readback); under ZeRO-1 the engine adds its
+      // shard's partial sums over the ranks (the global norm when clipping needs it).
       const optim::GradientCheck grads =
-          optim::check_gradients(*run.ctx, *run.flat, /*with_norm=*/c.optim_clip_norm > 0);
+          engine.check_gradients(*run.flat, /*with_norm=*/c.optim_clip_norm > 0);
       if (!(std::isfinite(step_loss) && grads.finite())) {
         // Bad data is not a learning-rate problem: name the samples. Every rank is here (the
         // averaged gradients are the same everywhere), so the ranks agree on whose data it was.
@@ -210,7 +210,7 @@ TrainResult train_loop(Run& run) {
           optim::clip_grad_norm(*run.ctx, *run.flat, static_cast<float>(c.optim_clip_norm),
                                 grads.norm());
         run.optimizer->set_lr(static_cast<float>(lr));
-        run.optimizer->step(*run.ctx);
+        engine.step(*run.optimizer);  // ZeRO-1: the shard's update, then parameters allgathered
         interval.add(step_loss, engine.times());
       }
 

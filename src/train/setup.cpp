@@ -22,7 +22,8 @@ namespace lockstep::train {
 namespace {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c,
-                                                 std::shared_ptr<optim::FlatParams> params) {
+                                                 std::shared_ptr<optim::FlatParams> params,
+                                                 optim::FlatShard shard) {
   if (c.optim_name == "adamw") {
     optim::AdamWOptions o;
     o.lr = static_cast<float>(c.optim_lr);
@@ -31,7 +32,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c,
     o.eps = static_cast<float>(c.optim_eps);
     o.weight_decay = static_cast<float>(c.optim_weight_decay);
     o.decay = optim::parse_decay_scope(c.optim_decay);
-    return std::make_unique<optim::AdamW>(std::move(params), o);
+    return std::make_unique<optim::AdamW>(std::move(params), o, std::move(shard));
   }
   optim::SgdOptions o;
   o.lr = static_cast<float>(c.optim_lr);
@@ -39,7 +40,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c,
   o.nesterov = c.optim_nesterov;
   o.weight_decay = static_cast<float>(c.optim_weight_decay);
   o.decay = optim::parse_decay_scope(c.optim_decay);
-  return std::make_unique<optim::Sgd>(std::move(params), o);
+  return std::make_unique<optim::Sgd>(std::move(params), o, std::move(shard));
 }
 
 std::unique_ptr<optim::LrSchedule> make_schedule(const Config& c, std::int64_t total_steps) {
@@ -126,6 +127,7 @@ std::unique_ptr<dist::Engine> make_engine(Run& run, const Config& config) {
       static_cast<std::size_t>(config.dist_first_bucket_mb * (1 << 20));
   ddp.sync = config.dist_sync;
   ddp.input = run.norm;
+  ddp.zero = config.dist_zero == 1;
   return std::make_unique<dist::DdpEngine>(*run.ctx, *run.model, *run.gradient_comm, ddp, run.flat);
 }
 
@@ -303,12 +305,17 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
                                    static_cast<std::uint64_t>(config.train_seed),
                                    /*drop_last=*/false);
   r.plan = plan_steps(config, r.world, sampler.num_samples(), r.train_data()->size());
-  // Values, gradients and optimizer state in one flat layout, bucketed as DDP communicates it.
+  // Values, gradients and optimizer state in one flat layout, bucketed as DDP communicates it
+  // (ZeRO-1: in buckets that split into world-size shards, and state for this rank's only).
+  const int shards = config.dist_zero == 1 ? r.world : 1;
   r.flat = std::make_shared<optim::FlatParams>(
       r.model->parameters(),
       optim::BucketLimits{static_cast<std::size_t>(config.dist_bucket_mb * (1 << 20)),
-                          static_cast<std::size_t>(config.dist_first_bucket_mb * (1 << 20))});
-  r.optimizer = make_optimizer(config, r.flat);
+                          static_cast<std::size_t>(config.dist_first_bucket_mb * (1 << 20)),
+                          shards});
+  r.optimizer = make_optimizer(config, r.flat, r.flat->shard(shards > 1 ? r.rank : 0, shards));
+  if (config.dist_zero == 1 && r.world == 1)
+    r.line("warning: dist.zero = 1 with one rank has nothing to shard: it trains as dist.zero = 0");
   // Dropout masks differ between ranks (as with one RNG per process in PyTorch).
   r.model->set_dropout_seed(hash_combine(static_cast<std::uint64_t>(config.train_seed),
                                          static_cast<std::uint64_t>(r.rank)));
@@ -321,6 +328,7 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   // identical anyway).
   RunLayout layout;
   layout.world_size = r.world;
+  layout.rank = r.rank;
   layout.samples_per_loader_batch = r.plan.local_batch * r.world;
   layout.accumulation = r.plan.accumulation;
   layout.parallel = r.parallel;
@@ -353,6 +361,7 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
     if (r.world > 1) r.line("lockstep: gradient allreduce " + transport);
   }
   r.engine = make_engine(r, config);
+  if (r.gradient_comm) r.state->set_communicator(*r.gradient_comm);  // gathers ZeRO-1 state
 
   data::LoaderOptions loader_options;
   loader_options.prefetch_depth = static_cast<int>(config.data_prefetch);

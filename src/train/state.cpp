@@ -11,6 +11,7 @@
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/file.hpp"
+#include "lockstep/dist/zero.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace fs = std::filesystem;
@@ -67,7 +68,11 @@ CheckpointState TrainState::to_checkpoint() const {
     s.tensors.emplace_back(kParam + p->name, p->value);
   for (nn::Buffer* b : model_.buffers())
     s.tensors.emplace_back(kBuffer + b->name, b->value);
-  for (optim::StateTensor& t : optimizer_.state())
+  const bool sharded = optimizer_.shard().sharded();
+  LOCKSTEP_CHECK(!sharded || comm_ != nullptr,
+                 "train state: a ZeRO-1 optimizer's state needs a communicator to be gathered");
+  for (optim::StateTensor& t :
+       sharded ? dist::gather_optimizer_state(*comm_, optimizer_) : optimizer_.state())
     s.tensors.emplace_back(kOptim + t.name, t.value);
   return s;
 }
@@ -99,8 +104,8 @@ void TrainState::restore(ops::Context& ctx, const CheckpointState& c, const std:
     ops::copy(ctx, c.tensor(kParam + p->name), p->value);
   for (nn::Buffer* b : model_.buffers())
     ops::copy(ctx, c.tensor(kBuffer + b->name), b->value);
-  for (optim::StateTensor& t : optimizer_.state())
-    ops::copy(ctx, c.tensor(kOptim + t.name), t.value);
+  // Whole tensors in the file; a ZeRO-1 optimizer takes its shard's part (no communication).
+  optimizer_.load_state(ctx, [&](const std::string& name) { return c.tensor(kOptim + name); });
   optimizer_.set_steps(attr(kOptimizerSteps));
   model_.set_dropout_calls(static_cast<std::uint64_t>(attr(kDropoutCalls)));
   step = c.step;
@@ -113,7 +118,9 @@ void TrainState::restore(ops::Context& ctx, const CheckpointState& c, const std:
 
 std::string TrainState::save(const std::string& dir, int keep) const {
   const std::string path = checkpoint_path(dir, step);
-  write_checkpoint(path, to_checkpoint());
+  const CheckpointState state = to_checkpoint();  // collective under ZeRO-1
+  if (layout_.rank != 0) return path;
+  write_checkpoint(path, state);
   prune_checkpoints(dir, keep);
   return path;
 }

@@ -84,10 +84,10 @@ void write_final_record(Run& run, const TrainResult& result) {
   record.add_raw("rank_peak_rss_bytes",
                  json_list(run.comm.allgather(std::to_string(peak_rss_bytes()))));
   record.add_raw("rank_pss_bytes", json_list(run.comm.allgather(std::to_string(pss_bytes()))));
-  std::int64_t optimizer_bytes = 0;
-  for (const optim::StateTensor& t : run.optimizer->state())
-    optimizer_bytes += static_cast<std::int64_t>(t.value.nbytes());
-  record.add("optimizer_state_bytes", optimizer_bytes);
+  // Allocated optimizer state (padding included), per rank: ZeRO-1 divides it by the world size.
+  record.add("optimizer_state_bytes", run.optimizer->state_bytes());
+  record.add_raw("rank_optimizer_state_bytes",
+                 json_list(run.comm.allgather(std::to_string(run.optimizer->state_bytes()))));
   if (auto* dp = dynamic_cast<dist::DataParallelEngine*>(run.engine.get())) {
     std::vector<std::string> bytes;
     for (std::int64_t b : dp->replica_tensor_bytes())

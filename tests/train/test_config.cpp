@@ -205,3 +205,19 @@ TEST(Config, CheckpointCadenceWithoutAFolderIsAnError) {
             }),
             "");
 }
+
+TEST(CommandLine, DistZeroIsZeroOrOneAndNeedsRanksAndGradientCommunication) {
+  EXPECT_EQ(parse({"--data.train=d/x"}).config.dist_zero, 0);
+  EXPECT_EQ(parse({"--data.train=d/x", "--dist.zero=1"}).config.dist_zero, 1);
+  std::string e = args_error({"--data.train=d/x", "--dist.zero=2"});
+  EXPECT_NE(e.find("key dist.zero must be 0 or 1"), std::string::npos) << e;
+  e = args_error({"--data.train=d/x", "--dist.zero=1", "--train.parallel=dp"});
+  EXPECT_NE(e.find("key dist.zero = 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.parallel = dp"), std::string::npos) << e;
+  e = args_error({"--data.train=d/x", "--dist.zero=1", "--dist.sync=false"});
+  EXPECT_NE(e.find("dist.sync = false"), std::string::npos) << e;
+  // Every rank must agree on it (checked at start-up with the other rank-invariant keys).
+  EXPECT_EQ(
+      rank_invariant_settings(parse({"--data.train=d/x", "--dist.zero=1"}).config).at("dist.zero"),
+      "1");
+}

@@ -3,6 +3,12 @@
 // during backward the Reducer averages gradient buckets as they complete. BatchNorm running
 // statistics follow PyTorch's default (broadcast_buffers=True): rank 0's buffers are broadcast
 // at the start of every step, so evaluation on any rank uses the same statistics.
+//
+// ZeRO-1 (DdpOptions::zero, more than one rank): the flat layout's buckets are padded to split
+// into world-size aligned shards; the Reducer reduce-scatters each bucket as it completes, the
+// optimizer (made with shard()) updates rank r's block of every bucket and keeps state only for
+// it, and step() then allgathers each bucket of parameters in place. Gradient averaging is DDP's
+// (sum, then one scale by 1/world); only the order of the sum may differ.
 #pragma once
 
 #include <memory>
@@ -24,14 +30,16 @@ struct InputNormalization {
 
 struct DdpOptions {
   ReducerOptions reducer;
-  bool sync = true;  // false: no gradient communication at all (to measure its cost)
+  bool sync = true;   // false: no gradient communication at all (to measure its cost)
+  bool zero = false;  // ZeRO-1 (dist.zero = 1); needs sync; with one rank it changes nothing
   InputNormalization input;
 };
 
 class DdpEngine final : public Engine {
  public:
   // `flat`: the model's parameters laid out flat (shared with the optimizer); when null the
-  // engine lays them out itself, bucketed by options.reducer, and flat_params() returns it.
+  // engine lays them out itself, bucketed by options.reducer (and, for zero, sharded for this
+  // world size), and flat_params() returns it.
   DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& comm, DdpOptions options,
             std::shared_ptr<optim::FlatParams> flat = nullptr);
 
@@ -42,7 +50,11 @@ class DdpEngine final : public Engine {
                          bool last_micro) override;
   void finish_gradients() override;
   StepTimes times() const override { return times_; }
+  optim::GradientCheck check_gradients(optim::FlatParams& flat, bool with_norm) override;
+  void step(optim::Optimizer& optimizer) override;
 
+  // This rank's ZeRO-1 shard (count 1, the whole layout, without zero): give it to the optimizer.
+  const optim::FlatShard& shard() const { return shard_; }
   const Reducer& reducer() const { return *reducer_; }
   const std::shared_ptr<optim::FlatParams>& flat_params() const { return reducer_->flat_params(); }
 
@@ -53,6 +65,7 @@ class DdpEngine final : public Engine {
   nn::Model& model_;
   comm::Communicator& comm_;
   DdpOptions options_;
+  optim::FlatShard shard_;
   std::unique_ptr<Reducer> reducer_;
   nn::SoftmaxCrossEntropy loss_;
   Tensor input_;  // normalised input on the device, reused across steps

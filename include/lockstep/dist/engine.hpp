@@ -2,7 +2,8 @@
 // optimizer updates. The trainer is written once over this interface; the strategies differ only
 // here:
 //   DdpEngine          one replica per MPI rank; gradients averaged by the Reducer during backward
-//                      (parallel = ddp, and parallel = none as the 1-rank case).
+//                      (parallel = ddp, and parallel = none as the 1-rank case); with ZeRO-1
+//                      (dist.zero = 1) reduce-scattered, updated by shard, then allgathered.
 //   DataParallelEngine one process, one thread per replica; replica 0 is the master (parallel =
 //   dp).
 #pragma once
@@ -12,6 +13,8 @@
 #include "lockstep/core/tensor.hpp"
 #include "lockstep/nn/model.hpp"
 #include "lockstep/ops/context.hpp"
+#include "lockstep/optim/clip.hpp"
+#include "lockstep/optim/optimizer.hpp"
 
 namespace lockstep::dist {
 
@@ -44,6 +47,16 @@ class Engine {
   virtual void finish_gradients() = 0;
   // Time split of the step since begin_step().
   virtual StepTimes times() const = 0;
+
+  // The step's gradient check (finiteness, and the global norm when with_norm) over the averaged
+  // gradients of `flat`, the same answer on every rank. A ZeRO-1 engine holds averaged gradients
+  // only in its shard: it checks the shard and adds the partial sums over the ranks.
+  virtual optim::GradientCheck check_gradients(optim::FlatParams& flat, bool with_norm) {
+    return optim::check_gradients(context(), flat, with_norm);
+  }
+  // The optimizer's update from the averaged gradients. A ZeRO-1 engine updates its shard and
+  // then allgathers the parameters, so every rank again holds the whole model.
+  virtual void step(optim::Optimizer& optimizer) { optimizer.step(context()); }
 };
 
 }  // namespace lockstep::dist

@@ -7,6 +7,10 @@
 // thread runs it) and backward goes on. finish() waits for every bucket and divides by the world
 // size, once (or not at all when the caller divided the loss gradient: set_prescaled).
 //
+// ZeRO-1 (a sharded FlatShard): each bucket is reduce-scattered instead, into a buffer of the
+// shard's size; finish() averages it and copies it into the shard's ranges of the flat gradients,
+// so the gradients are averaged there only (elsewhere they hold this rank's own sums).
+//
 // Invariants: buckets are launched in index order on every rank (a bucket that completes early
 // waits for its predecessors), so all ranks issue the same collectives in the same order; a
 // bucket is never written by compute while its allreduce is in flight (only the next backward,
@@ -43,8 +47,10 @@ optim::BucketLimits bucket_limits(const ReducerOptions& options);
 
 class Reducer {
  public:
-  // Communicates the gradient buckets of `flat`.
-  Reducer(ops::Context& ctx, comm::Communicator& comm, std::shared_ptr<optim::FlatParams> flat);
+  // Communicates the gradient buckets of `flat`: allreduced, or reduce-scattered to `shard`
+  // when it is sharded (flat->shard(comm.rank(), comm.size())).
+  Reducer(ops::Context& ctx, comm::Communicator& comm, std::shared_ptr<optim::FlatParams> flat,
+          optim::FlatShard shard = {});
   // Lays the parameters out in a FlatParams of its own, bucketed by `options`.
   Reducer(ops::Context& ctx, comm::Communicator& comm, std::vector<nn::Parameter*> params,
           ReducerOptions options = {});
@@ -76,6 +82,8 @@ class Reducer {
   ops::Context& ctx_;
   comm::Communicator& comm_;
   std::shared_ptr<optim::FlatParams> flat_;
+  optim::FlatShard shard_;
+  Tensor shard_grads_;                  // ZeRO-1: shard_.numel reduce-scatter results
   std::vector<Tensor> bucket_tensors_;  // views of flat_'s gradient buffer
   std::vector<std::size_t> bucket_of_param_;
   std::vector<int> pending_;         // per bucket: gradients not yet ready this backward

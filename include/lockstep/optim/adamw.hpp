@@ -17,20 +17,21 @@ struct AdamWOptions {
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(std::shared_ptr<FlatParams> flat, const AdamWOptions& options);
+  // `shard`: ZeRO-1, state for that shard only (optimizer.hpp).
+  AdamW(std::shared_ptr<FlatParams> flat, const AdamWOptions& options, FlatShard shard = {});
   // Lays the parameters out in a FlatParams of its own (one bucket).
   AdamW(std::vector<nn::Parameter*> params, const AdamWOptions& options);
 
   std::string type() const override { return "adamw"; }
-  // "<param>.exp_avg" and "<param>.exp_avg_sq" per parameter (PyTorch's names).
-  std::vector<StateTensor> state() override;
+  // "exp_avg" and "exp_avg_sq" (PyTorch's names).
+  std::vector<std::pair<std::string, Tensor>> state_buffers() override;
   const AdamWOptions& options() const { return options_; }
 
  private:
   void update(ops::Context& ctx, std::span<const ops::FlatRange> ranges) override;
 
   AdamWOptions options_;
-  Tensor m_, v_;  // flat
+  Tensor m_, v_;  // shard().numel elements each
 };
 
 }  // namespace lockstep::optim

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "lockstep/nn/module.hpp"
@@ -39,6 +40,10 @@ namespace lockstep::optim {
 struct BucketLimits {
   std::size_t bucket_bytes = std::numeric_limits<std::size_t>::max();
   std::size_t first_bucket_bytes = std::numeric_limits<std::size_t>::max();
+  // ZeRO-1: each bucket's length is padded to a multiple of shards x the alignment, so a
+  // reduce-scatter splits every bucket into `shards` equal blocks that start aligned (the world
+  // size; 1 = no padding beyond the alignment).
+  int shards = 1;
 };
 
 struct FlatBucket {
@@ -62,6 +67,21 @@ class FlatLayout {
   std::int64_t numel_ = 0;
 };
 
+// One rank's part of the layout under ZeRO-1: block `rank` of `count` equal blocks of every
+// bucket (what a reduce-scatter of the bucket leaves on that rank). Optimizer state for it lives
+// back to back in buffers of `numel` elements, range i starting at offsets[i]. With count = 1 the
+// ranges are the buckets, which partition the layout, and offsets[i] = ranges[i].begin.
+struct FlatShard {
+  int rank = 0, count = 1;
+  std::vector<ops::FlatRange> ranges;  // per bucket, in bucket order
+  std::vector<std::int64_t> offsets;   // per bucket: where its range starts in a shard buffer
+  std::int64_t numel = 0;
+  bool sharded() const { return count > 1; }
+  // Where `range` (inside one of `ranges`) starts in a shard buffer minus where it starts in the
+  // layout: the fused ops' state_origin for it. Throws when the range is not this rank's.
+  std::int64_t state_origin(const ops::FlatRange& range) const;
+};
+
 class FlatParams {
  public:
   // Copies the parameters' values (and gradients; undefined ones become zero) into flat buffers
@@ -80,8 +100,13 @@ class FlatParams {
   Tensor& grads() { return grads_; }
   Tensor value_bucket(std::size_t b) const;
   Tensor grad_bucket(std::size_t b) const;
-  // A new zero buffer of this layout, aligned like values() (optimizer state).
+  // A new zero buffer of this layout, aligned like values() (optimizer state); or of `numel`
+  // elements (a shard's state).
   Tensor zeros() const;
+  Tensor zeros(std::int64_t numel) const;
+  // Rank `rank`'s shard among `count` ranks. Every bucket's length must divide into `count`
+  // aligned blocks: build with limits().shards a multiple of count (an error says so otherwise).
+  FlatShard shard(int rank, int count) const;
   // `buffer` (of this layout) viewed as parameter k's tensor.
   Tensor view(const Tensor& buffer, std::size_t k) const;
 
@@ -93,7 +118,9 @@ class FlatParams {
   // added in parameter order (the per-parameter loop's result, bit for bit, on the CPU). The
   // total is finite exactly when every gradient element is. FinitenessOnly skips the squares
   // (cheaper on a CPU) and gives 0 or NaN. The next call reuses the tensor.
-  const Tensor& grad_sum_squares(ops::Context& ctx, ops::FlatSums what = ops::FlatSums::Squares);
+  // `range` restricts the pass to part of the layout (a ZeRO-1 shard); default: all of it.
+  const Tensor& grad_sum_squares(ops::Context& ctx, ops::FlatSums what = ops::FlatSums::Squares,
+                                 std::optional<ops::FlatRange> range = std::nullopt);
   // Reads the total of the last grad_sum_squares back: the one host synchronisation of the
   // check (on a GPU it waits for ctx's stream only, not the whole device).
   double read_grad_sum_squares(ops::Context& ctx);

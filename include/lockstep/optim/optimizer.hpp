@@ -4,9 +4,15 @@
 // parameter as views named "<parameter name>.<state>", so checkpoints save and restore it in
 // place; the step count is the only other state. The learning rate is set by the caller (from an
 // LrSchedule) before each step.
+//
+// ZeRO-1: an optimizer made with a FlatShard keeps state for that shard only (1/world of it) and
+// step(ctx) updates only the shard's parameters; state() then cannot list whole tensors, so
+// checkpoints gather state_buffers() over the ranks (dist/zero.hpp) and load_state() takes the
+// shard's part of whole tensors.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,16 +39,30 @@ const char* decay_scope_name(DecayScope scope);
 
 class Optimizer {
  public:
-  explicit Optimizer(std::shared_ptr<FlatParams> flat);
+  // `shard` (from flat->shard(rank, world)): keep state for and update only that shard; the
+  // default (no ranges) is the whole layout.
+  explicit Optimizer(std::shared_ptr<FlatParams> flat, FlatShard shard = {});
   virtual ~Optimizer() = default;
 
   virtual std::string type() const = 0;  // "sgd", "adamw"
-  // One update of every parameter from its current gradient; steps() then grows by one.
+  // One update of every parameter (sharded: of the shard's) from its current gradient; steps()
+  // then grows by one.
   void step(ops::Context& ctx);
-  // The same step restricted to `ranges` of the flat layout (a ZeRO-1 rank's shards of the
-  // buckets); parameters and state elsewhere are left alone. steps() grows by one.
+  // The same step restricted to `ranges` of the flat layout (sharded: each inside one of the
+  // shard's ranges); parameters and state elsewhere are left alone. steps() grows by one.
   void step(ops::Context& ctx, std::span<const ops::FlatRange> ranges);
-  virtual std::vector<StateTensor> state() = 0;
+  // The state per parameter as views, "<param>.<kind>" in parameter order (checkpoint names).
+  // Unsharded only: a sharded optimizer holds no parameter whole (an error says what to do).
+  std::vector<StateTensor> state();
+  // The state as this rank holds it: one buffer of shard().numel elements per kind, in the order
+  // state() lists kinds ("momentum_buffer"; "exp_avg", "exp_avg_sq").
+  virtual std::vector<std::pair<std::string, Tensor>> state_buffers() = 0;
+  // Restores every state buffer from whole per-parameter tensors named as state() names them
+  // (`whole(name)` returns one, on any device): the shard's part of each. Local, no communication.
+  void load_state(ops::Context& ctx, const std::function<Tensor(const std::string&)>& whole);
+  // Bytes of optimizer state this rank holds (the ZeRO-1 saving: shard().numel / layout numel).
+  std::int64_t state_bytes();
+  const FlatShard& shard() const { return shard_; }
 
   float lr() const { return lr_; }
   void set_lr(float lr) { lr_ = lr; }
@@ -58,6 +78,7 @@ class Optimizer {
   const ops::FlatPlan& plan(ops::Context& ctx, DecayScope scope);
 
   std::shared_ptr<FlatParams> flat_;
+  FlatShard shard_;
   float lr_ = 0.0f;
   std::int64_t steps_ = 0;
 

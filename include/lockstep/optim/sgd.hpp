@@ -18,20 +18,21 @@ struct SgdOptions {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(std::shared_ptr<FlatParams> flat, const SgdOptions& options);
+  // `shard`: ZeRO-1, state for that shard only (optimizer.hpp).
+  Sgd(std::shared_ptr<FlatParams> flat, const SgdOptions& options, FlatShard shard = {});
   // Lays the parameters out in a FlatParams of its own (one bucket).
   Sgd(std::vector<nn::Parameter*> params, const SgdOptions& options);
 
   std::string type() const override { return "sgd"; }
-  // "<param>.momentum_buffer" per parameter when momentum != 0, else nothing.
-  std::vector<StateTensor> state() override;
+  // "momentum_buffer" when momentum != 0, else nothing.
+  std::vector<std::pair<std::string, Tensor>> state_buffers() override;
   const SgdOptions& options() const { return options_; }
 
  private:
   void update(ops::Context& ctx, std::span<const ops::FlatRange> ranges) override;
 
   SgdOptions options_;
-  Tensor momentum_;  // flat, undefined when momentum == 0
+  Tensor momentum_;  // shard().numel elements, undefined when momentum == 0
 };
 
 }  // namespace lockstep::optim

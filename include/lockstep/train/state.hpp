@@ -29,6 +29,7 @@ struct DataPosition {
 // Facts about the run a state belongs to, recorded in checkpoints and checked on resume.
 struct RunLayout {
   int world_size = 1;
+  int rank = 0;                               // of this process: only rank 0 writes checkpoints
   std::int64_t samples_per_loader_batch = 1;  // local batch x world size
   std::int64_t accumulation = 1;
   std::string parallel = "none";
@@ -43,13 +44,19 @@ class TrainState {
   std::int64_t step = 0;  // optimizer steps done (skipped non-finite steps included)
   DataPosition position;
 
-  // The checkpoint of this state (tensors share the model's and optimizer's storage).
+  // The checkpoint of this state (tensors share the model's and optimizer's storage; a ZeRO-1
+  // optimizer's state is gathered whole over the communicator, so every rank must call it then).
   CheckpointState to_checkpoint() const;
+  // The communicator a sharded (ZeRO-1) optimizer's state is gathered over: the engine's.
+  void set_communicator(comm::Communicator& comm) { comm_ = &comm; }
   // Loads a checkpoint read from `path` (named in every error): the model must have the same
   // structure and the optimizer be of the same kind. The data position is rescaled when the
   // samples per loader batch changed, and rounded down to whole optimizer steps.
   void restore(ops::Context& ctx, const CheckpointState& checkpoint, const std::string& path);
-  // Writes DIR/ckpt-<step>.h5 atomically, prunes to the newest `keep`; returns the path.
+  // Every rank calls it (a ZeRO-1 optimizer's state is gathered first); rank 0 writes
+  // DIR/ckpt-<step>.h5 atomically and prunes to the newest `keep`; every rank returns the path,
+  // so all decide alike whether a step is saved. The file is the same with or without ZeRO-1, so
+  // either mode and any world size resumes it.
   std::string save(const std::string& dir, int keep) const;
 
   const RunLayout& layout() const { return layout_; }
@@ -58,6 +65,7 @@ class TrainState {
   nn::Model& model_;
   optim::Optimizer& optimizer_;
   RunLayout layout_;
+  comm::Communicator* comm_ = nullptr;
 };
 
 // The checkpoint a run starts from, "" for a fresh start, decided by rank 0 from train.resume and
