@@ -8,6 +8,7 @@
 #include <map>
 
 #include "comm/mpi_job.hpp"
+#include "comm/mpi_watch.hpp"
 #include "lockstep/core/error.hpp"
 
 namespace lockstep::comm {
@@ -126,7 +127,11 @@ class HierarchicalCommunicator final : public Communicator {
     LOCKSTEP_CHECK_HINT(t.device().is_cpu(), "GPU tensors go through the NCCL communicator", what,
                         ": takes host tensors, got one on ", t.device().str());
     MPI_Datatype type = detail::reduction_type(t.dtype(), what.c_str());
-    return detail::submit_mpi_job(mpi_, what, [this, t, op, type](MPI_Comm) { run(t, op, type); });
+    // Under dist.timeout_s like every collective: its node barriers and the leaders' allreduce
+    // are waited for through the watch, so a rank that stops is reported and ends the job.
+    return detail::submit_watched_mpi_job(
+        mpi_, what,
+        [this, t, op, type](MPI_Comm, detail::CollectiveWatch& watch) { run(t, op, type, watch); });
   }
   WorkPtr broadcast_async(Tensor t, int root) override { return mpi_.broadcast_async(t, root); }
   WorkPtr allgather_async(Tensor in, Tensor out) override { return mpi_.allgather_async(in, out); }
@@ -178,9 +183,11 @@ class HierarchicalCommunicator final : public Communicator {
 
   // Every local rank's stores before it are visible to every local rank's loads after it (the
   // MPI-3 shared-memory idiom: sync, barrier, sync).
-  void node_sync() {
+  void node_sync(detail::CollectiveWatch& watch) {
     LOCKSTEP_CHECK_MPI(MPI_Win_sync(window_));
-    LOCKSTEP_CHECK_MPI(MPI_Barrier(node_comm_));
+    MPI_Request barrier = MPI_REQUEST_NULL;
+    LOCKSTEP_CHECK_MPI(MPI_Ibarrier(node_comm_, &barrier));
+    watch.wait(barrier);
     LOCKSTEP_CHECK_MPI(MPI_Win_sync(window_));
   }
 
@@ -193,7 +200,7 @@ class HierarchicalCommunicator final : public Communicator {
   // Buffer reuse is safe: result[k%2] was last read by segment k-2's copy-out, which every rank
   // finished before its copy-in of k and the sync after it; the input slots were last read by
   // the reduction of k-1, finished before the sync that follows it.
-  void run(const Tensor& t, ReduceOp op, MPI_Datatype type) {
+  void run(const Tensor& t, ReduceOp op, MPI_Datatype type, detail::CollectiveWatch& watch) {
     const std::size_t elem = dtype_size(t.dtype());
     const auto per_segment = static_cast<std::int64_t>(segment_bytes_ / elem);
     const std::int64_t n = t.numel();
@@ -209,9 +216,9 @@ class HierarchicalCommunicator final : public Communicator {
     InFlight previous;
     bool have_previous = false;
     auto finish = [&](InFlight& f) {
-      if (leader && between_nodes) LOCKSTEP_CHECK_MPI(MPI_Wait(&f.request, MPI_STATUS_IGNORE));
+      if (leader && between_nodes) watch.wait(f.request);
       if (f.result == nullptr) return;  // a node of one rank reduced its tensor in place
-      node_sync();
+      node_sync(watch);
       std::memcpy(f.out, f.result, f.bytes);
     };
     // Every leader cuts the tensor into the same segments, so the leaders' allreduces match.
@@ -227,7 +234,7 @@ class HierarchicalCommunicator final : public Communicator {
         target = now.result;
         std::memcpy(base_ + segment_bytes_ * static_cast<std::size_t>(local_rank_), now.out,
                     now.bytes);
-        node_sync();
+        node_sync(watch);
         // Each local rank reduces its own slice, so the node's cores share the work.
         const std::int64_t lo = len * local_rank_ / local_size_;
         const std::int64_t hi = len * (local_rank_ + 1) / local_size_;
@@ -244,7 +251,7 @@ class HierarchicalCommunicator final : public Communicator {
           default:
             LOCKSTEP_FAIL("hierarchical allreduce: no reduction for ", dtype_name(t.dtype()));
         }
-        node_sync();
+        node_sync(watch);
       }
       if (leader && between_nodes) {
         LOCKSTEP_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, target, static_cast<int>(len), type,

@@ -11,8 +11,8 @@
 #include "comm/comm_thread.hpp"
 #include "comm/mpi_allreduce.hpp"
 #include "comm/mpi_check.hpp"
-#include "comm/mpi_watch.hpp"
 #include "comm/mpi_job.hpp"
+#include "comm/mpi_watch.hpp"
 #include "lockstep/core/error.hpp"
 
 namespace lockstep::comm {
@@ -218,6 +218,14 @@ class MpiCommunicator final : public Communicator {
   }
 
   // For comm/ algorithms made of several MPI calls (comm/mpi_job.hpp).
+  WorkPtr submit_watched_job(std::string what,
+                             std::function<void(MPI_Comm, detail::CollectiveWatch&)> job) {
+    MPI_Comm comm = comm_;
+    return submit(std::move(what), [job = std::move(job), comm](detail::CollectiveWatch& watch) {
+      job(comm, watch);
+    });
+  }
+
   WorkPtr submit_job(std::string what, std::function<void(MPI_Comm)> job) {
     MPI_Comm comm = comm_;
     return thread_->submit(std::move(what), [job = std::move(job), comm] { job(comm); });
@@ -327,6 +335,12 @@ WorkPtr submit_mpi_job(Communicator& mpi, std::string what, std::function<void(M
   auto* m = dynamic_cast<MpiCommunicator*>(&mpi);
   LOCKSTEP_CHECK(m != nullptr, what, " needs an MPI communicator, got ", mpi.backend());
   return m->submit_job(std::move(what), std::move(job));
+}
+WorkPtr submit_watched_mpi_job(Communicator& mpi, std::string what,
+                               std::function<void(MPI_Comm, CollectiveWatch&)> job) {
+  auto* m = dynamic_cast<MpiCommunicator*>(&mpi);
+  LOCKSTEP_CHECK(m != nullptr, what, " needs an MPI communicator, got ", mpi.backend());
+  return m->submit_watched_job(std::move(what), std::move(job));
 }
 }  // namespace detail
 

@@ -16,4 +16,12 @@ namespace lockstep::comm::detail {
 // the backend when `mpi` is not an MPI communicator.
 WorkPtr submit_mpi_job(Communicator& mpi, std::string what, std::function<void(MPI_Comm)> job);
 
+class CollectiveWatch;
+// The same for a job that is a collective of its own (several MPI calls that every rank makes):
+// it is bracketed as one collective under dist.timeout_s, and must wait for its requests with
+// watch.wait(...) (never a blocking MPI call), so that a rank that never arrives is reported
+// and ends the job, as for the communicator's own collectives (mpi_watch.hpp).
+WorkPtr submit_watched_mpi_job(Communicator& mpi, std::string what,
+                               std::function<void(MPI_Comm, CollectiveWatch&)> job);
+
 }  // namespace lockstep::comm::detail

@@ -4,6 +4,8 @@
 # leave it). The job must end, non-zero, within timeout + 10 s, and the live rank must say which
 # rank did not arrive at which collective and training step. While it waits, the live rank must
 # not spin: its CPU use over the wait is measured and must stay under 10% of one core.
+# HUNG_RANK_ARGS (words) are added to the training command line: fault_hung_rank_hierarchical.sh
+# runs the same with the gradients in the hierarchical allreduce.
 # Usage: bash tests/scripts/fault_hung_rank.sh BUILD_DIR    Exit: 0 pass, 1 fail, 77 skipped.
 BUILD=$(cd "${1:?usage: fault_hung_rank.sh BUILD_DIR}" && pwd)
 source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.bash"
@@ -24,7 +26,7 @@ trap 'cleanup_victim; [ "${LOCKSTEP_KEEP_E2E:-0}" = 1 ] || rm -rf "$WORK"' EXIT
 
 # Checkpoints only to see that training runs (the first one is written at step 5).
 start_train_bg 2 "$log" --dist.timeout_s=$TIMEOUT_S --checkpoint.dir="$ck" \
-  --checkpoint.every_steps=5 --checkpoint.keep=1 --log.every=1000
+  --checkpoint.every_steps=5 --checkpoint.keep=1 --log.every=1000 ${HUNG_RANK_ARGS:-}
 wait_for_checkpoint "$ck" 5 60 || { show_log "$log"; fail "no step-5 checkpoint within 60 s"; }
 pids=($(rank_pids))
 [ "${#pids[@]}" = 2 ] || fail "expected 2 rank processes under mpirun $MPIRUN_PID, found: ${pids[*]}"
@@ -55,7 +57,7 @@ elapsed=$((SECONDS - stop_time))
 echo "job ended ${elapsed}s after the SIGSTOP (timeout ${TIMEOUT_S}s) with status $JOB_RC"
 [ "$JOB_RC" != 0 ] || fail "the job exited 0 although a rank stopped"
 grep "^rank $survivor_rank: " "$log" | head -n 4
-pattern="^rank $survivor_rank: error: collective #[0-9]+ [a-z_]+\(.*\) at training step [0-9]+ did not complete within dist.timeout_s = $TIMEOUT_S s; rank $victim_rank did not arrive"
+pattern="^rank $survivor_rank: error: collective #[0-9]+ [a-z_ ]+\(.*\) at training step [0-9]+ did not complete within dist.timeout_s = $TIMEOUT_S s; rank $victim_rank did not arrive"
 grep -Eq "$pattern" "$log" ||
   { show_log "$log"; fail "no report naming rank $victim_rank, the collective and the step"; }
 grep -Eq "^rank $survivor_rank:   rank $victim_rank: no answer within" "$log" ||
