@@ -1,12 +1,11 @@
 #include "lockstep/data/token_shard.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <type_traits>
 
-#include "lockstep/h5/h5.hpp"
 #include "lockstep/data/shard.hpp"
+#include "lockstep/h5/h5.hpp"
 
 namespace lockstep::data {
 
@@ -14,72 +13,9 @@ namespace {
 
 constexpr const char* kTokenHint = "regenerate the token shards with lockstep-shard text";
 
-// ---- The HDF5 calls of token shards, kept thin and together (attributes, one 1-D dataset) so
-// they can move to the common HDF5 home of shards and checkpoints as they are.
+// ---- The HDF5 calls of token shards beyond the h5 home's (its attributes are used as they are):
+// one growable 1-D dataset.
 namespace h5io {
-
-void write_string_attr(hid_t obj, const char* name, const std::string& value,
-                       const std::string& where) {
-  auto t = h5::type(H5Tcopy(H5T_C_S1));
-  LOCKSTEP_H5(H5Tset_size(t.get(), std::max<std::size_t>(1, value.size())), "", where,
-              "string type");
-  auto s = h5::space(H5Screate(H5S_SCALAR));
-  auto a = h5::attr(LOCKSTEP_H5(H5Acreate2(obj, name, t.get(), s.get(), H5P_DEFAULT, H5P_DEFAULT),
-                                "", where, "cannot create attribute '", name, "'"));
-  LOCKSTEP_H5(H5Awrite(a.get(), t.get(), value.c_str()), "", where, "cannot write attribute '",
-              name, "'");
-}
-
-void write_int_attr(hid_t obj, const char* name, std::int64_t value, const std::string& where) {
-  auto s = h5::space(H5Screate(H5S_SCALAR));
-  auto a =
-      h5::attr(LOCKSTEP_H5(H5Acreate2(obj, name, H5T_STD_I64LE, s.get(), H5P_DEFAULT, H5P_DEFAULT),
-                           "", where, "cannot create attribute '", name, "'"));
-  LOCKSTEP_H5(H5Awrite(a.get(), H5T_NATIVE_INT64, &value), "", where, "cannot write attribute '",
-              name, "'");
-}
-
-h5::Handle open_attr(hid_t obj, const char* name, const std::string& where) {
-  LOCKSTEP_CHECK_HINT(H5Aexists(obj, name) > 0, kTokenHint, where, ": attribute '", name,
-                      "' is missing");
-  return h5::attr(LOCKSTEP_H5(H5Aopen(obj, name, H5P_DEFAULT), kTokenHint, where,
-                              "cannot open attribute '", name, "'"));
-}
-
-std::string read_string_attr(hid_t obj, const char* name, const std::string& where) {
-  auto a = open_attr(obj, name, where);
-  auto t = h5::type(H5Aget_type(a.get()));
-  auto s = h5::space(H5Aget_space(a.get()));
-  LOCKSTEP_CHECK_HINT(
-      H5Tget_class(t.get()) == H5T_STRING && H5Sget_simple_extent_npoints(s.get()) == 1, kTokenHint,
-      where, ": attribute '", name, "' is not a single string");
-  if (H5Tis_variable_str(t.get()) > 0) {  // as h5py writes them
-    char* text = nullptr;
-    LOCKSTEP_H5(H5Aread(a.get(), t.get(), &text), kTokenHint, where, "cannot read attribute '",
-                name, "'");
-    std::string out = text ? text : "";
-    H5free_memory(text);
-    return out;
-  }
-  std::string out(H5Tget_size(t.get()), '\0');
-  LOCKSTEP_H5(H5Aread(a.get(), t.get(), out.data()), kTokenHint, where, "cannot read attribute '",
-              name, "'");
-  out.resize(std::strlen(out.c_str()));
-  return out;
-}
-
-std::int64_t read_int_attr(hid_t obj, const char* name, const std::string& where) {
-  auto a = open_attr(obj, name, where);
-  auto t = h5::type(H5Aget_type(a.get()));
-  auto s = h5::space(H5Aget_space(a.get()));
-  LOCKSTEP_CHECK_HINT(
-      H5Tget_class(t.get()) == H5T_INTEGER && H5Sget_simple_extent_npoints(s.get()) == 1,
-      kTokenHint, where, ": attribute '", name, "' is not one integer");
-  std::int64_t v = 0;
-  LOCKSTEP_H5(H5Aread(a.get(), H5T_NATIVE_INT64, &v), kTokenHint, where, "cannot read attribute '",
-              name, "'");
-  return v;
-}
 
 // A growable, chunked 1-D dataset of the given file type.
 h5::Handle create_1d(hid_t file, const char* name, hid_t file_type, hsize_t chunk,
@@ -180,14 +116,14 @@ TokenShardWriter::TokenShardWriter(const std::string& path, const TokenShardMeta
   const auto chunk = static_cast<hsize_t>(kDefaultChunkBytes / m.meta.token_bytes());
   m.tokens = h5io::create_1d(m.file.get(), "tokens", type, chunk, deflate_level, m.tmp_path);
   const hid_t f = m.file.get();
-  h5io::write_string_attr(f, "format", kShardFormatName, m.tmp_path);
-  h5io::write_int_attr(f, "version", kShardFormatVersion, m.tmp_path);
-  h5io::write_string_attr(f, "kind", kTokenShardKind, m.tmp_path);
-  h5io::write_int_attr(f, "shard_index", m.meta.shard_index, m.tmp_path);
-  h5io::write_int_attr(f, "num_shards", m.meta.num_shards, m.tmp_path);
-  h5io::write_string_attr(f, "tokenizer", m.meta.tokenizer, m.tmp_path);
-  h5io::write_int_attr(f, "vocab_size", m.meta.vocab_size, m.tmp_path);
-  h5io::write_int_attr(f, "eot_token", m.meta.eot_token, m.tmp_path);
+  h5::write_string_attr(f, "format", kShardFormatName, m.tmp_path);
+  h5::write_int_attr(f, "version", kShardFormatVersion, m.tmp_path);
+  h5::write_string_attr(f, "kind", kTokenShardKind, m.tmp_path);
+  h5::write_int_attr(f, "shard_index", m.meta.shard_index, m.tmp_path);
+  h5::write_int_attr(f, "num_shards", m.meta.num_shards, m.tmp_path);
+  h5::write_string_attr(f, "tokenizer", m.meta.tokenizer, m.tmp_path);
+  h5::write_int_attr(f, "vocab_size", m.meta.vocab_size, m.tmp_path);
+  h5::write_int_attr(f, "eot_token", m.meta.eot_token, m.tmp_path);
 }
 
 TokenShardWriter::~TokenShardWriter() {
@@ -240,27 +176,27 @@ std::unique_ptr<TokenShardFile> TokenShardFile::open(const std::string& path,
                          "cannot open as HDF5 (truncated or not an HDF5 file?)");
   const hid_t f = s->file_;
   TokenShardMeta& m = s->meta_;
-  const std::string format = h5io::read_string_attr(f, "format", where);
+  const std::string format = h5::read_string_attr(f, "format", where, kTokenHint);
   LOCKSTEP_CHECK_HINT(format == kShardFormatName, kTokenHint, where, ": attribute 'format' is '",
                       format, "', expected '", kShardFormatName, "'");
   LOCKSTEP_CHECK_HINT(H5Aexists(f, "kind") > 0,
                       "open it as an image set, or make token shards "
                       "with lockstep-shard text",
                       where, " is an image shard (it has no attribute 'kind' = 'tokens')");
-  const std::string kind = h5io::read_string_attr(f, "kind", where);
+  const std::string kind = h5::read_string_attr(f, "kind", where, kTokenHint);
   LOCKSTEP_CHECK_HINT(kind == kTokenShardKind, kTokenHint, where, ": attribute 'kind' is '", kind,
                       "', expected '", kTokenShardKind, "'");
-  const std::int64_t version = h5io::read_int_attr(f, "version", where);
+  const std::int64_t version = h5::read_int_attr(f, "version", where, kTokenHint);
   LOCKSTEP_CHECK_HINT(
       version == kShardFormatVersion,
       version > kShardFormatVersion ? "a newer lockstep wrote it: upgrade" : kTokenHint, where,
       ": shard format version ", version, " is not supported (this reader reads version ",
       kShardFormatVersion, ")");
-  m.shard_index = h5io::read_int_attr(f, "shard_index", where);
-  m.num_shards = h5io::read_int_attr(f, "num_shards", where);
-  m.tokenizer = h5io::read_string_attr(f, "tokenizer", where);
-  m.vocab_size = h5io::read_int_attr(f, "vocab_size", where);
-  m.eot_token = h5io::read_int_attr(f, "eot_token", where);
+  m.shard_index = h5::read_int_attr(f, "shard_index", where, kTokenHint);
+  m.num_shards = h5::read_int_attr(f, "num_shards", where, kTokenHint);
+  m.tokenizer = h5::read_string_attr(f, "tokenizer", where, kTokenHint);
+  m.vocab_size = h5::read_int_attr(f, "vocab_size", where, kTokenHint);
+  m.eot_token = h5::read_int_attr(f, "eot_token", where, kTokenHint);
   validate(m, where, kTokenHint);
 
   LOCKSTEP_CHECK_HINT(H5Lexists(f, "tokens", H5P_DEFAULT) > 0, kTokenHint, where,
@@ -328,7 +264,7 @@ bool is_token_shard(const std::string& path) {
   auto file = h5::file(f);
   if (H5Aexists(f, "kind") <= 0) return false;
   try {
-    return h5io::read_string_attr(f, "kind", path) == kTokenShardKind;
+    return h5::read_string_attr(f, "kind", path) == kTokenShardKind;
   } catch (const Error&) {
     return false;
   }
