@@ -98,7 +98,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/modulefile/${PROJECT_VERSION}.lua
 # own). Only lockstep-dev puts files in /usr/include and /usr/lib.
 # lockstep's Depends lists Debian 12's package of every library the programs load (their NEEDED
 # entries, checked with readelf -d and dpkg -S) and openmpi-bin for mpirun. A CUDA build also
-# needs NVIDIA's CUDA runtime, cuBLAS, cuDNN and NCCL, which are not Debian packages: they are not
+# needs NVIDIA's CUDA runtime (linked) and, on GPU runs, cuBLAS, cuDNN and NCCL (dlopen'ed), which are not Debian packages: they are not
 # in Depends, and the description says so; -DLOCKSTEP_CUDA=OFF builds a CPU-only package.
 set(CPACK_PACKAGE_NAME lockstep)
 set(CPACK_PACKAGE_VENDOR "lockstep")
@@ -119,7 +119,7 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "lmod, slurm-client")
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_DEPENDS
     "lockstep (= ${PROJECT_VERSION}), cmake (>= 3.25), g++, libopenmpi-dev, libhdf5-dev, libboost-program-options-dev, libopenblas-dev, libdnnl-dev, libicu-dev, zlib1g-dev")
 if(LOCKSTEP_HAVE_CUDA)
-  set(LOCKSTEP_DEB_BUILD "Built with CUDA ${CUDAToolkit_VERSION}: it also needs NVIDIA's CUDA runtime, cuBLAS, cuDNN 9 and NCCL (not Debian packages, so not in Depends) on the library path.")
+  set(LOCKSTEP_DEB_BUILD "Built with CUDA ${CUDAToolkit_VERSION}: it links NVIDIA's CUDA runtime and opens cuBLAS, cuDNN 9 and NCCL when a run asks for a GPU (not Debian packages, so not in Depends): they must be on the library path of GPU nodes only.")
 else()
   set(LOCKSTEP_DEB_BUILD "CPU-only build (no CUDA).")
 endif()

@@ -11,6 +11,8 @@
 #ifdef LOCKSTEP_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+
+#include "ops/cuda/dyn_libs.hpp"
 #if __has_include(<nccl.h>)
 #include <nccl.h>  // only for NCCL_MAJOR..: comm/ links NCCL, ops/ never calls it
 #endif
@@ -57,9 +59,18 @@ std::string build_info() {
   out += str("  CUDA: yes (built with ", cuda_version(CUDART_VERSION), ", runtime ",
              cuda_version(runtime), ", driver ",
              driver > 0 ? cuda_version(driver) : std::string("none"), ")\n");
-  const std::size_t dnn = cudnnGetVersion();  // 90300 for 9.3.0
+  // cuDNN is opened here as a GPU run would open it (ops/cuda/dynload.hpp), so --version says
+  // whether this node can load it, and which file it found.
+  std::string loaded;
+  try {
+    const std::size_t dnn = dyn::cudnnGetVersion();  // 90300 for 9.3.0
+    loaded = str("loaded ", dnn / 10000, ".", dnn % 10000 / 100, ".", dnn % 100, " from ",
+                 dyn::opened_path(dyn::Library::Cudnn));
+  } catch (const Error& e) {
+    loaded = str("NOT loadable here: ", e.what());
+  }
   out += str("  cuDNN: yes (built with ", CUDNN_MAJOR, ".", CUDNN_MINOR, ".", CUDNN_PATCHLEVEL,
-             ", loaded ", dnn / 10000, ".", dnn % 10000 / 100, ".", dnn % 100, ")\n");
+             ", ", loaded, ")\n");
 #ifdef NCCL_MAJOR
   out += str("  NCCL: yes (built with ", NCCL_MAJOR, ".", NCCL_MINOR, ".", NCCL_PATCH, ")\n");
 #else

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/cuda/dyn_nccl.hpp"
 #include "comm/hang_report.hpp"
 #include "comm/teardown.hpp"
 #include "lockstep/comm/bootstrap.hpp"
@@ -26,11 +27,11 @@
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/cuda_backend.hpp"
 
-#define LOCKSTEP_CHECK_NCCL(call)                                               \
-  do {                                                                          \
-    ncclResult_t lockstep_nccl_rc_ = (call);                                    \
-    if (lockstep_nccl_rc_ != ncclSuccess) [[unlikely]]                          \
-      LOCKSTEP_FAIL(#call, " failed: ", ncclGetErrorString(lockstep_nccl_rc_)); \
+#define LOCKSTEP_CHECK_NCCL(call)                                                    \
+  do {                                                                               \
+    ncclResult_t lockstep_nccl_rc_ = (call);                                         \
+    if (lockstep_nccl_rc_ != ncclSuccess) [[unlikely]]                               \
+      LOCKSTEP_FAIL(#call, " failed: ", dyn::ncclGetErrorString(lockstep_nccl_rc_)); \
   } while (0)
 
 namespace lockstep::comm {
@@ -125,7 +126,7 @@ class NcclCommunicator final : public Communicator {
     watchdog_ = std::thread([this] { watch(); });
     try {
       guarded("ncclCommInitRank", [&] {
-        LOCKSTEP_CHECK_NCCL(ncclCommInitRank(&comm_, bootstrap.size(), id, bootstrap.rank()));
+        LOCKSTEP_CHECK_NCCL(dyn::ncclCommInitRank(&comm_, bootstrap.size(), id, bootstrap.rank()));
       });
       // Below the compute stream's priority would be better for overlap, but priorities need a
       // device query per stream; NCCL kernels are few and long, so default priority is fine.
@@ -134,7 +135,7 @@ class NcclCommunicator final : public Communicator {
       barrier_buffer_ = Tensor::empty({1}, DType::I32, device_);
     } catch (...) {
       stop_watchdog();
-      if (comm_) (void)ncclCommAbort(comm_);
+      if (comm_) (void)dyn::ncclCommAbort(comm_);
       if (compute_ready_) (void)cudaEventDestroy(compute_ready_);
       if (comm_stream_) (void)cudaStreamDestroy(comm_stream_);
       throw;
@@ -156,7 +157,7 @@ class NcclCommunicator final : public Communicator {
         std::lock_guard<std::mutex> lock(mutex_);
         pending_.clear();  // all finished; the watchdog must not query comm_ while it goes
       }
-      guarded("ncclCommDestroy", [&] { LOCKSTEP_CHECK_NCCL(ncclCommDestroy(comm_)); });
+      guarded("ncclCommDestroy", [&] { LOCKSTEP_CHECK_NCCL(dyn::ncclCommDestroy(comm_)); });
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rank %d: warning: NCCL communicator on %s: %s\n", rank(),
                    device_.str().c_str(), e.what());
@@ -186,8 +187,8 @@ class NcclCommunicator final : public Communicator {
     check_device(t, what);
     ncclDataType_t type = reduction_type(t.dtype(), what);
     return enqueue(what, {t}, false, [&](cudaStream_t s) {
-      return ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()), type,
-                           to_nccl_op(op), comm_, s);
+      return dyn::ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<std::size_t>(t.numel()),
+                                type, to_nccl_op(op), comm_, s);
     });
   }
 
@@ -196,7 +197,7 @@ class NcclCommunicator final : public Communicator {
     check_device(t, what);
     check_root(root, what);
     return enqueue(what, {t}, false, [&](cudaStream_t s) {
-      return ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_, s);
+      return dyn::ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_, s);
     });
   }
 
@@ -210,7 +211,7 @@ class NcclCommunicator final : public Communicator {
                         ": output must hold ", size(), " ranks x ", in.numel(), " elements");
     return enqueue(what, {in, out}, false, [&](cudaStream_t s) {
       // In place when `in` is this rank's block of `out`, which NCCL supports directly.
-      return ncclAllGather(in.raw_data(), out.raw_data(), in.nbytes(), ncclUint8, comm_, s);
+      return dyn::ncclAllGather(in.raw_data(), out.raw_data(), in.nbytes(), ncclUint8, comm_, s);
     });
   }
 
@@ -225,8 +226,9 @@ class NcclCommunicator final : public Communicator {
                         ": input must hold ", size(), " ranks x ", out.numel(), " elements");
     ncclDataType_t type = reduction_type(in.dtype(), what);
     return enqueue(what, {in, out}, false, [&](cudaStream_t s) {
-      return ncclReduceScatter(in.raw_data(), out.raw_data(), static_cast<std::size_t>(out.numel()),
-                               type, to_nccl_op(op), comm_, s);
+      return dyn::ncclReduceScatter(in.raw_data(), out.raw_data(),
+                                    static_cast<std::size_t>(out.numel()), type, to_nccl_op(op),
+                                    comm_, s);
     });
   }
 
@@ -234,8 +236,8 @@ class NcclCommunicator final : public Communicator {
   // a caller of barrier() means.
   WorkPtr barrier_async() override {
     return enqueue("barrier()", {barrier_buffer_}, true, [&](cudaStream_t s) {
-      return ncclAllReduce(barrier_buffer_.raw_data(), barrier_buffer_.raw_data(), 1, ncclInt32,
-                           ncclSum, comm_, s);
+      return dyn::ncclAllReduce(barrier_buffer_.raw_data(), barrier_buffer_.raw_data(), 1,
+                                ncclInt32, ncclSum, comm_, s);
     });
   }
 
@@ -258,10 +260,10 @@ class NcclCommunicator final : public Communicator {
   // Throws when NCCL has reported an asynchronous error (a peer died, a network failure).
   void check_async_error(const std::string& what) {
     ncclResult_t async = ncclSuccess;
-    LOCKSTEP_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
+    LOCKSTEP_CHECK_NCCL(dyn::ncclCommGetAsyncError(comm_, &async));
     LOCKSTEP_CHECK(async == ncclSuccess || async == ncclInProgress, "rank ", rank(), ": NCCL ",
-                   what, " failed: ", ncclGetErrorString(async), " (", ncclGetLastError(comm_),
-                   ")");
+                   what, " failed: ", dyn::ncclGetErrorString(async), " (",
+                   dyn::ncclGetLastError(comm_), ")");
   }
 
  private:
@@ -294,8 +296,8 @@ class NcclCommunicator final : public Communicator {
       LOCKSTEP_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
       ncclResult_t rc = call(comm_stream_);
       LOCKSTEP_CHECK(rc == ncclSuccess, "rank ", rank(), ": NCCL ", what,
-                     " could not be issued: ", ncclGetErrorString(rc), " (",
-                     ncclGetLastError(comm_), ")");
+                     " could not be issued: ", dyn::ncclGetErrorString(rc), " (",
+                     dyn::ncclGetLastError(comm_), ")");
       LOCKSTEP_CHECK_CUDA(cudaEventCreateWithFlags(&pending->done, cudaEventDisableTiming));
       LOCKSTEP_CHECK_CUDA(cudaEventRecord(pending->done, comm_stream_));
     }
@@ -344,7 +346,7 @@ class NcclCommunicator final : public Communicator {
     std::future<void> finished = done->get_future();
     std::thread([comm = comm_, device = device_.index, done] {
       (void)cudaSetDevice(device);
-      (void)ncclCommAbort(comm);
+      (void)dyn::ncclCommAbort(comm);
       done->set_value();
     }).detach();
     if (finished.wait_for(kAbortBound) != std::future_status::ready) {
@@ -385,10 +387,11 @@ class NcclCommunicator final : public Communicator {
       }
       if (pending_.empty()) continue;
       ncclResult_t async = ncclSuccess;
-      ncclResult_t rc = ncclCommGetAsyncError(comm_, &async);
+      ncclResult_t rc = dyn::ncclCommGetAsyncError(comm_, &async);
       if (rc != ncclSuccess) async = rc;
       if (async != ncclSuccess && async != ncclInProgress)
-        fatal(*pending_.front(), str(ncclGetErrorString(async), ": ", ncclGetLastError(comm_)));
+        fatal(*pending_.front(),
+              str(dyn::ncclGetErrorString(async), ": ", dyn::ncclGetLastError(comm_)));
       double waited = std::chrono::duration<double>(Clock::now() - pending_.front()->start).count();
       if (waited > timeout_s_)
         fatal(*pending_.front(),
@@ -398,7 +401,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   [[noreturn]] void fatal(const Pending& p, const std::string& reason) {
-    (void)ncclCommAbort(comm_);  // frees the NCCL kernels spinning on the GPU
+    (void)dyn::ncclCommAbort(comm_);  // frees the NCCL kernels spinning on the GPU
     abort_job(str("NCCL collective #", p.seq, " ", p.what, " ", detail::step_phrase(p.step), " on ",
                   device_.str(), ": ", reason,
                   "; aborting the job (rerun with NCCL_DEBUG=INFO for NCCL's view)"));
@@ -459,7 +462,7 @@ NcclUniqueIdBytes share_nccl_unique_id(Communicator& bootstrap) {
     // instead of the others waiting for an id that never comes.
     try {
       ncclUniqueId id;
-      LOCKSTEP_CHECK_NCCL(ncclGetUniqueId(&id));
+      LOCKSTEP_CHECK_NCCL(dyn::ncclGetUniqueId(&id));
       bytes.assign(id.internal, sizeof id.internal);
     } catch (const Error& e) {
       failure = e.what();

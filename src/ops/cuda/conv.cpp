@@ -14,9 +14,9 @@ int as_int(std::int64_t v, const char* what) {
 }
 
 void set_tensor(cudnnTensorDescriptor_t desc, const Shape& s, cudnnDataType_t type) {
-  LOCKSTEP_CHECK_CUDNN(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, type, as_int(s[0], "N"),
-                                                  as_int(s[1], "C"), as_int(s[2], "H"),
-                                                  as_int(s[3], "W")));
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, type,
+                                                       as_int(s[0], "N"), as_int(s[1], "C"),
+                                                       as_int(s[2], "H"), as_int(s[3], "W")));
 }
 
 // cudnnFind returns its results fastest first: take the first that ran, is deterministic (the
@@ -47,10 +47,10 @@ struct ConvPlans::Plan {
   std::size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
 
   ~Plan() {
-    if (conv) cudnnDestroyConvolutionDescriptor(conv);
-    if (w) cudnnDestroyFilterDescriptor(w);
-    if (y) cudnnDestroyTensorDescriptor(y);
-    if (x) cudnnDestroyTensorDescriptor(x);
+    if (conv) dyn::cudnnDestroyConvolutionDescriptor(conv);
+    if (w) dyn::cudnnDestroyFilterDescriptor(w);
+    if (y) dyn::cudnnDestroyTensorDescriptor(y);
+    if (x) dyn::cudnnDestroyTensorDescriptor(x);
   }
 };
 
@@ -76,24 +76,24 @@ ConvPlans::Plan& ConvPlans::plan_for(const Shape& x, const Shape& w, const Shape
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
-  LOCKSTEP_CHECK_CUDNN(cudnnCreateTensorDescriptor(&plan->x));
-  LOCKSTEP_CHECK_CUDNN(cudnnCreateTensorDescriptor(&plan->y));
-  LOCKSTEP_CHECK_CUDNN(cudnnCreateFilterDescriptor(&plan->w));
-  LOCKSTEP_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&plan->conv));
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnCreateTensorDescriptor(&plan->x));
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnCreateTensorDescriptor(&plan->y));
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnCreateFilterDescriptor(&plan->w));
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnCreateConvolutionDescriptor(&plan->conv));
   const cudnnDataType_t data =
       precision == Precision::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
   set_tensor(plan->x, x, data);
   set_tensor(plan->y, y, data);
-  LOCKSTEP_CHECK_CUDNN(cudnnSetFilter4dDescriptor(plan->w, data, CUDNN_TENSOR_NCHW,
-                                                  as_int(w[0], "O"), as_int(w[1], "I"),
-                                                  as_int(w[2], "KH"), as_int(w[3], "KW")));
-  LOCKSTEP_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(plan->conv, p.pad_h, p.pad_w, p.stride_h,
-                                                       p.stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
-                                                       CUDNN_DATA_FLOAT));
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetFilter4dDescriptor(plan->w, data, CUDNN_TENSOR_NCHW,
+                                                       as_int(w[0], "O"), as_int(w[1], "I"),
+                                                       as_int(w[2], "KH"), as_int(w[3], "KW")));
+  LOCKSTEP_CHECK_CUDNN(
+      dyn::cudnnSetConvolution2dDescriptor(plan->conv, p.pad_h, p.pad_w, p.stride_h, p.stride_w, 1,
+                                           1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   // The compute type stays f32 (bf16: accumulation in f32). FMA math excludes TF32 tensor cores,
   // so cudnnFind offers fp32 plans true f32 algorithms only; tf32 and bf16 plans may use tensor
   // cores. cudnnFind reports each algorithm's math type, which forward() etc. then set.
-  LOCKSTEP_CHECK_CUDNN(cudnnSetConvolutionMathType(
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetConvolutionMathType(
       plan->conv, precision == Precision::FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
   Plan& ref = *plan;
   plans_.emplace(key, std::move(plan));
@@ -112,8 +112,8 @@ void ConvPlans::forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2
     cudnnConvolutionFwdAlgoPerf_t perfs[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int count = 0;
     LOCKSTEP_CHECK_CUDNN(
-        cudnnFindConvolutionForwardAlgorithm(handle_, plan.x, plan.w, plan.conv, plan.y,
-                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perfs));
+        dyn::cudnnFindConvolutionForwardAlgorithm(handle_, plan.x, plan.w, plan.conv, plan.y,
+                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perfs));
     const auto* best = pick(perfs, count);
     LOCKSTEP_CHECK(best, "no deterministic cuDNN forward algorithm for convolution of ",
                    x.describe(), " with ", w.describe(), " within ", kConvWorkspaceLimit >> 20,
@@ -123,10 +123,10 @@ void ConvPlans::forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2
     plan.fwd_bytes = best->memory;
     plan.have_fwd = true;
   }
-  LOCKSTEP_CHECK_CUDNN(cudnnSetConvolutionMathType(plan.conv, plan.fwd_math));
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetConvolutionMathType(plan.conv, plan.fwd_math));
   Tensor ws = workspace(plan.fwd_bytes);
   const float one = 1.0f, zero = 0.0f;
-  LOCKSTEP_CHECK_CUDNN(cudnnConvolutionForward(
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnConvolutionForward(
       handle_, &one, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv, plan.fwd,
       ws.defined() ? ws.raw_data() : nullptr, plan.fwd_bytes, &zero, plan.y, y.raw_data()));
 }
@@ -137,7 +137,7 @@ void ConvPlans::backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, con
   if (!plan.have_bwd_data) {
     cudnnConvolutionBwdDataAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int count = 0;
-    LOCKSTEP_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(
+    LOCKSTEP_CHECK_CUDNN(dyn::cudnnFindConvolutionBackwardDataAlgorithm(
         handle_, plan.w, plan.y, plan.conv, plan.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
         perfs));
     const auto* best = pick(perfs, count);
@@ -149,10 +149,10 @@ void ConvPlans::backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, con
     plan.bwd_data_bytes = best->memory;
     plan.have_bwd_data = true;
   }
-  LOCKSTEP_CHECK_CUDNN(cudnnSetConvolutionMathType(plan.conv, plan.bwd_data_math));
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetConvolutionMathType(plan.conv, plan.bwd_data_math));
   Tensor ws = workspace(plan.bwd_data_bytes);
   const float one = 1.0f, zero = 0.0f;
-  LOCKSTEP_CHECK_CUDNN(cudnnConvolutionBackwardData(
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnConvolutionBackwardData(
       handle_, &one, plan.w, w.raw_data(), plan.y, dy.raw_data(), plan.conv, plan.bwd_data,
       ws.defined() ? ws.raw_data() : nullptr, plan.bwd_data_bytes, &zero, plan.x, dx.raw_data()));
 }
@@ -163,7 +163,7 @@ void ConvPlans::backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw,
   if (!plan.have_bwd_filter) {
     cudnnConvolutionBwdFilterAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int count = 0;
-    LOCKSTEP_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(
+    LOCKSTEP_CHECK_CUDNN(dyn::cudnnFindConvolutionBackwardFilterAlgorithm(
         handle_, plan.x, plan.y, plan.conv, plan.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
         perfs));
     const auto* best = pick(perfs, count);
@@ -175,10 +175,10 @@ void ConvPlans::backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw,
     plan.bwd_filter_bytes = best->memory;
     plan.have_bwd_filter = true;
   }
-  LOCKSTEP_CHECK_CUDNN(cudnnSetConvolutionMathType(plan.conv, plan.bwd_filter_math));
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetConvolutionMathType(plan.conv, plan.bwd_filter_math));
   Tensor ws = workspace(plan.bwd_filter_bytes);
   const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;  // parameter gradients accumulate
-  LOCKSTEP_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnConvolutionBackwardFilter(
       handle_, &one, plan.x, x.raw_data(), plan.y, dy.raw_data(), plan.conv, plan.bwd_filter,
       ws.defined() ? ws.raw_data() : nullptr, plan.bwd_filter_bytes, &beta, plan.w, dw.raw_data()));
 }

@@ -67,12 +67,12 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(Context& ctx) : ctx_(ctx), device_(ctx.device()) {
     activate_device(device_.index);
     LOCKSTEP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    LOCKSTEP_CHECK_CUBLAS(cublasCreate(&cublas_));
-    LOCKSTEP_CHECK_CUBLAS(cublasSetStream(cublas_, stream_));
+    LOCKSTEP_CHECK_CUBLAS(dyn::cublasCreate(&cublas_));
+    LOCKSTEP_CHECK_CUBLAS(dyn::cublasSetStream(cublas_, stream_));
     // Default math: cublasSgemm stays true f32 (TF32 only where the policy asks, per call).
-    LOCKSTEP_CHECK_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-    LOCKSTEP_CHECK_CUDNN(cudnnCreate(&cudnn_));
-    LOCKSTEP_CHECK_CUDNN(cudnnSetStream(cudnn_, stream_));
+    LOCKSTEP_CHECK_CUBLAS(dyn::cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    LOCKSTEP_CHECK_CUDNN(dyn::cudnnCreate(&cudnn_));
+    LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetStream(cudnn_, stream_));
     conv_ = std::make_unique<ConvPlans>(cudnn_, device_);
     results_ =
         Tensor::empty({static_cast<std::int64_t>(sizeof(DeviceResults))}, DType::U8, device_);
@@ -88,8 +88,8 @@ class CudaBackend final : public Backend {
     casts_ = CastCache();
     lt_.reset();
     conv_.reset();
-    cudnnDestroy(cudnn_);
-    cublasDestroy(cublas_);
+    dyn::cudnnDestroy(cudnn_);
+    dyn::cublasDestroy(cublas_);
     (void)cudaFreeHost(host_results_);
     results_ = Tensor();
     partials_ = Tensor();
@@ -146,12 +146,12 @@ class CudaBackend final : public Backend {
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     switch (ctx_.precision()) {
       case Precision::FP32:
-        LOCKSTEP_CHECK_CUBLAS(cublasSgemm(cublas_, op_b, op_a, n, m, k, &alpha, b.data<float>(),
-                                          as_int(b.dim(1), "ldb"), a.data<float>(),
-                                          as_int(a.dim(1), "lda"), &beta, c.data<float>(), n));
+        LOCKSTEP_CHECK_CUBLAS(dyn::cublasSgemm(
+            cublas_, op_b, op_a, n, m, k, &alpha, b.data<float>(), as_int(b.dim(1), "ldb"),
+            a.data<float>(), as_int(a.dim(1), "lda"), &beta, c.data<float>(), n));
         return;
       case Precision::TF32:
-        LOCKSTEP_CHECK_CUBLAS(cublasGemmEx(
+        LOCKSTEP_CHECK_CUBLAS(dyn::cublasGemmEx(
             cublas_, op_b, op_a, n, m, k, &alpha, b.data<float>(), CUDA_R_32F,
             as_int(b.dim(1), "ldb"), a.data<float>(), CUDA_R_32F, as_int(a.dim(1), "lda"), &beta,
             c.data<float>(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));

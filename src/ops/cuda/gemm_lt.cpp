@@ -32,20 +32,20 @@ struct LtGemm::Plan {
   cublasLtMatmulAlgo_t algo{};
 
   ~Plan() {
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (c) dyn::cublasLtMatrixLayoutDestroy(c);
+    if (b) dyn::cublasLtMatrixLayoutDestroy(b);
+    if (a) dyn::cublasLtMatrixLayoutDestroy(a);
+    if (op) dyn::cublasLtMatmulDescDestroy(op);
   }
 };
 
 LtGemm::LtGemm(Device device, cudaStream_t stream) : device_(device), stream_(stream) {
-  LOCKSTEP_CHECK_CUBLAS(cublasLtCreate(&handle_));
+  LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtCreate(&handle_));
 }
 
 LtGemm::~LtGemm() {
   plans_.clear();
-  if (handle_) cublasLtDestroy(handle_);
+  if (handle_) dyn::cublasLtDestroy(handle_);
 }
 
 void LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
@@ -59,50 +59,50 @@ void LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
     // read as column-major is its transpose: cuBLASLt's "A" is our b and its "B" our a, each
     // with its own transpose flag (the same trick as cublasSgemm in cuda_backend.cpp).
     const std::uint64_t um = as_u64(m, "M"), un = as_u64(n, "N"), uk = as_u64(k, "K");
-    LOCKSTEP_CHECK_CUBLAS(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    LOCKSTEP_CHECK_CUBLAS(
-        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-    LOCKSTEP_CHECK_CUBLAS(
-        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                              &op_a, sizeof(op_a)));
+    LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                              &op_b, sizeof(op_b)));
     // Stored (column-major) shapes: b is [k, n] row-major = n x k column-major (ld n), or
     // [n, k] = k x n (ld k) when transposed; likewise a.
     if (trans_b)
-      LOCKSTEP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, uk, un, uk));
+      LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, uk, un, uk));
     else
-      LOCKSTEP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, un, uk, un));
+      LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, un, uk, un));
     if (trans_a)
-      LOCKSTEP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, um, uk, um));
+      LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, um, uk, um));
     else
-      LOCKSTEP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, uk, um, uk));
-    LOCKSTEP_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, un, um, un));
+      LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, uk, um, uk));
+    LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, un, um, un));
 
     cublasLtMatmulPreference_t pref = nullptr;
-    LOCKSTEP_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatmulPreferenceCreate(&pref));
     const std::uint64_t ws = kLtWorkspaceBytes;
     // cuBLASLt's "A" is b and its "B" is a (see above).
     const std::uint32_t lt_align_a = align_b, lt_align_b = align_a;
-    cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+    cublasStatus_t status = dyn::cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
     if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasLtMatmulPreferenceSetAttribute(
+      status = dyn::cublasLtMatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &lt_align_a, sizeof(lt_align_a));
     if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasLtMatmulPreferenceSetAttribute(
+      status = dyn::cublasLtMatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &lt_align_b, sizeof(lt_align_b));
     if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasLtMatmulPreferenceSetAttribute(
+      status = dyn::cublasLtMatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c));
     if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasLtMatmulPreferenceSetAttribute(
+      status = dyn::cublasLtMatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c, plan->c,
-                                              pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+      status = dyn::cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c,
+                                                   plan->c, pref, 1, &result, &found);
+    dyn::cublasLtMatmulPreferenceDestroy(pref);
     LOCKSTEP_CHECK_CUBLAS(status);
     LOCKSTEP_CHECK(found > 0, "cuBLASLt has no bf16 algorithm for C[", m, ", ", n, "] = op(A)[", m,
                    ", ", k, "] op(B)[", k, ", ", n, "] (trans_a=", trans_a, ", trans_b=", trans_b,
@@ -113,8 +113,9 @@ void LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
   if (!workspace_.defined())
     workspace_ = Tensor::empty({static_cast<std::int64_t>(kLtWorkspaceBytes)}, DType::U8, device_);
   const Plan& p = *it->second;
-  LOCKSTEP_CHECK_CUBLAS(cublasLtMatmul(handle_, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, c, p.c,
-                                       &p.algo, workspace_.raw_data(), kLtWorkspaceBytes, stream_));
+  LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatmul(handle_, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, c,
+                                            p.c, &p.algo, workspace_.raw_data(), kLtWorkspaceBytes,
+                                            stream_));
 }
 
 }  // namespace lockstep::ops::cuda
