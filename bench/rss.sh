@@ -7,8 +7,9 @@
 #   - the largest mappings of one rank near the end of its run (from /proc/PID/smaps)
 #   bench/rss.sh                           2 ranks, 400 steps, build/
 #   BUILD=build-cpu RANKS=4 STEPS=800 bench/rss.sh
-# A binary built with CUDA loads cuBLASLt and NCCL even on a CPU run: build with
-# -DLOCKSTEP_CUDA=OFF (BUILD=build-cpu) to see a CPU-only rank. Writes results/rss/summary.md.
+# A binary built with CUDA links only the CUDA runtime and opens cuBLAS(Lt), cuDNN and NCCL on
+# first GPU use (src/ops/cuda/dynload.hpp); the summary says whether a rank of this CPU run mapped
+# any of them. BUILD=build-cpu for a -DLOCKSTEP_CUDA=OFF binary. Writes results/rss/summary.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -26,7 +27,9 @@ SUMMARY="$OUT/summary.md"
   echo "# bench/rss.sh: fashion_mlp DDP, $RANKS ranks, $STEPS steps, $BUILD"
   echo
   echo "$(date -u +%FT%TZ); uptime at start: $(uptime)"
-  echo "binary links CUDA: $(ldd "$BUILD/apps/lockstep-train" | grep -q cublasLt && echo yes || echo no)"
+  needed=$(ldd "$BUILD/apps/lockstep-train")  # whole, not piped into grep -q (pipefail: SIGPIPE)
+  echo "binary built with CUDA: $(grep -q libcudart <<<"$needed" && echo yes || echo no)"
+  echo "binary links cuBLAS/cuDNN/NCCL: $(grep -qE 'cublas|cudnn|nccl' <<<"$needed" && echo yes || echo no)"
   echo
 } >"$SUMMARY"
 
@@ -82,6 +85,8 @@ if files:
     print("largest mappings of one rank near its end (Rss, MiB):\n")
     for n, kb in by.most_common(8):
         print(f"- {n}: {kb / 1024:.1f}")
+    cuda = sorted(n for n in by if any(k in n for k in ("cublas", "cudnn", "nccl")))
+    print(f"\ncuBLAS/cuDNN/NCCL mapped by this rank: {', '.join(cuda) if cuda else 'none'}")
     print()
 EOF
 done
