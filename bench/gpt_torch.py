@@ -5,8 +5,14 @@ Builds the same GPT-2 as lockstep's gpt(layers, heads, dim, ctx, vocab): token +
 embedding, pre-LN blocks (fused qkv projection, causal attention, GELU-tanh MLP), final
 LayerNorm and an LM head tied to the token table; GPT-2/llm.c initialisation. One step is
 zero_grad, forward, cross-entropy over all batch * seq positions and backward, exactly as the
-lockstep benchmark times it (no optimizer step); the result is the median over --reps of the
-mean step time over --steps steps, after one warm-up step.
+lockstep benchmark times it; --optimizer=adamw adds torch.optim.AdamW (lr 3e-4, weight decay
+0.1 on matrices only, as `lockstep-bench gpt --optimizer=adamw`). The result is the median over
+--reps of the mean step time over --steps steps, after one warm-up step.
+
+--ranks=N trains data-parallel: N processes (torch.multiprocessing, gloo, 127.0.0.1), each with
+--threads threads and its own --batch of sequences, wrapped in DistributedDataParallel (default
+buckets), the peer of `mpirun -np N lockstep-train`; tokens/s counts all ranks' tokens, timed
+on rank 0 (every step ends in the gradient allreduce, so the ranks move together).
 
 Attention is what each PyTorch version offers eagerly: F.scaled_dot_product_attention
 (is_causal) where it exists (2.x; on a GPU its flash/memory-efficient kernels), otherwise
@@ -62,9 +68,8 @@ class Block(nn.Module):
         self.c_fc = nn.Linear(dim, 4 * dim)
         self.mlp_proj = nn.Linear(4 * dim, dim)
         self.sdpa = hasattr(F, "scaled_dot_product_attention")
-        if not self.sdpa:
-            self.register_buffer("mask", torch.tril(torch.ones(ctx, ctx, dtype=torch.bool)),
-                                 persistent=False)
+        if not self.sdpa:  # a plain attribute, not a buffer: gloo cannot broadcast bool (DDP)
+            self.mask = torch.tril(torch.ones(ctx, ctx, dtype=torch.bool))
 
     def attention(self, x):
         b, t, c = x.shape
@@ -127,6 +132,8 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
                     help="bf16: autocast (GPU runs)")
+    ap.add_argument("--optimizer", default="none", choices=["none", "adamw"])
+    ap.add_argument("--ranks", type=int, default=1, help="DDP processes (CPU, gloo)")
     a = ap.parse_args()
     layers, heads, dim, ctx, vocab = PRESETS.get(a.model, (None,) * 5)
     layers, heads, dim = a.layers or layers, a.heads or heads, a.dim or dim
@@ -137,12 +144,40 @@ def main():
     if a.seq > ctx:
         ap.error(f"--seq {a.seq} is longer than the model's ctx {ctx}")
 
+    if a.ranks > 1:
+        if a.device != "cpu":
+            ap.error("--ranks > 1 is the CPU DDP peer: --device=cpu")
+        import socket
+        import torch.multiprocessing as mp
+        with socket.socket() as s:  # a free port for the rendezvous
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(run, args=(a, (layers, heads, dim, ctx, vocab), port), nprocs=a.ranks)
+    else:
+        run(0, a, (layers, heads, dim, ctx, vocab), None)
+
+
+def run(rank, a, sizes, port):
+    layers, heads, dim, ctx, vocab = sizes
+    if a.ranks > 1:
+        import torch.distributed as dist
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=a.ranks)
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     device = torch.device(a.device)
     model = GPT(layers, heads, dim, ctx, vocab).to(device)
     params = sum(p.numel() for p in model.parameters())  # the tied table once
-    g = torch.Generator().manual_seed(7)
+    net = model
+    if a.ranks > 1:
+        net = nn.parallel.DistributedDataParallel(model)
+    optimizer = None
+    if a.optimizer == "adamw":
+        matrices = [p for p in model.parameters() if p.dim() >= 2]
+        others = [p for p in model.parameters() if p.dim() < 2]
+        optimizer = torch.optim.AdamW([{"params": matrices, "weight_decay": 0.1},
+                                       {"params": others, "weight_decay": 0.0}], lr=3e-4)
+    g = torch.Generator().manual_seed(7 + rank)
     x = torch.randint(0, vocab, (a.batch, a.seq), generator=g).to(device)
     y = torch.randint(0, vocab, (a.batch, a.seq), generator=g).to(device)
     autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16)
@@ -156,10 +191,12 @@ def main():
         model.zero_grad(set_to_none=False)
         if autocast is not None:
             with autocast:
-                loss = model(x, y)
+                loss = net(x, y)
         else:
-            loss = model(x, y)
+            loss = net(x, y)
         loss.backward()
+        if optimizer is not None:
+            optimizer.step()
         return loss
 
     loss = step()
@@ -171,14 +208,17 @@ def main():
             loss = step()
         sync()
         times.append((time.perf_counter() - t0) / a.steps)
+    if rank != 0:
+        return
     step_s = statistics.median(times)
-    tokens = a.batch * a.seq
+    tokens = a.batch * a.seq * a.ranks
     record = {
         "benchmark": "gpt_torch", "torch": torch.__version__,
         "load_average": " ".join(open("/proc/loadavg").read().split()[:3]),
         "config": {"model": a.model, "layers": layers, "heads": heads, "dim": dim, "ctx": ctx,
                    "vocab": vocab, "batch": a.batch, "seq": a.seq, "threads": a.threads,
                    "device": a.device, "dtype": a.dtype, "steps_per_rep": a.steps,
+                   "optimizer": a.optimizer, "ranks": a.ranks,
                    "reps": a.reps, "parameters": params,
                    "attention": "sdpa" if hasattr(F, "scaled_dot_product_attention")
                    else "masked-softmax"},
@@ -189,7 +229,8 @@ def main():
         record["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
     print(json.dumps(record))
     print(f"torch {torch.__version__} gpt {a.model} ({params} parameters) batch {a.batch} x seq "
-          f"{a.seq}, vocab {vocab}, {a.device}, {a.threads} thread(s): {step_s * 1e3:.2f} ms/step, "
+          f"{a.seq}, vocab {vocab}, {a.device}, {a.ranks} rank(s) x {a.threads} thread(s), "
+          f"optimizer {a.optimizer}: {step_s * 1e3:.2f} ms/step, "
           f"{tokens / step_s:.0f} tokens/s (load {record['load_average']})", file=sys.stderr)
 
 

@@ -1,7 +1,10 @@
 // lockstep-bench gpt: training throughput of a GPT (forward, cross-entropy, backward) in tokens/s,
 // the figure bench/gpt_torch.py measures for the same model in PyTorch. One step is zero_grad,
 // forward of a [batch, seq] token batch, the loss over all batch * seq positions and backward,
-// ending in Context::synchronize(); no optimizer step (the peer script does none either).
+// ending in Context::synchronize(); with --optimizer=adamw also an AdamW update of every parameter
+// (weight decay 0.1 on matrices only, as configs/gpt_tiny.ini; the peer script's --optimizer=adamw
+// does the same), so a whole training step is timed. --precision=fp32|tf32|bf16 sets the
+// Context's GEMM/attention precision (ops/precision.hpp).
 // Reported: the median over --reps repetitions of the mean step time over --steps steps, after
 // one warm-up step, and a per-layer split from a separately timed, synchronised run.
 #include <algorithm>
@@ -9,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <sstream>
 
 #include "bench.hpp"
@@ -17,6 +21,7 @@
 #include "lockstep/nn/model.hpp"
 #include "lockstep/nn/transformer.hpp"
 #include "lockstep/ops/ops.hpp"
+#include "lockstep/optim/adamw.hpp"
 
 // OpenBLAS (the CPU GEMM) picks its kernels by CPU model at load time; on CPUs newer than the
 // library it falls back to an SSE3 kernel ("Prescott") about 3x slower than its AVX-512 one
@@ -63,12 +68,20 @@ int run(const Args& args) {
   const int reps = static_cast<int>(args.get_int("reps", 5));
   const Device device = parse_device(args.get("device", "cpu"));
   const std::string attention = args.get("attention", "auto");
+  const std::string optimizer = args.get("optimizer", "none");
   LOCKSTEP_CHECK(reps >= 3 && steps >= 1 && batch >= 1 && seq >= 1 && threads >= 1,
                  "--reps must be >= 3 and --steps, --batch, --seq, --threads positive");
   LOCKSTEP_CHECK(attention == "auto" || attention == "naive", "--attention must be auto or naive");
+  LOCKSTEP_CHECK(optimizer == "none" || optimizer == "adamw", "--optimizer must be none or adamw");
 
   ops::Context ctx(device, threads);
+  ctx.set_precision(ops::precision_from_name(args.get("precision", "fp32")));
   nn::Model model = nn::Model::build(spec, {seq}, vocab, 1, device);
+  std::unique_ptr<optim::AdamW> adamw;
+  if (optimizer == "adamw")
+    adamw = std::make_unique<optim::AdamW>(
+        model.parameters(),
+        optim::AdamWOptions{.lr = 3e-4f, .weight_decay = 0.1f, .decay = optim::DecayScope::Matrices});
   if (attention == "naive")
     for (std::size_t k = 0; k < model.num_layers(); ++k)
       if (auto* block = dynamic_cast<nn::TransformerBlock*>(&model.layer(k)))
@@ -81,10 +94,14 @@ int run(const Args& args) {
   float last_loss = 0.0f;
 
   auto step = [&] {
-    model.zero_grad(ctx);
+    if (adamw)
+      adamw->flat_params()->zero_grad(ctx);
+    else
+      model.zero_grad(ctx);
     Tensor logits = model.forward(ctx, x);
     loss.forward(ctx, logits, y);
     model.backward(ctx, loss.backward(ctx, scale));
+    if (adamw) adamw->step(ctx);
   };
   step();
   ctx.synchronize();
@@ -116,7 +133,14 @@ int run(const Args& args) {
   for (int rep = -1; rep < reps; ++rep) {
     const bool record = rep >= 0;
     timed(
-        "zero_grad", [&] { model.zero_grad(ctx); }, record);
+        "zero_grad",
+        [&] {
+          if (adamw)
+            adamw->flat_params()->zero_grad(ctx);
+          else
+            model.zero_grad(ctx);
+        },
+        record);
     Tensor h = x;
     for (std::size_t i = 0; i < model.num_layers(); ++i)
       timed(
@@ -134,6 +158,9 @@ int run(const Args& args) {
       timed(
           str(i, ".", model.layer(i).type(), ".backward"),
           [&] { d = model.layer(i).backward(ctx, d); }, record);
+    if (adamw)
+      timed(
+          "adamw.step", [&] { adamw->step(ctx); }, record);
   }
 
   const double step_s = median(step_times);
@@ -148,7 +175,9 @@ int run(const Args& args) {
        << " \"config\": {\"model\": \"" << spec << "\", \"device\": \"" << device.str()
        << "\", \"batch\": " << batch << ", \"seq\": " << seq << ", \"vocab\": " << vocab
        << ", \"threads\": " << threads << ", \"steps_per_rep\": " << steps << ", \"reps\": " << reps
-       << ", \"attention\": \"" << attention << "\", \"parameters\": " << model.num_parameters()
+       << ", \"attention\": \"" << attention << "\", \"optimizer\": \"" << optimizer
+       << "\", \"precision\": \"" << ops::precision_name(ctx.precision())
+       << "\", \"parameters\": " << model.num_parameters()
        << "},\n \"step_ms_per_rep\": [";
   for (std::size_t i = 0; i < step_times.size(); ++i)
     json << (i ? ", " : "") << step_times[i] * 1e3;
@@ -182,7 +211,9 @@ int run(const Args& args) {
 
 LOCKSTEP_BENCH("gpt",
                "GPT forward+backward tokens/s (--model=gpt-mini --batch=8 --seq=256 --vocab=256 "
-               "--threads=2 [--device=cuda:0 --attention=naive])",
-               "attention batch device model reps seq steps threads vocab", run);
+               "--threads=2 [--device=cuda:0 --attention=naive --optimizer=adamw "
+               "--precision=fp32|tf32|bf16])",
+               "attention batch device model optimizer precision reps seq steps threads vocab",
+               run);
 
 }  // namespace lockstep::bench
