@@ -1,5 +1,6 @@
 #include "lockstep/core/tensor.hpp"
 
+#include <atomic>
 #include <cstring>
 #include <sstream>
 
@@ -123,9 +124,18 @@ void* Tensor::raw_data() const {
          offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
 }
 
+namespace {
+std::atomic<std::uint64_t> g_host_reads{0};
+}  // namespace
+
+std::uint64_t Tensor::host_reads() {
+  return g_host_reads.load(std::memory_order_relaxed);
+}
+
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   check_dtype(dtype_of<T>());
+  g_host_reads.fetch_add(1, std::memory_order_relaxed);
   std::vector<T> out(static_cast<std::size_t>(numel_));
   copy_bytes(Device::cpu(), out.data(), device(), raw_data(), nbytes());
   return out;

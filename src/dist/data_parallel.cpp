@@ -71,8 +71,8 @@ void DataParallelEngine::begin_step() {
     r.flat->zero_grad(*r.ctx);
 }
 
-float DataParallelEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
-                                           bool /*last_micro*/) {
+Tensor DataParallelEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
+                                            bool /*last_micro*/) {
   auto start = Clock::now();
   const std::int64_t n = x.dim(0);
   const auto k = static_cast<std::int64_t>(replicas_.size());
@@ -94,7 +94,9 @@ float DataParallelEngine::forward_backward(const Tensor& x, const Tensor& y, flo
   for (const Replica& r : replicas_)
     total += r.last_loss;
   times_.compute += seconds_since(start);
-  return total / static_cast<float>(n);
+  // The replicas' losses are read above (one per replica and micro-step): DataParallel is the
+  // baseline, not the synchronisation-free path. Returned on the host; the trainer copies it.
+  return Tensor::from_vector(std::vector<float>{total / static_cast<float>(n)}, {1});
 }
 
 void DataParallelEngine::finish_gradients() {

@@ -1,35 +1,47 @@
 // The loop reads top to bottom as one step does: batches -> engine (forward, backward, gradients
 // averaged) -> NaN/Inf policy -> clip, LR, optimizer -> log record -> checkpoint or stop; after
 // each epoch, evaluation. Two extensions are meant to plug in without reshaping it:
-//  - a GPU step without host syncs: the step's loss (what forward_backward returns, summed in
-//    step_loss) is read in two places only, the finiteness check and the log Interval; a loss
-//    kept on the device replaces those two reads (the gradient check is already one pass over
-//    the flat buckets with one readback, optim/clip.hpp).
+//  - a GPU step without host syncs: the loss forward_backward returns stays where it was
+//    computed; IntervalLosses copies each micro-step's loss into a slot of one device buffer and
+//    reads the whole log interval back at the log step (one read per interval, none per step).
+//    Whether a step is finite is the gradient check's answer (one pass over the flat buckets,
+//    one readback, optim/clip.hpp), which also covers the loss: softmax cross-entropy's loss is
+//    non-finite only when the logits are, and then dL/dlogits and every gradient before it are
+//    NaN. A non-finite loss with finite gradients (a finite loss too large for f32) would show at
+//    the log step, and is an error there unless train.nan_policy = skip.
 //  - sequence models: the loss scale comes from the rows of y (y.numel(): B for classification,
 //    B*T for next-token labels [B, T]), not from the sample count, and evaluation is called from
 //    one place (evaluate_now): after each epoch and every train.eval_every_steps.
 #include "lockstep/train/loop.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "lockstep/core/clock.hpp"
 #include "lockstep/ops/ops.hpp"
 #include "lockstep/optim/clip.hpp"
 #include "lockstep/train/evaluate.hpp"
 #include "lockstep/train/signals.hpp"
+#ifdef LOCKSTEP_HAVE_CUDA
+#include "lockstep/ops/cuda.hpp"
+#endif
 
 namespace lockstep::train {
 namespace {
 
 // Sums over the steps of one log interval, averaged when the record is written.
 struct Interval {
-  double loss = 0, compute = 0, comm = 0, copy = 0, gather = 0;
+  double compute = 0, comm = 0, copy = 0, gather = 0;
   std::int64_t steps = 0;
   Clock::time_point start = Clock::now();
+  // Counters at the interval's start: host reads of tensor values (each a wait on a GPU) and
+  // the CUDA allocator's cudaMalloc calls, logged per step (0 in a GPU's steady state).
+  std::uint64_t host_reads = Tensor::host_reads();
+  std::size_t cuda_mallocs = 0;
 
-  void add(double step_loss, const dist::StepTimes& t) {
-    loss += step_loss;
+  void add(const dist::StepTimes& t) {
     compute += t.compute;
     comm += t.comm_exposed;
     copy += t.param_copy;
@@ -98,6 +110,67 @@ class Checkpoints {
   Clock::time_point last_save_ = Clock::now();
 };
 
+std::size_t cuda_malloc_calls([[maybe_unused]] Device device) {
+#ifdef LOCKSTEP_HAVE_CUDA
+  if (device.is_cuda()) return ops::cuda::allocator_stats(device.index).cuda_malloc_calls;
+#endif
+  return 0;
+}
+
+// The micro-step losses of one log interval, in one buffer on the engine's device: a copy per
+// micro-step, one read when the interval is logged. Sums as the trainer always has: each step's
+// mean over its micro-steps in double, then the interval's sum of those in double.
+class IntervalLosses {
+ public:
+  IntervalLosses(Device device, std::int64_t accumulation, std::int64_t steps)
+      : accumulation_(accumulation),
+        capacity_(std::max<std::int64_t>(steps, 1)),
+        slots_(Tensor::zeros({capacity_ * accumulation}, DType::F32, device)) {}
+
+  // The current step's micro-step `micro` lost `loss` (one element, any device).
+  void record(ops::Context& ctx, std::int64_t micro, const Tensor& loss) {
+    const std::int64_t at = steps_ * accumulation_ + micro;
+    Tensor slot = slots_.slice(at, at + 1);
+    ops::copy(ctx, loss.numel() == 1 && loss.ndim() != 1 ? loss.view({1}) : loss, slot);
+  }
+  // The current step counts (it was applied); a full buffer is read early and starts over.
+  void commit() {
+    if (++steps_ == capacity_) {
+      flushed_ += read(0, steps_);
+      steps_ = 0;
+    }
+  }
+  // The current, uncommitted step's mean loss (a read: for the message of a non-finite step).
+  double current() const { return read(steps_, steps_ + 1); }
+  // The sum of the committed steps' mean losses since the last take(); starts a new interval.
+  double take() {
+    const double sum = flushed_ + read(0, steps_);
+    flushed_ = 0;
+    steps_ = 0;
+    return sum;
+  }
+
+ private:
+  double read(std::int64_t first_step, std::int64_t end_step) const {
+    if (end_step <= first_step) return 0;
+    const std::vector<float> v =
+        slots_.slice(first_step * accumulation_, end_step * accumulation_).to_vector<float>();
+    double sum = 0;
+    for (std::int64_t s = 0; s < end_step - first_step; ++s) {
+      double step = 0;
+      for (std::int64_t m = 0; m < accumulation_; ++m)
+        step += v[static_cast<std::size_t>(s * accumulation_ + m)];
+      sum += step / static_cast<double>(accumulation_);
+    }
+    return sum;
+  }
+
+  std::int64_t accumulation_, capacity_;
+  Tensor slots_;
+  std::int64_t steps_ = 0;
+  double flushed_ = 0;
+};
+
 }  // namespace
 
 TrainResult train_loop(Run& run) {
@@ -108,7 +181,15 @@ TrainResult train_loop(Run& run) {
   const StepPlan& plan = run.plan;
   TrainResult result;
   Checkpoints checkpoints(run);
-  Interval interval;
+  const Device device = engine.context().device();
+  auto new_interval = [&] {
+    Interval i;
+    i.cuda_mallocs = cuda_malloc_calls(device);
+    return i;
+  };
+  Interval interval = new_interval();
+  // Room for a whole interval (at most log_every steps): the one read is the log record's.
+  IntervalLosses losses(device, plan.accumulation, c.log_every + 1);
   loader.reset_data_wait();
   const auto run_start = Clock::now();
   const std::int64_t start_epoch = state.position.epoch;
@@ -121,7 +202,12 @@ TrainResult train_loop(Run& run) {
     if (evaluated_at == state.step) return;
     evaluated_at = state.step;
     auto eval_start = Clock::now();
+    const std::uint64_t reads_before = Tensor::host_reads();
+    const std::size_t mallocs_before = cuda_malloc_calls(device);
     EvalResult ev = evaluate(run, *run.test_data());
+    // Nor are its reads and allocations the steps': shift the interval's counters past them.
+    interval.host_reads += Tensor::host_reads() - reads_before;
+    interval.cuda_mallocs += cuda_malloc_calls(device) - mallocs_before;
     result.test_accuracy = ev.accuracy;
     result.test_loss = ev.loss;
     JsonRecord record;
@@ -159,19 +245,18 @@ TrainResult train_loop(Run& run) {
       // ---- gradients of one step: `accumulation` micro-batches, averaged over ranks
       run.comm.set_step(state.step + 1);  // named in hung-collective reports (dist.timeout_s)
       engine.begin_step();
-      double step_loss = 0;
       batches.clear();  // kept until the step is known finite, to name bad input data
       for (std::int64_t micro = 0; micro < plan.accumulation; ++micro) {
         std::optional<data::Batch> batch = loader.next();
         LOCKSTEP_CHECK(batch.has_value(), "loader ended epoch ", epoch, " early at step ", s);
         // The mean over all of the step's label rows, on every rank and micro-step alike.
         const float loss_scale = 1.0f / static_cast<float>(batch->y.numel() * plan.accumulation);
-        step_loss +=
-            engine.forward_backward(batch->x, batch->y, loss_scale, micro + 1 == plan.accumulation);
+        losses.record(engine.context(), micro,
+                      engine.forward_backward(batch->x, batch->y, loss_scale,
+                                              micro + 1 == plan.accumulation));
         batches.push_back(std::move(*batch));
       }
       engine.finish_gradients();
-      step_loss /= static_cast<double>(plan.accumulation);
       ++state.step;
       state.position = {epoch, (s + 1) * plan.accumulation};
 
@@ -182,7 +267,7 @@ TrainResult train_loop(Run& run) {
       // shard's partial sums over the ranks (the global norm when clipping needs it).
       const optim::GradientCheck grads =
           engine.check_gradients(*run.flat, /*with_norm=*/c.optim_clip_norm > 0);
-      if (!(std::isfinite(step_loss) && grads.finite())) {
+      if (!grads.finite()) {
         // Bad data is not a learning-rate problem: name the samples. Every rank is here (the
         // averaged gradients are the same everywhere), so the ranks agree on whose data it was.
         // (Token ids are integers: only image inputs can hold NaN.)
@@ -201,7 +286,7 @@ TrainResult train_loop(Run& run) {
         LOCKSTEP_CHECK_HINT(c.train_nan_policy == "skip",
                             "lower optim.lr, set optim.clip_norm, or train.nan_policy = skip",
                             "non-finite loss or gradient at step ", state.step, " (epoch ", epoch,
-                            ", loss on rank ", run.rank, ": ", step_loss, ")");
+                            ", loss on rank ", run.rank, ": ", losses.current(), ")");
         ++result.skipped_steps;
         run.line(str("warning: step ", state.step, " skipped: ",
                      bad.empty() ? "non-finite loss or gradient" : "non-finite input in " + bad));
@@ -211,15 +296,28 @@ TrainResult train_loop(Run& run) {
                                 grads.norm());
         run.optimizer->set_lr(static_cast<float>(lr));
         engine.step(*run.optimizer);  // ZeRO-1: the shard's update, then parameters allgathered
-        interval.add(step_loss, engine.times());
+        losses.commit();
+        interval.add(engine.times());
       }
 
       // ---- the log record: collective at the same steps on every rank (mean loss over ranks)
       if ((state.step % c.log_every == 0 || state.step == plan.total_steps) && interval.steps > 0) {
-        std::vector<double> v = {interval.loss / static_cast<double>(interval.steps)};
-        run.comm.allreduce(v, comm::ReduceOp::Sum);
-        const double loss = v[0] / run.world;
         const double n = static_cast<double>(interval.steps);
+        // Before the loss is read: that read is the interval's, not a step's.
+        const double reads = static_cast<double>(Tensor::host_reads() - interval.host_reads) / n;
+        const double mallocs =
+            static_cast<double>(cuda_malloc_calls(device) - interval.cuda_mallocs) / n;
+        std::vector<double> v = {losses.take() / n};
+        run.comm.allreduce(v, comm::ReduceOp::Sum);
+        const double loss = v[0] / run.world;  // the same on every rank, so is what follows
+        if (!std::isfinite(loss)) {
+          LOCKSTEP_CHECK_HINT(c.train_nan_policy == "skip",
+                              "lower optim.lr, set optim.clip_norm, or train.nan_policy = skip",
+                              "non-finite training loss in the steps up to ", state.step,
+                              " (epoch ", epoch, ") while every gradient was finite");
+          run.line(str("warning: non-finite training loss in the steps up to ", state.step,
+                       " with finite gradients"));
+        }
         const double elapsed = seconds_since(interval.start);
         const double sps = n * static_cast<double>(plan.global_batch) / elapsed;
         result.final_train_loss = loss;
@@ -235,8 +333,10 @@ TrainResult train_loop(Run& run) {
                               .add("comm_exposed_s", interval.comm / n)
                               .add("param_copy_s", interval.copy / n)
                               .add("grad_gather_s", interval.gather / n)
-                              .add("data_wait_s", loader.data_wait_seconds() / n));
-        interval = Interval();
+                              .add("data_wait_s", loader.data_wait_seconds() / n)
+                              .add("host_reads_per_step", reads)
+                              .add("cuda_mallocs_per_step", mallocs));
+        interval = new_interval();
         loader.reset_data_wait();
       }
 

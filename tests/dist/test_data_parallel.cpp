@@ -113,13 +113,13 @@ TEST(DataParallel, ReplicasOnOtherStreamsComputeWithTheMastersFreshWeights) {
     released = true;
   });
   engine.begin_step();  // queues the copies behind the hold
-  const float first = engine.forward_backward(b.x, b.y, scale, true);
+  const float first = engine.forward_backward(b.x, b.y, scale, true).item();
   timer.join();
   engine.finish_gradients();
   ctx.synchronize();
 
   engine.begin_step();
-  const float settled = engine.forward_backward(b.x, b.y, scale, true);
+  const float settled = engine.forward_backward(b.x, b.y, scale, true).item();
   EXPECT_LE(std::fabs(first - settled), 1e-6f * std::fabs(settled))
       << "the replica computed with stale weights: loss " << first << " vs " << settled;
 #endif

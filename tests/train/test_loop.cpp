@@ -3,6 +3,8 @@
 // resumed from its checkpoint must end bitwise equal to an uninterrupted one.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
 #include <numeric>
 
 #include "lockstep/comm/local.hpp"
@@ -151,4 +153,60 @@ TEST(TrainLoop, NonFiniteInputIsBadDataNamingTheShardAndSampleNotALearningRatePr
   EXPECT_EQ(r.steps, 16);
   EXPECT_GE(r.skipped_steps, 2);  // once per epoch at least
   EXPECT_LE(r.skipped_steps, 4);
+}
+
+// The step reads nothing back for the loss: the losses of a log interval are read once, at the
+// log step (on a GPU every read waits for the device, and with DDP for the allreduce). Counted
+// with Tensor::host_reads over two runs that differ only in their length: 16 steps more, one log
+// record more. What a step may read is the gradient check's one readback (finiteness and norm,
+// optim/clip.hpp): 16 + 1 reads more. (When every micro-step read its loss: 16 + 16 + 1.)
+TEST(TrainLoop, ReadsTheLossOncePerLogIntervalNotOncePerStep) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  c.log_every = 16;
+  auto reads_in_epochs = [&](std::int64_t epochs) {
+    c.train_epochs = epochs;  // 8 steps each
+    auto comm = comm::make_single_rank_communicator();
+    auto run = setup_run(c, *comm);
+    const std::uint64_t before = Tensor::host_reads();
+    const TrainResult r = train_loop(*run);
+    EXPECT_EQ(r.steps, 8 * epochs);
+    EXPECT_TRUE(std::isfinite(r.final_train_loss));
+    return Tensor::host_reads() - before;
+  };
+  const std::uint64_t steps16 = reads_in_epochs(2), steps32 = reads_in_epochs(4);
+  EXPECT_EQ(steps32 - steps16, 16u + 1u)
+      << "host reads in 16 steps: " << steps16 << ", in 32: " << steps32;
+
+  // The log records say so too: one read per step (the gradient check), no cudaMalloc.
+  c.log_every = 4;
+  c.log_metrics = dir.path() + "/metrics.jsonl";
+  reads_in_epochs(2);
+  std::ifstream in(c.log_metrics);
+  int records = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"samples_per_s\"") == std::string::npos || line.find("\"event\"") != std::string::npos)
+      continue;
+    ++records;
+    EXPECT_NE(line.find("\"host_reads_per_step\": 1,"), std::string::npos) << line;
+    EXPECT_NE(line.find("\"cuda_mallocs_per_step\": 0"), std::string::npos) << line;
+  }
+  EXPECT_EQ(records, 4);
+}
+
+// The loss logged is the mean over the interval's steps of each step's mean over its micro-steps,
+// whatever the accumulation: with 2 micro-steps of half the batch the logged losses stay those of
+// plain SGD on the whole batch, to float rounding of the two halves' sums.
+TEST(TrainLoop, LoggedLossWithAccumulationMatchesTheWholeBatch) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  c.log_every = 3;
+  auto final_loss = [&](std::int64_t accumulation) {
+    c.train_accumulation = accumulation;
+    auto comm = comm::make_single_rank_communicator();
+    return train_loop(*setup_run(c, *comm)).final_train_loss;
+  };
+  const double whole = final_loss(1), halves = final_loss(2);
+  EXPECT_TRUE(std::isfinite(whole));
+  EXPECT_NEAR(halves, whole, 1e-5 * std::fabs(whole));
 }

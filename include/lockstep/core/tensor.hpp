@@ -83,6 +83,9 @@ class Tensor {
   template <class T>
   void copy_from(const std::vector<T>& values);
   float item() const;  // one-element f32 tensor -> float
+  // How many times this process has copied tensor values into host memory through to_vector or
+  // item (on a GPU each one waits for the device): tests count them per training step.
+  static std::uint64_t host_reads();
 
   std::string describe() const;  // "f32[256, 784] on cpu"
 

@@ -38,8 +38,8 @@ class DataParallelEngine final : public Engine {
   nn::Model& model() override { return master_; }
   ops::Context& context() override { return master_ctx_; }
   void begin_step() override;
-  float forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
-                         bool last_micro) override;
+  Tensor forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
+                          bool last_micro) override;
   void finish_gradients() override;
   StepTimes times() const override { return times_; }
 

@@ -46,8 +46,8 @@ class DdpEngine final : public Engine {
   nn::Model& model() override { return model_; }
   ops::Context& context() override { return ctx_; }
   void begin_step() override;
-  float forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
-                         bool last_micro) override;
+  Tensor forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
+                          bool last_micro) override;
   void finish_gradients() override;
   StepTimes times() const override { return times_; }
   optim::GradientCheck check_gradients(optim::FlatParams& flat, bool with_norm) override;

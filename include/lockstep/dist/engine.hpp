@@ -40,9 +40,12 @@ class Engine {
   // Forward, loss and backward of one micro-batch (host tensors x [b, ...], i32 y [b]),
   // accumulating into the gradients with dL/dlogits scaled by loss_scale. last_micro marks the
   // micro-step after which gradients must be complete (DDP communicates only then).
-  // Returns the micro-batch's mean loss.
-  virtual float forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
-                                 bool last_micro) = 0;
+  // Returns the micro-batch's mean loss, a one-element f32 tensor that is not read here: on a
+  // GPU it stays on the device (reading it would wait for the step and its communication), and
+  // the trainer reads the losses of a whole log interval at once. It may be overwritten by the
+  // next forward_backward, so copy it (ops::copy on context()) before that.
+  virtual Tensor forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
+                                  bool last_micro) = 0;
   // Waits until the gradients of the model() are complete and averaged.
   virtual void finish_gradients() = 0;
   // Time split of the step since begin_step().
