@@ -50,7 +50,7 @@ command -v python3 >/dev/null || die "python3 not found"
 # ---- build and data, only when missing
 BIN_DIR=${LOCKSTEP_BIN_DIR:-$BUILD/apps}  # a folder of the programs instead (bench/gpu-check.sh's bundle)
 TRAIN=$BIN_DIR/lockstep-train SHARD=$BIN_DIR/lockstep-shard
-if [ ! -x "$TRAIN" ] || [ ! -x "$SHARD" ]; then
+if [ ! -x "$TRAIN" ] || { [ ! -x "$SHARD" ] && ! compgen -G "$DATA/train-*.h5" >/dev/null; }; then
   echo "== building lockstep (scripts/build.sh)"
   LOCKSTEP_BUILD_DIR=$BUILD scripts/build.sh
 fi
