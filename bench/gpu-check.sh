@@ -405,16 +405,29 @@ def load(p):
 def jsonl(p):
     try: return [json.loads(l) for l in open(p) if l.strip().startswith("{")]
     except Exception: return []
+def skip_reasons(log):  # gtest prints a skip's message only in its text output
+    why, cur, take = {}, None, False
+    try: lines = open(log, errors="replace").read().splitlines()
+    except Exception: return why
+    for l in lines:
+        if l.startswith("[ RUN      ] "): cur, take = l.split()[-1], False
+        elif l.endswith(": Skipped"): take = True
+        elif take and cur:
+            why[cur] = why.get(cur, "") + ((" " if cur in why else "") + l.strip())
+            take = False
+    return why
+LOG_OF = {"test_cuda": "test_cuda.log", "test_mpi_nccl": "nccl.log"}
 tests = {}
 for p in glob.glob(os.path.join(w, "logs", "test_*.json")):
     d = load(p)
     if not d: continue
+    reasons = skip_reasons(os.path.join(w, "logs", LOG_OF.get(os.path.basename(p)[:-5], "")))
     rows = []
     for s in d["testsuites"]:
         for t in s["testsuite"]:
             r = "FAIL" if t.get("failures") else "SKIP" if t.get("result") == "SKIPPED" else "ok"
             e = {"name": s["name"] + "." + t["name"], "result": r, "ms": t.get("time")}
-            if r == "SKIP": e["why"] = (t.get("skipped") or {}).get("message", "")[:200] if isinstance(t.get("skipped"), dict) else ""
+            if r == "SKIP": e["why"] = reasons.get(e["name"], "")[:300]
             if r == "FAIL": e["failures"] = [f.get("failure", "")[:400] for f in t["failures"]]
             rows.append(e)
     tests[os.path.basename(p)[:-5]] = rows
@@ -441,7 +454,11 @@ for name, rows in tests.items():
     skips = [r["name"] for r in rows if r["result"] == "SKIP"]
     L.append(f"{name}: {sum(r['result'] == 'ok' for r in rows)} passed, {len(fails)} failed, {len(skips)} skipped")
     if fails: L.append("  failed: " + " ".join(fails))
-    if skips: L.append("  skipped: " + " ".join(skips[:40]) + (" ..." if len(skips) > 40 else ""))
+    by_why = {}
+    for r in rows:
+        if r["result"] == "SKIP": by_why.setdefault(r.get("why") or "(no message)", []).append(r["name"])
+    for why, names in by_why.items():
+        L.append(f"  skipped ({len(names)}), {why[:160]}: " + " ".join(names[:12]) + (" ..." if len(names) > 12 else ""))
 L.append("")
 L.append(f"{'what':34} {'precision':9} {'batch':>6} {'ms/step':>9} {'samples/s':>11}  note")
 for f in bench["train"]:
