@@ -74,6 +74,17 @@ why() {  # a one-line reason from the last run_step
   esac
 }
 
+unpack() {  # tar.xz, folder: with xz where the image has it, else with python3's lzma
+  if command -v xz >/dev/null; then
+    tar -C "$2" -xJf "$1"
+  else
+    python3 -c 'import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' "$1" "$2"
+  fi
+}
+export -f unpack
+
 main() {
   echo "== lockstep gpu-check, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(hostname), budget ${BUDGET_S}s, dry run: $DRY"
   echo "   work folder $W, results $OUT"
@@ -102,7 +113,7 @@ main() {
   HAVE_BUNDLE=0
   if [ ! -f "$BUNDLE" ]; then
     skip bundle "$BUNDLE not found: make it with bench/gpu-bundle.sh and carry gpu-bundle/"
-  elif run_step bundle 90 tar -C "$W" -xJf "$BUNDLE" && [ -f "$W/lockstep-gpu/env.sh" ]; then
+  elif run_step bundle 90 bash -c 'unpack "$1" "$2"' _ "$BUNDLE" "$W" && [ -f "$W/lockstep-gpu/env.sh" ]; then
     HAVE_BUNDLE=1
     # shellcheck disable=SC1091
     source "$W/lockstep-gpu/env.sh"
@@ -120,10 +131,11 @@ main() {
   # ---- the device's cuBLAS(Lt), cuDNN and NCCL (lockstep opens them lazily), and libcuda
   local dirs=() so d sp
   local sites
-  sites=$(python3 -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
+  # python3's path: its site-packages, a venv's, PYTHONPATH (wheels carried to /tmp/site).
+  sites=$(python3 -c 'import sys; print("\n".join(p for p in sys.path if p))' 2>/dev/null)
   for so in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
     local found=""
-    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    for d in ${CUDA_TOOLKIT_LIB_DIRS:-/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib}; do
       [ -e "$d/$so" ] && found=$d && break
     done
     if [ -z "$found" ]; then
