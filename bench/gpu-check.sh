@@ -471,29 +471,36 @@ for name, rows in tests.items():
         if r["result"] == "SKIP": by_why.setdefault(r.get("why") or "(no message)", []).append(r["name"])
     for why, names in by_why.items():
         L.append(f"  skipped ({len(names)}), {why[:160]}: " + " ".join(names[:12]) + (" ..." if len(names) > 12 else ""))
+tbl = os.path.join(w, "logs", "dp-vs-ddp-table.md")
+if os.path.exists(tbl):
+    L.append("")
+    L.append("dp-vs-ddp (CPU):")
+    for l in open(tbl):  # the throughput table; the time split and memory are in logs.tar.gz
+        if l.startswith("Time split"): break
+        L.append("  " + l.rstrip())
+L.append("")
+L.append(f"{'step':22} {'status':8} {'s':>4}  detail")
+for s in steps:
+    L.append(f"{s['step']:22} {s['status']:8} {s['seconds']:4d}  {s['detail'][:150]}")
 L.append("")
 L.append(f"{'what':34} {'precision':9} {'batch':>6} {'ms/step':>9} {'samples/s':>11}  note")
 for f in bench["train"]:
     if "ms_per_step" in f:
         model, prec = f["name"].split("-")[1:3]
-        peak = f.get("nvidia_smi_peak_mib")
-        L.append(f"{'lockstep-train ' + model + ' (' + f['device'] + ')':34} {prec:9} {'':>6} {f['ms_per_step']:9.3f} {f['samples_per_s']:11.0f}  {('GPU peak ' + str(peak) + ' MiB') if peak else ''}")
+        note = [f"GPU peak {f['nvidia_smi_peak_mib']} MiB"] if f.get("nvidia_smi_peak_mib") else []
+        note += [f"{k} {v}" for k, v in f.items() if "sync" in k or "malloc" in k or "gpu_mem" in k]
+        L.append(f"{'lockstep-train ' + model + ' (' + f['device'] + ')':34} {prec:9} {'':>6} {f['ms_per_step']:9.3f} {f['samples_per_s']:11.0f}  {'; '.join(note)}")
+# One training step of gpu-step's models, lockstep and PyTorch side by side.
+side = []
 for r in bench["lockstep_gpu_step"]:
-    L.append(f"{'lockstep gpu-step ' + r['model'][:16]:34} {(r['precision'] if 'cuda' in r['device'] else 'cpu'):9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}")
+    prec = r["precision"] if "cuda" in r["device"] else "cpu"
+    side.append((r["model"], prec, 0, f"{'lockstep gpu-step ' + r['model'].split('-')[0]:34} {prec:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}"))
 for r in bench["torch_step"]:
-    L.append(f"{'torch ' + r['torch'].split('+')[0] + ' ' + r['model'][:16]:34} {r['precision']:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}")
+    side.append((r["model"], r["precision"], 1, f"{'torch ' + r['torch'].split('+')[0] + ' step ' + r['model'].split('-')[0]:34} {r['precision']:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}"))
+L += [x[3] for x in sorted(side)]
 for k, g in bench["gpt"].items():
     c = g.get("config", {})
     L.append(f"{k + ' ' + str(c.get('model', '')):34} {k.split('-')[-1]:9} {str(c.get('batch', '')):>6} {g.get('step_ms', 0):9.2f} {g.get('tokens_per_s', 0):11.0f}  tokens/s; {g.get('precision_info', '')}")
-tbl = os.path.join(w, "logs", "dp-vs-ddp-table.md")
-if os.path.exists(tbl):
-    L.append("")
-    L.append("dp-vs-ddp (CPU):")
-    L += ["  " + l.rstrip() for l in open(tbl)]
-L.append("")
-L.append(f"{'step':22} {'status':8} {'s':>4}  detail")
-for s in steps:
-    L.append(f"{s['step']:22} {s['status']:8} {s['seconds']:4d}  {s['detail'][:150]}")
 text = "\n".join(L) + "\n"
 open(os.path.join(out, "summary.txt"), "w").write(text)
 print("\n================================ lockstep gpu-check summary ================================")
