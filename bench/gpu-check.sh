@@ -23,7 +23,7 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
+cd "$ROOT" || exit 2
 OUT=${OUT:-$ROOT/results/gpu-check/$(date +%Y-%m-%d_%H%M%S)}
 DRY=${GPU_CHECK_DRY_RUN:-0}
 BUDGET_S=${BUDGET_S:-480}
@@ -506,7 +506,9 @@ open(os.path.join(out, "summary.txt"), "w").write(text)
 print("\n================================ lockstep gpu-check summary ================================")
 print(text)
 EOF
-  tar -C "$W" -czf "$OUT/logs.tar.gz" logs $([ -d "$W/dp-vs-ddp" ] && echo dp-vs-ddp) 2>/dev/null
+  local parts=(logs)
+  [ -d "$W/dp-vs-ddp" ] && parts+=(dp-vs-ddp)
+  tar -C "$W" -czf "$OUT/logs.tar.gz" "${parts[@]}" 2>/dev/null
   echo "results: $OUT (summary.txt, gpu-check.json, console.log, logs.tar.gz)"
 }
 
