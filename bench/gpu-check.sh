@@ -114,11 +114,18 @@ main() {
   if [ ! -f "$BUNDLE" ]; then
     skip bundle "$BUNDLE not found: make it with bench/gpu-bundle.sh and carry gpu-bundle/"
   elif run_step bundle 90 bash -c 'unpack "$1" "$2"' _ "$BUNDLE" "$W" && [ -f "$W/lockstep-gpu/env.sh" ]; then
-    HAVE_BUNDLE=1
     # shellcheck disable=SC1091
     source "$W/lockstep-gpu/env.sh"
     cp "$LOCKSTEP_BUNDLE/MANIFEST.txt" "$W/logs/bundle-manifest.txt"
-    record bundle ok "$DUR" "$(sed -n 2p "$LOCKSTEP_BUNDLE/MANIFEST.txt")"
+    local need have
+    need=$(sed -n 's/.*glibc >= \([0-9.]*\).*/\1/p' "$LOCKSTEP_BUNDLE/MANIFEST.txt" | head -1)
+    have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+    if [ -n "$need" ] && [ -n "$have" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+      record bundle FAIL "$DUR" "this machine's glibc $have is older than the $need the bundle needs: make it on an older distribution"
+    else
+      HAVE_BUNDLE=1
+      record bundle ok "$DUR" "$(sed -n 2p "$LOCKSTEP_BUNDLE/MANIFEST.txt"); glibc $have (needs $need)"
+    fi
   else
     record bundle FAIL "$DUR" "$(why "" bundle)"
   fi
