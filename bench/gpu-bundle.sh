@@ -117,8 +117,8 @@ pack_deps "$B"/libexec/*
 say "Open MPI plugins from $OMPI_PKGLIBDIR"
 kept=0 left=0 left_out=""
 for plugin in "$OMPI_PKGLIBDIR"/*.so; do
-  if deps_of "$plugin" 2>/dev/null | awk '{print $1}' | grep -Eq "$UNWANTED_DEPS" ||
-     ! deps_of "$plugin" >/dev/null 2>&1; then
+  # (whole outputs captured: grep -q would end a pipeline early, a failure under pipefail)
+  if ! deps=$(deps_of "$plugin" 2>/dev/null) || [[ $deps =~ $UNWANTED_DEPS ]]; then
     left=$((left + 1)) left_out+=" $(basename "$plugin" .so)"; continue
   fi
   cp "$plugin" "$B/ompi/lib/"
@@ -130,7 +130,7 @@ cp -r "$OMPI_PKGDATADIR"/. "$B/ompi/share/openmpi/"
 rm -f "$B"/ompi/share/openmpi/*wrapper-data.txt "$B"/ompi/share/openmpi/*.supp
 if [ -n "$PMIX_PREFIX_HERE" ] && [ -d "$PMIX_PREFIX_HERE/lib/pmix" ]; then
   for plugin in "$PMIX_PREFIX_HERE"/lib/pmix/*.so; do
-    deps_of "$plugin" 2>/dev/null | awk '{print $1}' | grep -Eq "$UNWANTED_DEPS" && continue
+    if ! deps=$(deps_of "$plugin" 2>/dev/null) || [[ $deps =~ $UNWANTED_DEPS ]]; then continue; fi
     cp "$plugin" "$B/pmix/lib/pmix/"
     pack_deps "$plugin"
   done
@@ -179,7 +179,7 @@ GLIBC_NEEDED=$(find "$B" -type f \( -path '*/libexec/*' -o -name '*.so*' \) -exe
 {
   echo "lockstep GPU bundle, made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname) by bench/gpu-bundle.sh"
   echo "source: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-       "build: $BUILD (commit $(git -C "$BUILD" rev-parse --short HEAD 2>/dev/null || echo "of its tree"))"
+       "build: $BUILD (its checkout at $(git -C "$BUILD" rev-parse --short HEAD 2>/dev/null || echo "?") when packed)"
   echo "needs on the device: glibc >= ${GLIBC_NEEDED#GLIBC_} (here $(ldd --version | head -1 | awk '{print $NF}')), the NVIDIA driver's libcuda,"
   echo "  cuBLAS/cuBLASLt 13, cuDNN 9 and NCCL 2 found via LOCKSTEP_CUDA_LIB_DIRS (bench/gpu-check.sh finds them)"
   echo "open mpi: $(mpirun --version 2>/dev/null | head -1)"

@@ -162,7 +162,7 @@ main() {
   done
   LOCKSTEP_CUDA_LIB_DIRS=$(IFS=:; echo "${dirs[*]}")
   export LOCKSTEP_CUDA_LIB_DIRS
-  if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
+  if [[ $(ldconfig -p 2>/dev/null) != *libcuda.so.1* ]]; then
     for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/local/cuda/compat; do
       if [ -e "$d/libcuda.so.1" ]; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
     done
@@ -312,7 +312,7 @@ main() {
   # ---- GPT-2 124M, batch 8 x 1024, in lockstep and PyTorch
   if bundle_only gpt; then
     local gpt_precs="" p
-    lockstep-bench --help 2>&1 | grep -A1 '^  gpt ' | grep -q -- '--precision' && gpt_precs="fp32 bf16"
+    [[ $(lockstep-bench --help 2>&1 | grep -A1 '^  gpt ') == *--precision* ]] && gpt_precs="fp32 bf16"
     if ((HAVE_GPU)); then
       for p in ${gpt_precs:-fp32}; do
         run_step "gpt-$p" 90 lockstep-bench gpt --model=gpt2-124m --device=cuda:0 --batch=8 --seq=1024 \
