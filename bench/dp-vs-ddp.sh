@@ -13,7 +13,7 @@
 # Settings (environment): K, R, STEPS (100), WARMUP (20), LOG_EVERY (10), BATCH (256),
 #   THREADS (1: CPU threads per replica/rank, so N replicas use N cores, like N devices),
 #   MODEL (mlp|cnn), DATA (data/fashion-mnist), OUT_DIR (results/dp-vs-ddp/<date>),
-#   LOCKSTEP_BUILD_DIR (build).
+#   LOCKSTEP_BUILD_DIR (build), LOCKSTEP_BIN_DIR (the folder of lockstep-train; <build>/apps).
 # Output in OUT_DIR: runs.jsonl (one line per run: configuration, command, load, exit code),
 #   raw/<run>.jsonl (the trainer's metrics), raw/<run>.cpu.json (per-thread CPU time over the
 #   measured steps), raw/<run>.log, machine.json, summary.json, table.md, dp-vs-ddp.png.
@@ -48,8 +48,9 @@ command -v mpirun >/dev/null || die "mpirun not found (install Open MPI)"
 command -v python3 >/dev/null || die "python3 not found"
 
 # ---- build and data, only when missing
-TRAIN=$BUILD/apps/lockstep-train SHARD=$BUILD/apps/lockstep-shard
-if [ ! -x "$TRAIN" ] || [ ! -x "$SHARD" ]; then
+BIN_DIR=${LOCKSTEP_BIN_DIR:-$BUILD/apps}  # a folder of the programs instead (bench/gpu-check.sh's bundle)
+TRAIN=$BIN_DIR/lockstep-train SHARD=$BIN_DIR/lockstep-shard
+if [ ! -x "$TRAIN" ] || { [ ! -x "$SHARD" ] && ! compgen -G "$DATA/train-*.h5" >/dev/null; }; then
   echo "== building lockstep (scripts/build.sh)"
   LOCKSTEP_BUILD_DIR=$BUILD scripts/build.sh
 fi
