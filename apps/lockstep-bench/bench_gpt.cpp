@@ -81,7 +81,8 @@ int run(const Args& args) {
   if (optimizer == "adamw")
     adamw = std::make_unique<optim::AdamW>(
         model.parameters(),
-        optim::AdamWOptions{.lr = 3e-4f, .weight_decay = 0.1f, .decay = optim::DecayScope::Matrices});
+        optim::AdamWOptions{
+            .lr = 3e-4f, .weight_decay = 0.1f, .decay = optim::DecayScope::Matrices});
   if (attention == "naive")
     for (std::size_t k = 0; k < model.num_layers(); ++k)
       if (auto* block = dynamic_cast<nn::TransformerBlock*>(&model.layer(k)))
@@ -93,11 +94,15 @@ int run(const Args& args) {
   const float scale = 1.0f / static_cast<float>(batch * seq);
   float last_loss = 0.0f;
 
-  auto step = [&] {
+  // With an optimizer the gradients are views of its flat buffer: one fill zeroes them all.
+  auto zero_grad = [&] {
     if (adamw)
       adamw->flat_params()->zero_grad(ctx);
     else
       model.zero_grad(ctx);
+  };
+  auto step = [&] {
+    zero_grad();
     Tensor logits = model.forward(ctx, x);
     loss.forward(ctx, logits, y);
     model.backward(ctx, loss.backward(ctx, scale));
@@ -132,15 +137,7 @@ int run(const Args& args) {
   };
   for (int rep = -1; rep < reps; ++rep) {
     const bool record = rep >= 0;
-    timed(
-        "zero_grad",
-        [&] {
-          if (adamw)
-            adamw->flat_params()->zero_grad(ctx);
-          else
-            model.zero_grad(ctx);
-        },
-        record);
+    timed("zero_grad", zero_grad, record);
     Tensor h = x;
     for (std::size_t i = 0; i < model.num_layers(); ++i)
       timed(
@@ -177,8 +174,7 @@ int run(const Args& args) {
        << ", \"threads\": " << threads << ", \"steps_per_rep\": " << steps << ", \"reps\": " << reps
        << ", \"attention\": \"" << attention << "\", \"optimizer\": \"" << optimizer
        << "\", \"precision\": \"" << ops::precision_name(ctx.precision())
-       << "\", \"parameters\": " << model.num_parameters()
-       << "},\n \"step_ms_per_rep\": [";
+       << "\", \"parameters\": " << model.num_parameters() << "},\n \"step_ms_per_rep\": [";
   for (std::size_t i = 0; i < step_times.size(); ++i)
     json << (i ? ", " : "") << step_times[i] * 1e3;
   json << "],\n \"step_ms\": " << step_s * 1e3 << ", \"tokens_per_s\": " << tokens / step_s

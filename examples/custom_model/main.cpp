@@ -104,8 +104,9 @@ int main(int argc, char** argv) {
       while (auto batch = loader.next()) {
         engine.begin_step();
         // The loss comes back unread (on a GPU it stays there); this example reads it each step.
-        const float loss = engine.forward_backward(
-            batch->x, batch->y, 1.0f / static_cast<float>(batch->y.numel()), true).item();
+        const Tensor loss_tensor = engine.forward_backward(
+            batch->x, batch->y, 1.0f / static_cast<float>(batch->y.numel()), true);
+        const float loss = loss_tensor.item();
         engine.finish_gradients();
         sgd.step(ctx);
         sum_and_count[0] += loss;

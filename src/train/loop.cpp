@@ -14,7 +14,6 @@
 //    one place (evaluate_now): after each epoch and every train.eval_every_steps.
 #include "lockstep/train/loop.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -31,15 +30,24 @@
 namespace lockstep::train {
 namespace {
 
+std::size_t cuda_malloc_calls([[maybe_unused]] Device device) {
+#ifdef LOCKSTEP_HAVE_CUDA
+  if (device.is_cuda()) return ops::cuda::allocator_stats(device.index).cuda_malloc_calls;
+#endif
+  return 0;
+}
+
 // Sums over the steps of one log interval, averaged when the record is written.
 struct Interval {
+  explicit Interval(Device device) : cuda_mallocs(cuda_malloc_calls(device)) {}
+
   double compute = 0, comm = 0, copy = 0, gather = 0;
   std::int64_t steps = 0;
   Clock::time_point start = Clock::now();
   // Counters at the interval's start: host reads of tensor values (each a wait on a GPU) and
   // the CUDA allocator's cudaMalloc calls, logged per step (0 in a GPU's steady state).
   std::uint64_t host_reads = Tensor::host_reads();
-  std::size_t cuda_mallocs = 0;
+  std::size_t cuda_mallocs;
 
   void add(const dist::StepTimes& t) {
     compute += t.compute;
@@ -110,42 +118,32 @@ class Checkpoints {
   Clock::time_point last_save_ = Clock::now();
 };
 
-std::size_t cuda_malloc_calls([[maybe_unused]] Device device) {
-#ifdef LOCKSTEP_HAVE_CUDA
-  if (device.is_cuda()) return ops::cuda::allocator_stats(device.index).cuda_malloc_calls;
-#endif
-  return 0;
-}
-
 // The micro-step losses of one log interval, in one buffer on the engine's device: a copy per
 // micro-step, one read when the interval is logged. Sums as the trainer always has: each step's
-// mean over its micro-steps in double, then the interval's sum of those in double.
+// mean over its micro-steps in double, then the interval's sum of those in double. An interval
+// holds at most log_every applied steps (the record is due at every multiple of log_every).
 class IntervalLosses {
  public:
-  IntervalLosses(Device device, std::int64_t accumulation, std::int64_t steps)
+  IntervalLosses(Device device, std::int64_t accumulation, std::int64_t log_every)
       : accumulation_(accumulation),
-        capacity_(std::max<std::int64_t>(steps, 1)),
+        capacity_(log_every),
         slots_(Tensor::zeros({capacity_ * accumulation}, DType::F32, device)) {}
 
-  // The current step's micro-step `micro` lost `loss` (one element, any device).
+  // The current step's micro-step `micro` lost `loss` (a one-element tensor, any device).
   void record(ops::Context& ctx, std::int64_t micro, const Tensor& loss) {
+    LOCKSTEP_CHECK(steps_ < capacity_,
+                   "training loop: more than log_every steps in a log interval");
     const std::int64_t at = steps_ * accumulation_ + micro;
     Tensor slot = slots_.slice(at, at + 1);
-    ops::copy(ctx, loss.numel() == 1 && loss.ndim() != 1 ? loss.view({1}) : loss, slot);
+    ops::copy(ctx, loss, slot);
   }
-  // The current step counts (it was applied); a full buffer is read early and starts over.
-  void commit() {
-    if (++steps_ == capacity_) {
-      flushed_ += read(0, steps_);
-      steps_ = 0;
-    }
-  }
+  // The current step counts (it was applied).
+  void commit() { ++steps_; }
   // The current, uncommitted step's mean loss (a read: for the message of a non-finite step).
   double current() const { return read(steps_, steps_ + 1); }
-  // The sum of the committed steps' mean losses since the last take(); starts a new interval.
+  // The sum of the committed steps' mean losses; starts a new interval.
   double take() {
-    const double sum = flushed_ + read(0, steps_);
-    flushed_ = 0;
+    const double sum = read(0, steps_);
     steps_ = 0;
     return sum;
   }
@@ -168,7 +166,6 @@ class IntervalLosses {
   std::int64_t accumulation_, capacity_;
   Tensor slots_;
   std::int64_t steps_ = 0;
-  double flushed_ = 0;
 };
 
 }  // namespace
@@ -182,14 +179,8 @@ TrainResult train_loop(Run& run) {
   TrainResult result;
   Checkpoints checkpoints(run);
   const Device device = engine.context().device();
-  auto new_interval = [&] {
-    Interval i;
-    i.cuda_mallocs = cuda_malloc_calls(device);
-    return i;
-  };
-  Interval interval = new_interval();
-  // Room for a whole interval (at most log_every steps): the one read is the log record's.
-  IntervalLosses losses(device, plan.accumulation, c.log_every + 1);
+  Interval interval(device);
+  IntervalLosses losses(device, plan.accumulation, c.log_every);
   loader.reset_data_wait();
   const auto run_start = Clock::now();
   const std::int64_t start_epoch = state.position.epoch;
@@ -336,7 +327,7 @@ TrainResult train_loop(Run& run) {
                               .add("data_wait_s", loader.data_wait_seconds() / n)
                               .add("host_reads_per_step", reads)
                               .add("cuda_mallocs_per_step", mallocs));
-        interval = new_interval();
+        interval = Interval(device);
         loader.reset_data_wait();
       }
 

@@ -185,7 +185,8 @@ TEST(TrainLoop, ReadsTheLossOncePerLogIntervalNotOncePerStep) {
   std::ifstream in(c.log_metrics);
   int records = 0;
   for (std::string line; std::getline(in, line);) {
-    if (line.find("\"samples_per_s\"") == std::string::npos || line.find("\"event\"") != std::string::npos)
+    if (line.find("\"samples_per_s\"") == std::string::npos ||
+        line.find("\"event\"") != std::string::npos)
       continue;
     ++records;
     EXPECT_NE(line.find("\"host_reads_per_step\": 1,"), std::string::npos) << line;
