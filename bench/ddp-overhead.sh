@@ -11,6 +11,7 @@
 # (configs/fashion_cnn.ini's), global batch 256, 1 thread per rank.
 #   bench/ddp-overhead.sh                    MLP, 2 ranks, 3 repetitions, 120 steps each
 #   MODEL=cnn RANKS=2 REPS=5 STEPS=200 bench/ddp-overhead.sh
+#   EXTRA="--dist.grad_dtype=bf16" bench/ddp-overhead.sh   extra trainer keys, for every run
 # The variants are interleaved (sync, no sync, one rank, then again) so drifting background load
 # hits each alike; figures are medians. On a shared machine give the run priority over other
 # sessions (docs/PERFORMANCE.md): setsid bash -c 'echo -15 > /proc/self/autogroup; bench/...'.
@@ -52,7 +53,7 @@ run() {  # run NAME RANKS SYNC REP
     --config "$CONFIG" --model.spec="$SPEC" --train.global_batch="$BATCH" \
     --train.threads=1 --train.max_steps="$STEPS" --train.eval=false --optim.schedule=constant \
     --optim.warmup_steps=0 --log.every="$EVERY" --log.progress=none --dist.sync="$sync" \
-    --log.metrics="$metrics" >/dev/null
+    --log.metrics="$metrics" ${EXTRA:-} >/dev/null
   # Every interval record but the first (warm-up: allocation, page faults, first buckets).
   grep '"samples_per_s"' "$metrics" | grep '"step"' | tail -n +2 |
     sed "s|^{|{\"run\": \"$name\", \"ranks\": $np, \"rep\": $rep, \"load\": $load, \"cpu\": \"$cpu\", |" \
@@ -69,9 +70,9 @@ done
 rm -f "$OUT/tmp-metrics.jsonl"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$OUT" "$RANKS" "$load_start" "$load_end" "$SPEC" "$BATCH" "$MODEL" <<'PY'
+python3 - "$OUT" "$RANKS" "$load_start" "$load_end" "$SPEC" "$BATCH" "$MODEL" "${EXTRA:-}" <<'PY'
 import json, statistics, sys, subprocess, os, time
-out, ranks, load, load_end, spec, batch, model = sys.argv[1:8]
+out, ranks, load, load_end, spec, batch, model, extra = sys.argv[1:9]
 ranks, batch = int(ranks), int(batch)
 runs = [json.loads(l) for l in open(f"{out}/runs.jsonl")]
 names = ("ddp_sync", "ddp_nosync", "one_rank")
@@ -124,6 +125,7 @@ summary = {
     "machine": {"cpu": cpu, "cores": os.cpu_count(), "load_at_start": load, "load_at_end": load_end,
                 "date": time.strftime("%Y-%m-%d %H:%M"), "kernels": info},
     "model": model, "spec": spec, "global_batch": batch, "ranks": ranks, "threads_per_rank": 1,
+    "extra_args": extra,
     "medians": s,
     "sync_over_nosync": s["ddp_sync"]["samples_per_s"] / s["ddp_nosync"]["samples_per_s"],
     "sync_over_nosync_per_rep": rep_ratio("ddp_sync", "ddp_nosync"),
@@ -136,7 +138,8 @@ if "cpu_ms_per_rank_step" in s["ddp_sync"] and "cpu_ms_per_rank_step" in s["ddp_
                                        s["ddp_sync"]["cpu_ms_per_rank_step"]["total"])
 json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
 with open(f"{out}/summary.md", "w") as f:
-    f.write(f"DDP overhead, {model} ({spec}), global batch {batch}, 1 thread per rank; {cpu}, "
+    f.write(f"DDP overhead, {model} ({spec}), global batch {batch}, 1 thread per rank"
+            f"{', ' + extra if extra else ''}; {cpu}, "
             f"{os.cpu_count()} cores; {info}; load {load} at start, {load_end} at end\n\n")
     f.write("| run | ranks | samples/s | step ms | compute ms | exposed comm ms | data wait ms "
             "| CPU ms per rank-step: main / comm / pool / other = total | cores used |\n"

@@ -9,6 +9,7 @@
 
 #include "comm/mpi_job.hpp"
 #include "comm/mpi_watch.hpp"
+#include "lockstep/core/bf16.hpp"
 #include "lockstep/core/error.hpp"
 
 namespace lockstep::comm {
@@ -248,6 +249,9 @@ class HierarchicalCommunicator final : public Communicator {
           case DType::I32:
             reduce_typed<std::int32_t>(op, now.result, lo, hi);
             break;
+          case DType::BF16:
+            reduce_bf16(op, now.result, lo, hi);
+            break;
           default:
             LOCKSTEP_FAIL("hierarchical allreduce: no reduction for ", dtype_name(t.dtype()));
         }
@@ -255,7 +259,8 @@ class HierarchicalCommunicator final : public Communicator {
       }
       if (leader && between_nodes) {
         LOCKSTEP_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, target, static_cast<int>(len), type,
-                                          detail::to_mpi_op(op), leader_comm_, &now.request));
+                                          detail::to_mpi_op(op, t.dtype()), leader_comm_,
+                                          &now.request));
       }
       if (have_previous) finish(previous);
       previous = now;
@@ -270,6 +275,26 @@ class HierarchicalCommunicator final : public Communicator {
     for (int k = 0; k < local_size_; ++k)
       slots[k] = reinterpret_cast<const T*>(base_ + segment_bytes_ * static_cast<std::size_t>(k));
     reduce_slots(op, reinterpret_cast<T*>(result), slots, lo, hi);
+  }
+
+  // bf16 (gradients sent as dist.grad_dtype = bf16): each element combined over the node's slots
+  // in f32 and rounded once, so a node's sum is rounded once rather than once per local rank.
+  void reduce_bf16(ReduceOp op, char* result, std::int64_t lo, std::int64_t hi) {
+    auto* out = reinterpret_cast<std::uint16_t*>(result);
+    auto slot = [this](int k) {
+      return reinterpret_cast<const std::uint16_t*>(base_ +
+                                                    segment_bytes_ * static_cast<std::size_t>(k));
+    };
+    for (std::int64_t i = lo; i < hi; ++i) {
+      float acc = bf16_to_float(slot(0)[i]);
+      for (int k = 1; k < local_size_; ++k) {
+        const float v = bf16_to_float(slot(k)[i]);
+        acc = op == ReduceOp::Sum   ? acc + v
+              : op == ReduceOp::Max ? std::max(acc, v)
+                                    : std::min(acc, v);
+      }
+      out[i] = float_to_bf16(acc);
+    }
   }
 
   Communicator& mpi_;

@@ -1,5 +1,9 @@
 #include "comm/mpi_check.hpp"
 
+#include <algorithm>
+#include <mutex>
+
+#include "lockstep/core/bf16.hpp"
 #include "lockstep/core/error.hpp"
 
 namespace lockstep::comm::detail {
@@ -35,8 +39,54 @@ MPI_Op to_mpi_op(ReduceOp op) {
   LOCKSTEP_FAIL("unknown ReduceOp ", static_cast<int>(op));
 }
 
+namespace {
+
+// MPI_User_function over bf16 bits: inout[i] <- op(in[i], inout[i]), in f32, rounded once.
+template <class Combine>
+void combine_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = float_to_bf16(Combine{}(bf16_to_float(a[i]), bf16_to_float(b[i])));
+}
+struct Add {
+  float operator()(float x, float y) const { return x + y; }
+};
+struct Greater {
+  float operator()(float x, float y) const { return std::max(x, y); }
+};
+struct Less {
+  float operator()(float x, float y) const { return std::min(x, y); }
+};
+
+}  // namespace
+
+MPI_Op to_mpi_op(ReduceOp op, DType dtype) {
+  if (dtype != DType::BF16) return to_mpi_op(op);
+  // Created once per process, after MPI_Init (a communicator exists), and never freed: MPI
+  // releases user ops at MPI_Finalize.
+  static MPI_Op ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LOCKSTEP_CHECK_MPI(MPI_Op_create(&combine_bf16<Add>, /*commute=*/1, &ops[0]));
+    LOCKSTEP_CHECK_MPI(MPI_Op_create(&combine_bf16<Greater>, 1, &ops[1]));
+    LOCKSTEP_CHECK_MPI(MPI_Op_create(&combine_bf16<Less>, 1, &ops[2]));
+  });
+  switch (op) {
+    case ReduceOp::Sum:
+      return ops[0];
+    case ReduceOp::Max:
+      return ops[1];
+    case ReduceOp::Min:
+      return ops[2];
+  }
+  LOCKSTEP_FAIL("unknown ReduceOp ", static_cast<int>(op));
+}
+
 MPI_Datatype reduction_type(DType dtype, const char* what) {
   switch (dtype) {
+    case DType::BF16:
+      return MPI_UINT16_T;
     case DType::F32:
       return MPI_FLOAT;
     case DType::I32:
@@ -46,7 +96,7 @@ MPI_Datatype reduction_type(DType dtype, const char* what) {
     default:
       break;
   }
-  LOCKSTEP_FAIL_HINT("reduce f32, i32 or f64 tensors", what, ": no MPI reduction for dtype ",
+  LOCKSTEP_FAIL_HINT("reduce f32, i32, f64 or bf16 tensors", what, ": no MPI reduction for dtype ",
                      dtype_name(dtype));
 }
 

@@ -17,8 +17,14 @@ namespace lockstep::comm::detail {
 std::string mpi_error_string(int code);  // "MPI_ERR_TRUNCATE: message truncated"
 [[noreturn]] void mpi_fail(int code, const char* call, const char* file, int line);
 
+// The predefined op (MPI_SUM, ...) for MPI's own types.
 MPI_Op to_mpi_op(ReduceOp op);
-// The MPI type for reductions over `dtype`; throws naming the dtype when there is none.
+// The op for reducing `dtype`: the predefined one, or for bf16 (which MPI lacks) one of ours,
+// created on first use: each pair of elements is combined in f32 and rounded back to bf16 (round
+// to nearest even), as NCCL reduces bf16.
+MPI_Op to_mpi_op(ReduceOp op, DType dtype);
+// The MPI type for reductions over `dtype` (bf16: MPI_UINT16_T, the bits, reduced by the ops
+// above); throws naming the dtype when there is none.
 MPI_Datatype reduction_type(DType dtype, const char* what);
 int to_mpi_thread_level(ThreadLevel level);
 ThreadLevel from_mpi_thread_level(int level);

@@ -90,9 +90,10 @@ class MpiCommunicator final : public Communicator {
     int count = mpi_count(t.numel(), what);
     MPI_Comm comm = comm_;
     std::vector<std::byte>* scratch = &scratch_;
-    return submit(what, [t, type, count, op, comm, scratch](detail::CollectiveWatch& watch) {
-      detail::allreduce_in_place(t.raw_data(), count, type, t.nbytes(), detail::to_mpi_op(op), comm,
-                                 watch, *scratch);
+    MPI_Op mpi_op = detail::to_mpi_op(op, t.dtype());
+    return submit(what, [t, type, count, mpi_op, comm, scratch](detail::CollectiveWatch& watch) {
+      detail::allreduce_in_place(t.raw_data(), count, type, t.nbytes(), mpi_op, comm, watch,
+                                 *scratch);
     });
   }
 
@@ -147,11 +148,12 @@ class MpiCommunicator final : public Communicator {
     MPI_Datatype type = detail::reduction_type(in.dtype(), what.c_str());
     int count = mpi_count(out.numel(), what);
     mpi_count(in.numel(), what);
+    MPI_Op mpi_op = detail::to_mpi_op(op, in.dtype());
     MPI_Comm comm = comm_;
-    return submit(what, [in, out, count, type, op, comm](detail::CollectiveWatch& watch) {
+    return submit(what, [in, out, count, type, mpi_op, comm](detail::CollectiveWatch& watch) {
       MPI_Request request;
       LOCKSTEP_CHECK_MPI(MPI_Ireduce_scatter_block(in.raw_data(), out.raw_data(), count, type,
-                                                   detail::to_mpi_op(op), comm, &request));
+                                                   mpi_op, comm, &request));
       watch.wait(request);
     });
   }
@@ -240,7 +242,7 @@ class MpiCommunicator final : public Communicator {
                    ": the communicator has operations in flight; wait for them first");
     LOCKSTEP_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), mpi_count(t.numel(), what),
                                      detail::reduction_type(t.dtype(), what.c_str()),
-                                     detail::to_mpi_op(op), comm_));
+                                     detail::to_mpi_op(op, t.dtype()), comm_));
   }
 
   void run_on_thread(const std::function<void()>& fn) {

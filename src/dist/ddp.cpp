@@ -39,7 +39,8 @@ DdpEngine::DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& co
                  "DDP: the flat parameters given are not the model's");
   shard_ = flat->shard(zero ? comm_.rank() : 0, zero ? comm_.size() : 1);
   broadcast_state(comm_, *flat, model_.buffers());
-  reducer_ = std::make_unique<Reducer>(ctx_, comm_, std::move(flat), shard_);
+  reducer_ =
+      std::make_unique<Reducer>(ctx_, comm_, std::move(flat), shard_, options_.reducer.grad_dtype);
   // The average over ranks is taken by scaling the loss gradient by 1 / size before backward
   // (forward_backward), so the allreduce's sum is already the mean: no pass over the whole
   // gradient buffer after it, as Horovod's prescale. Gradients are linear in the loss gradient,

@@ -11,9 +11,22 @@ optim::BucketLimits bucket_limits(const ReducerOptions& options) {
   return {options.bucket_bytes, options.first_bucket_bytes};
 }
 
+DType parse_grad_dtype(const std::string& value, const std::string& key) {
+  if (value == "fp32") return DType::F32;
+  if (value == "bf16") return DType::BF16;
+  LOCKSTEP_FAIL_HINT("use fp32 or bf16", "key ", key, " = '", value,
+                     "' is not a gradient dtype (fp32 | bf16)");
+}
+
 Reducer::Reducer(ops::Context& ctx, comm::Communicator& comm,
-                 std::shared_ptr<optim::FlatParams> flat, optim::FlatShard shard)
-    : ctx_(ctx), comm_(comm), flat_(std::move(flat)), shard_(std::move(shard)) {
+                 std::shared_ptr<optim::FlatParams> flat, optim::FlatShard shard, DType grad_dtype)
+    : ctx_(ctx),
+      comm_(comm),
+      flat_(std::move(flat)),
+      shard_(std::move(shard)),
+      grad_dtype_(grad_dtype) {
+  LOCKSTEP_CHECK(grad_dtype_ == DType::F32 || grad_dtype_ == DType::BF16,
+                 "reducer: gradients travel as f32 or bf16, not ", dtype_name(grad_dtype_));
   LOCKSTEP_CHECK(flat_ != nullptr, "reducer: no parameters (null FlatParams)");
   LOCKSTEP_CHECK(flat_->device() == ctx_.device(), "reducer: the gradients are on ",
                  flat_->device().str(), " but the context runs on ", ctx_.device().str());
@@ -29,6 +42,12 @@ Reducer::Reducer(ops::Context& ctx, comm::Communicator& comm,
     for (std::size_t k : buckets[b].params)
       bucket_of_param_[k] = b;
   }
+  // Only a reducer that communicates needs the bf16 copies (no memory for one rank).
+  if (grad_dtype_ == DType::BF16 && comm_.size() > 1) {
+    for (const Tensor& bucket : bucket_tensors_)
+      wire_buckets_.push_back(Tensor::empty({bucket.numel()}, DType::BF16, flat_->device()));
+    if (shard_.sharded()) wire_shard_ = Tensor::empty({shard_.numel}, DType::BF16, flat_->device());
+  }
   pending_.assign(buckets.size(), 0);
   ready_.assign(flat_->parameters().size(), false);
   work_.resize(buckets.size());
@@ -37,7 +56,8 @@ Reducer::Reducer(ops::Context& ctx, comm::Communicator& comm,
 Reducer::Reducer(ops::Context& ctx, comm::Communicator& comm, std::vector<nn::Parameter*> params,
                  ReducerOptions options)
     : Reducer(ctx, comm,
-              std::make_shared<optim::FlatParams>(std::move(params), bucket_limits(options))) {}
+              std::make_shared<optim::FlatParams>(std::move(params), bucket_limits(options)), {},
+              options.grad_dtype) {}
 
 void Reducer::prepare_for_backward(bool communicate) {
   LOCKSTEP_CHECK(!in_backward_ || !communicate_,
@@ -70,12 +90,16 @@ void Reducer::launch_ready_buckets() {
     // Compute on a device stream must be complete before the communicator reads the bucket;
     // the communicator orders this itself (NCCL: an event on the compute stream).
     const std::size_t b = next_to_launch_;
+    const bool bf16 = !wire_buckets_.empty();
+    if (bf16) ops::cast(ctx_, bucket_tensors_[b], wire_buckets_[b]);
+    const Tensor& send = bf16 ? wire_buckets_[b] : bucket_tensors_[b];
     if (shard_.sharded()) {
       const ops::FlatRange& r = shard_.ranges[b];
-      work_[b] = comm_.reduce_scatter_async(bucket_tensors_[b],
-                                            shard_grads_.sub(shard_.offsets[b], {r.end - r.begin}));
+      const Tensor& results = bf16 ? wire_shard_ : shard_grads_;
+      work_[b] =
+          comm_.reduce_scatter_async(send, results.sub(shard_.offsets[b], {r.end - r.begin}));
     } else {
-      work_[b] = comm_.allreduce_async(bucket_tensors_[b]);
+      work_[b] = comm_.allreduce_async(send);
     }
     ++next_to_launch_;
   }
@@ -97,6 +121,14 @@ double Reducer::finish() {
   for (std::size_t b = 0; b < buckets().size(); ++b) {
     work_[b]->wait();
     work_[b].reset();
+  }
+  if (!wire_buckets_.empty()) {  // back to f32 (exact), where the optimizer reads them
+    if (shard_.sharded()) {
+      ops::cast(ctx_, wire_shard_, shard_grads_);
+    } else {
+      for (std::size_t b = 0; b < buckets().size(); ++b)
+        ops::cast(ctx_, wire_buckets_[b], bucket_tensors_[b]);
+    }
   }
   if (shard_.sharded()) {
     // The average of the shard (unless the loss gradient was prescaled by 1/world, see

@@ -220,6 +220,12 @@ const std::vector<Key>& keys() {
        "parameters allgathered; same result as 0, docs/DISTRIBUTED.md)",
        {},
        0},
+      {"dist.grad_dtype",
+       &Config::dist_grad_dtype,
+       "dtype gradients are averaged in across ranks: fp32, or bf16 (half the bytes; each "
+       "bucket rounded to bf16, summed with f32 arithmetic rounded to bf16, widened back; "
+       "parameters and optimizer state stay f32; docs/DISTRIBUTED.md)",
+       {"fp32", "bf16"}},
       {"log.every",
        &Config::log_every,
        "log a progress line and a metrics record every N steps",
@@ -445,6 +451,11 @@ void validate(const Config& c) {
                       "train.parallel = dp runs one process");
   LOCKSTEP_CHECK_HINT(c.dist_zero == 0 || c.dist_sync, "set dist.sync = true, or dist.zero = 0",
                       "key dist.zero = 1 needs gradient communication, but dist.sync = false");
+  LOCKSTEP_CHECK_HINT(c.dist_grad_dtype == "fp32" || c.train_parallel != "dp",
+                      "use train.parallel = ddp (or auto), or set dist.grad_dtype = fp32",
+                      "key dist.grad_dtype = ", c.dist_grad_dtype,
+                      " sets how gradients travel between MPI ranks, but train.parallel = dp "
+                      "averages its replicas' gradients in one process, in f32");
 }
 
 // Calls fn(section.key, value, line number) for every "key = value" line of INI text, read as

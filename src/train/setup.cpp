@@ -128,6 +128,7 @@ std::unique_ptr<dist::Engine> make_engine(Run& run, const Config& config) {
   ddp.sync = config.dist_sync;
   ddp.input = run.norm;
   ddp.zero = config.dist_zero == 1;
+  ddp.reducer.grad_dtype = dist::parse_grad_dtype(config.dist_grad_dtype, "dist.grad_dtype");
   return std::make_unique<dist::DdpEngine>(*run.ctx, *run.model, *run.gradient_comm, ddp, run.flat);
 }
 
@@ -358,7 +359,9 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
     r.gradient_comm = comm::gradient_communicator(
         control, *r.ctx, comm::parse_allreduce_algorithm(config.dist_algorithm, "dist.algorithm"),
         &transport);
-    if (r.world > 1) r.line("lockstep: gradient allreduce " + transport);
+    if (r.world > 1)
+      r.line("lockstep: gradient allreduce " + transport +
+             (config.dist_grad_dtype == "bf16" ? ", gradients sent as bf16" : ""));
   }
   r.engine = make_engine(r, config);
   if (r.gradient_comm) r.state->set_communicator(*r.gradient_comm);  // gathers ZeRO-1 state

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/dist/reducer.hpp"
 #include "lockstep/train/config.hpp"
 
 using namespace lockstep;
@@ -204,6 +205,26 @@ TEST(Config, CheckpointCadenceWithoutAFolderIsAnError) {
               parse_config_text("", {"checkpoint.every_steps=5", "checkpoint.dir=d"});
             }),
             "");
+}
+
+TEST(CommandLine, DistGradDtypeIsFp32OrBf16ForRanksThatCommunicate) {
+  EXPECT_EQ(parse({"--data.train=d/x"}).config.dist_grad_dtype, "fp32");
+  EXPECT_EQ(parse({"--data.train=d/x", "--dist.grad_dtype=bf16"}).config.dist_grad_dtype, "bf16");
+  std::string e = args_error({"--data.train=d/x", "--dist.grad_dtype=fp16"});
+  EXPECT_NE(e.find("dist.grad_dtype"), std::string::npos) << e;
+  EXPECT_NE(e.find("bf16"), std::string::npos) << e;  // the choices are listed
+  e = args_error({"--data.train=d/x", "--dist.grad_dtype=bf16", "--train.parallel=dp"});
+  EXPECT_NE(e.find("key dist.grad_dtype = bf16"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.parallel = dp"), std::string::npos) << e;
+  // Accepted with dist.sync = false (nothing is sent), so a benchmark can switch sync alone.
+  EXPECT_EQ(args_error({"--data.train=d/x", "--dist.grad_dtype=bf16", "--dist.sync=false"}), "");
+  EXPECT_EQ(dist::parse_grad_dtype("bf16", "k"), DType::BF16);
+  EXPECT_EQ(dist::parse_grad_dtype("fp32", "k"), DType::F32);
+  EXPECT_THROW(dist::parse_grad_dtype("f32", "k"), Error);
+  // Ranks that send different dtypes would mismatch in every collective: checked at start-up.
+  EXPECT_EQ(rank_invariant_settings(parse({"--data.train=d/x", "--dist.grad_dtype=bf16"}).config)
+                .at("dist.grad_dtype"),
+            "bf16");
 }
 
 TEST(CommandLine, DistZeroIsZeroOrOneAndNeedsRanksAndGradientCommunication) {

@@ -56,7 +56,8 @@ class Communicator {
   virtual void set_step(std::int64_t step) { step_.store(step, std::memory_order_relaxed); }
   virtual std::int64_t step() const { return step_.load(std::memory_order_relaxed); }
 
-  // ---- tensor collectives (dtypes: f32, i32, f64 for reductions; any dtype otherwise) ----
+  // ---- tensor collectives (dtypes: f32, i32, f64, bf16 for reductions; any dtype otherwise) ----
+  // bf16 elements are combined in f32 and rounded back to bf16 at each combination (NCCL's way).
   // t <- op over all ranks of t, elementwise.
   virtual WorkPtr allreduce_async(Tensor t, ReduceOp op = ReduceOp::Sum) = 0;
   // t <- root's t on every rank.

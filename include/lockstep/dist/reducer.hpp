@@ -40,7 +40,14 @@ inline constexpr std::size_t kDefaultFirstBucketBytes = 1u << 20;
 struct ReducerOptions {
   std::size_t bucket_bytes = kDefaultBucketBytes;
   std::size_t first_bucket_bytes = kDefaultFirstBucketBytes;
+  // The dtype gradients travel in (dist.grad_dtype): F32, or BF16 (PyTorch's bf16_compress_hook:
+  // each bucket is rounded to bf16 before the collective, which sums in f32 and rounds to bf16 at
+  // each combination, and is widened back to f32 after it; half the bytes on the wire).
+  DType grad_dtype = DType::F32;
 };
+
+// Parses dist.grad_dtype: "fp32" | "bf16"; throws lockstep::Error naming `key` and the choices.
+DType parse_grad_dtype(const std::string& value, const std::string& key);
 
 // The bucket limits these options give a FlatParams layout.
 optim::BucketLimits bucket_limits(const ReducerOptions& options);
@@ -48,9 +55,9 @@ optim::BucketLimits bucket_limits(const ReducerOptions& options);
 class Reducer {
  public:
   // Communicates the gradient buckets of `flat`: allreduced, or reduce-scattered to `shard`
-  // when it is sharded (flat->shard(comm.rank(), comm.size())).
+  // when it is sharded (flat->shard(comm.rank(), comm.size())), in `grad_dtype` (F32 or BF16).
   Reducer(ops::Context& ctx, comm::Communicator& comm, std::shared_ptr<optim::FlatParams> flat,
-          optim::FlatShard shard = {});
+          optim::FlatShard shard = {}, DType grad_dtype = DType::F32);
   // Lays the parameters out in a FlatParams of its own, bucketed by `options`.
   Reducer(ops::Context& ctx, comm::Communicator& comm, std::vector<nn::Parameter*> params,
           ReducerOptions options = {});
@@ -75,6 +82,7 @@ class Reducer {
   const std::vector<optim::FlatBucket>& buckets() const { return flat_->layout().buckets(); }
   std::size_t num_buckets() const { return buckets().size(); }
   const std::shared_ptr<optim::FlatParams>& flat_params() const { return flat_; }
+  DType grad_dtype() const { return grad_dtype_; }
 
  private:
   void launch_ready_buckets();
@@ -83,8 +91,13 @@ class Reducer {
   comm::Communicator& comm_;
   std::shared_ptr<optim::FlatParams> flat_;
   optim::FlatShard shard_;
+  DType grad_dtype_ = DType::F32;
   Tensor shard_grads_;                  // ZeRO-1: shard_.numel reduce-scatter results
   std::vector<Tensor> bucket_tensors_;  // views of flat_'s gradient buffer
+  // grad_dtype BF16: what the collectives send, one bf16 copy per bucket (allocated once), and
+  // for ZeRO-1 the bf16 reduce-scatter results.
+  std::vector<Tensor> wire_buckets_;
+  Tensor wire_shard_;
   std::vector<std::size_t> bucket_of_param_;
   std::vector<int> pending_;         // per bucket: gradients not yet ready this backward
   std::vector<bool> ready_;          // per parameter

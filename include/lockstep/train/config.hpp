@@ -65,6 +65,7 @@ struct Config {
   double dist_timeout_s = 300.0;  // comm::kDefaultTimeoutSeconds (tests/comm checks they agree)
   std::string dist_algorithm = "auto";
   std::int64_t dist_zero = 0;  // ZeRO stage: 0 or 1
+  std::string dist_grad_dtype = "fp32";
   // [log]
   std::int64_t log_every = 50;
   std::string log_metrics = "";

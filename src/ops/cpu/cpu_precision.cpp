@@ -26,6 +26,7 @@
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "lockstep/core/bf16.hpp"
 #include "lockstep/core/error.hpp"
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/cpu_sgemm.hpp"
@@ -39,17 +40,9 @@
 namespace lockstep::ops::cpu {
 namespace {
 
-std::uint16_t to_bf16(float f) {
-  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  if ((u & 0x7f800000u) == 0) u &= 0x80000000u;  // subnormal -> signed zero, as the vector path
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
 void to_bf16_portable(const float* src, std::uint16_t* dst, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i)
-    dst[i] = to_bf16(src[i]);
+    dst[i] = float_to_bf16(src[i]);
 }
 
 #ifdef LOCKSTEP_X86_BF16
@@ -83,7 +76,7 @@ void bf16_to_f32(ThreadPool& pool, const std::uint16_t* src, float* dst, std::in
   parallel_range(pool, n, kParallelGrain, [&](std::int64_t b, std::int64_t e) {
     LOCKSTEP_IVDEP
     for (std::int64_t i = b; i < e; ++i)
-      dst[i] = std::bit_cast<float>(static_cast<std::uint32_t>(src[i]) << 16);
+      dst[i] = bf16_to_float(src[i]);
   });
 }
 

@@ -15,6 +15,7 @@
 #include "lockstep/comm/mpi_communicator.hpp"
 #include "lockstep/core/rng.hpp"
 #include "support/mpi_env.hpp"
+#include "support/precision_reference.hpp"
 
 namespace lockstep::comm {
 namespace {
@@ -306,6 +307,93 @@ TEST(MpiCollectives, ReduceScatterMaxMatchesFormula) {
   Tensor out = Tensor::zeros({n});
   world().reduce_scatter(in, out, ReduceOp::Max);
   expect_equal(out.to_vector<float>(), expected_extreme(n, W, true, minmax_input, r * n), "max");
+}
+
+// ---- bf16 (gradients sent as dist.grad_dtype = bf16). MPI has no bf16 type: the communicator
+// reduces the bits with ops of its own, combining in f32 and rounding to bf16.
+
+Tensor as_bf16(const std::vector<float>& v) {
+  ops::Context ctx(Device::cpu(), 1);
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(v.size())}, DType::BF16);
+  ops::cast(ctx, Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())}), t);
+  return t;
+}
+std::vector<float> from_bf16(const Tensor& t) {
+  ops::Context ctx(Device::cpu(), 1);
+  Tensor f = Tensor::empty({t.numel()}, DType::F32);
+  ops::cast(ctx, t, f);
+  return f.to_vector<float>();
+}
+
+// sum_input's values and their partial sums are small multiples of 1/2, exact in bf16 too, so
+// any order of combination gives the formula's value: this checks the op adds values, not bits
+// (adding the bit patterns as integers, or MPI_SUM on MPI_UINT16_T, gives other numbers).
+TEST(MpiCollectives, AllreduceOfBf16SumsMaxesAndMinsValuesOnBothSidesOfTheShortPath) {
+  const int W = world().size(), r = world().rank();
+  for (std::int64_t n : test_sizes(W)) {
+    Tensor t = as_bf16(values_of(n, r, sum_input));
+    world().allreduce(t, ReduceOp::Sum);
+    expect_equal(from_bf16(t), expected_sum(n, W, sum_input), str("sum n=", n));
+    for (bool max : {true, false}) {
+      Tensor m = as_bf16(values_of(n, r, minmax_input));
+      world().allreduce(m, max ? ReduceOp::Max : ReduceOp::Min);
+      expect_equal(from_bf16(m), expected_extreme(n, W, max, minmax_input),
+                   str(max ? "max" : "min", " n=", n));
+    }
+  }
+}
+
+// Inexact sums: each combination rounds to bf16. With two ranks there is one combination per
+// element, so the result is predicted bit for bit by the test's own rounding; with more, the
+// order is MPI's, and the result must be within (W - 1) roundings of the exact sum, and the same
+// bits on every rank.
+TEST(MpiCollectives, AllreduceOfBf16RoundsEachCombinationAndGivesEveryRankTheSameBits) {
+  const int W = world().size(), r = world().rank();
+  auto input = [](int rank, std::int64_t i) {
+    return testing::reference_bf16(std::sin(0.37f * static_cast<float>(i) + 1.3f * rank) *
+                                   (1.0f + 0.1f * static_cast<float>(rank)));
+  };
+  for (std::int64_t n : {std::int64_t{1000}, std::int64_t{65536 + 3}}) {
+    std::vector<float> mine(n);
+    for (std::int64_t i = 0; i < n; ++i)
+      mine[i] = input(r, i);
+    Tensor t = as_bf16(mine);
+    world().allreduce(t, ReduceOp::Sum);
+    const std::vector<float> got = from_bf16(t);
+    std::int64_t off = 0, first = -1, inexact = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      double exact = 0, abs_sum = 0;
+      for (int q = 0; q < W; ++q) {
+        exact += input(q, i);
+        abs_sum += std::fabs(input(q, i));
+      }
+      bool ok;
+      if (W == 2) {
+        ok = got[i] == testing::reference_bf16(input(0, i) + input(1, i));
+      } else {
+        ok = std::fabs(got[i] - exact) <= (W - 1) * ops::kBf16UnitRoundoff * abs_sum;
+      }
+      if (got[i] != static_cast<float>(exact)) ++inexact;
+      if (!ok && off++ == 0) first = i;
+    }
+    EXPECT_EQ(off, 0) << "n=" << n << ": " << off << " elements off, first " << first;
+    EXPECT_GT(inexact, n / 4) << "the inputs were meant to need rounding";
+    // Every rank holds the same bits: gather them and compare with rank 0's.
+    std::string bits(static_cast<const char*>(t.raw_data()), t.nbytes());
+    std::vector<std::string> all = world().allgather(bits);
+    for (int q = 1; q < W; ++q)
+      EXPECT_EQ(all[q] == all[0], true) << "rank " << q << " differs from rank 0, n=" << n;
+  }
+}
+
+TEST(MpiCollectives, ReduceScatterOfBf16GivesEachRankItsBlockOfTheSum) {
+  const int W = world().size(), r = world().rank();
+  for (std::int64_t n : {std::int64_t{1}, std::int64_t{513}}) {
+    Tensor in = as_bf16(values_of(W * n, r, sum_input));
+    Tensor out = Tensor::empty({n}, DType::BF16);
+    world().reduce_scatter(in, out, ReduceOp::Sum);
+    expect_equal(from_bf16(out), expected_sum(n, W, sum_input, r * n), str("n=", n));
+  }
 }
 
 TEST(MpiCollectives, InvalidArgumentsThrowOnTheCallerAndLeaveTheCommunicatorUsable) {

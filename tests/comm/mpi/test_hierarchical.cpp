@@ -20,6 +20,7 @@
 #include "lockstep/core/rng.hpp"
 #include "lockstep/dist/ddp.hpp"
 #include "support/mpi_env.hpp"
+#include "support/precision_reference.hpp"
 #include "support/training.hpp"
 
 namespace lockstep::test {
@@ -214,6 +215,74 @@ TEST(HierarchicalAllreduce, MatchesFlatWithinTheSummationOrderBoundForEveryLayou
       check_exact<float>(*hier, ReduceOp::Max, n, 14, where);
       check_exact<float>(*hier, ReduceOp::Min, n, 15, where);
       check_exact<double>(*hier, ReduceOp::Max, n, 16, where);
+    }
+  }
+}
+
+// bf16 (dist.grad_dtype = bf16): a node adds its slots in f32 in local-rank order and rounds
+// once; leaders then combine node sums with MPI (one rounding per combination). Values that are
+// small multiples of 1/2 sum exactly in any order, so every layout must give the formula; inexact
+// ones must stay within one rounding per node plus one per leader combination (at most W, of
+// u = 2^-8 times sum |x_r|), give every rank the same bits, and on one node equal the test's own
+// prediction (f32 sum in rank order, rounded once).
+TEST(HierarchicalAllreduce, Bf16SumsInF32WithinEachNodeAndRoundOncePerNode) {
+  const int w = world().size(), rank = world().rank();
+  auto exact_input = [](int r, std::int64_t i) {
+    return 0.5f * static_cast<float>((i * 7 + r * 3) % 13 - 6);
+  };
+  auto inexact_input = [](int r, std::int64_t i) {
+    return testing::reference_bf16(std::cos(0.29f * static_cast<float>(i) + 0.8f * r) *
+                                   (1.0f + 0.07f * static_cast<float>(r)));
+  };
+  ops::Context ctx(Device::cpu(), 1);
+  auto bf16_of = [&](std::int64_t n, const auto& f) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i)
+      v[static_cast<std::size_t>(i)] = f(rank, i);
+    Tensor t = Tensor::empty({n}, DType::BF16);
+    ops::cast(ctx, Tensor::from_vector(v, {n}), t);
+    return t;
+  };
+  auto floats_of = [&](const Tensor& t) {
+    Tensor f = Tensor::empty({t.numel()}, DType::F32);
+    ops::cast(ctx, t, f);
+    return f.to_vector<float>();
+  };
+  for (const std::vector<int>& ids : layouts_for(w)) {
+    NodeLayout layout = simulated(ids);
+    comm::HierarchicalOptions small;
+    small.segment_bytes = 256;  // several segments, uneven slices
+    auto hier = comm::make_hierarchical_communicator(world(), layout, small);
+    const bool one_node = layout.nodes() == 1;
+    for (std::int64_t n : {1, 63, 1000}) {
+      const std::string where = str(layout.describe(), ", ", n, " bf16 elements");
+      Tensor exact = bf16_of(n, exact_input);
+      hier->allreduce(exact, ReduceOp::Sum);
+      Tensor inexact = bf16_of(n, inexact_input);
+      hier->allreduce(inexact, ReduceOp::Sum);
+      const std::vector<float> got_exact = floats_of(exact), got = floats_of(inexact);
+      std::int64_t bad_exact = 0, bad = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        float formula = 0, in_order = 0;
+        double sum = 0, abs_sum = 0;
+        for (int r = 0; r < w; ++r) {
+          formula += exact_input(r, i);
+          in_order = r == 0 ? inexact_input(0, i) : in_order + inexact_input(r, i);
+          sum += inexact_input(r, i);
+          abs_sum += std::fabs(inexact_input(r, i));
+        }
+        const auto k = static_cast<std::size_t>(i);
+        bad_exact += got_exact[k] == formula ? 0 : 1;
+        const bool ok = one_node ? got[k] == testing::reference_bf16(in_order)
+                                 : std::fabs(got[k] - sum) <= w * ops::kBf16UnitRoundoff * abs_sum;
+        bad += ok ? 0 : 1;
+      }
+      EXPECT_EQ(bad_exact, 0) << where << ": exact sums";
+      EXPECT_EQ(bad, 0) << where << ": rounded sums";
+      std::string bits(static_cast<const char*>(inexact.raw_data()), inexact.nbytes());
+      std::vector<std::string> all = world().allgather(bits);
+      for (int r = 1; r < w; ++r)
+        EXPECT_TRUE(all[r] == all[0]) << where << ": rank " << r << " differs from rank 0";
     }
   }
 }

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "lockstep/comm/local.hpp"
+#include "lockstep/dist/ddp.hpp"
 #include "lockstep/train/checkpoint.hpp"
 #include "lockstep/train/loop.hpp"
 #include "lockstep/train/setup.hpp"
@@ -153,6 +154,38 @@ TEST_F(ZeroResume, WrittenByOneRankResumedByAll) {
   Trained resumed = run_training(second_half(1, checkpoint), world());
   EXPECT_LE(max_abs_difference(resumed.params, reference.params), kTolerance)
       << "written by 1 rank, resumed by " << world().size() << ", rank " << world().rank();
+}
+
+// dist.grad_dtype = bf16 through the real trainer (config -> setup -> DdpEngine -> Reducer), in
+// both ZeRO modes: the reducer sends bf16, the run repeats bit for bit and resumes bitwise from a
+// mid-run checkpoint, and the parameters stay near the f32 run's (the bound of test_ddp.cpp's
+// Bf16GradientsTrainLikeF32UpToTheirRounding: 2 u = 2^-7 of how far training moved them) without
+// equalling them.
+TEST_F(ZeroResume, Bf16GradientsThroughTheTrainerResumeBitwiseAndStayNearF32) {
+  for (int zero : {0, 1}) {
+    auto bf16 = [](train::Config c) {
+      c.dist_grad_dtype = "bf16";
+      return c;
+    };
+    train::Config c = bf16(whole(zero));
+    auto run = train::setup_run(c, world());
+    auto* ddp = dynamic_cast<dist::DdpEngine*>(run->engine.get());
+    ASSERT_NE(ddp, nullptr);
+    EXPECT_EQ(ddp->reducer().grad_dtype(), DType::BF16);
+    const std::vector<std::vector<float>> start = parameter_values(*run->model);
+    train::train_loop(*run);
+    const std::vector<std::vector<float>> params = parameter_values(*run->model);
+
+    Trained f32 = run_training(whole(zero), world());
+    const double moved = max_abs_difference(f32.params, start);
+    const double diff = max_abs_difference(params, f32.params);
+    EXPECT_LE(diff, 2 * ops::kBf16UnitRoundoff * moved) << "zero " << zero;
+    if (world().size() > 1) EXPECT_GT(diff, 0.0) << "zero " << zero;
+
+    Trained half = run_training(bf16(first_half(zero)), world());
+    Trained resumed = run_training(bf16(second_half(zero, half.checkpoint)), world());
+    EXPECT_EQ(resumed.params, params) << "zero " << zero << ", rank " << world().rank();
+  }
 }
 
 }  // namespace lockstep::test
