@@ -1,11 +1,12 @@
-// CUDA-specific extras beyond ops.hpp: page-locked host buffers for input batches and the device
-// allocator's statistics. Declared only in CUDA builds (LOCKSTEP_HAVE_CUDA); layer code stays
+// CUDA-specific extras beyond ops.hpp: page-locked host buffers for input batches and the
+// backend's counters. Declared only in CUDA builds (LOCKSTEP_HAVE_CUDA); layer code stays
 // device-agnostic and needs none of this.
 #pragma once
 
 #ifdef LOCKSTEP_HAVE_CUDA
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "lockstep/core/tensor.hpp"
@@ -49,6 +50,21 @@ class PinnedBuffer {
 // Enqueues dst <- the first dst.nbytes() bytes of src on ctx's compute stream and returns at
 // once; ops queued on ctx afterwards see the data.
 void copy_to_device_async(Context& ctx, PinnedBuffer& src, Tensor& dst);
+
+// Counters of the CUDA backend's host-side costs, over the process (all devices), for tests and
+// the trainer's log records: both stay constant over a steady-state training step on a GPU,
+// except for the reads the step asks for.
+struct TransferStats {
+  // Host-to-device copies from pageable host memory (Tensor::to, ops::copy and the backend's own
+  // uploads from a host tensor or vector): each one is staged through a driver buffer, and
+  // Tensor::to waits for the device first.
+  std::uint64_t pageable_copies = 0;
+  // Waits of the host for a device or a compute stream (cudaDeviceSynchronize,
+  // cudaStreamSynchronize: synchronize(), reads of values, copies to the host). Waits for a
+  // PinnedBuffer's copy are not counted: they do not wait for compute.
+  std::uint64_t host_syncs = 0;
+};
+TransferStats transfer_stats();
 
 // The caching device allocator's counters for one device.
 struct AllocatorStats {
