@@ -16,7 +16,7 @@ void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization&
   }
   if (!out.defined() || out.shape() != x.shape() || out.device() != ctx.device())
     out = Tensor::empty(x.shape(), DType::F32, ctx.device());
-  if (ctx.device().is_cpu()) {
+  if (ctx.device().is_cpu() || x.device() == ctx.device()) {
     ops::normalize_input(ctx, x, norm.mean, norm.stddev, out);
   } else {
     Tensor staged = x.to(ctx.device());
@@ -62,9 +62,20 @@ void DdpEngine::begin_step() {
 Tensor DdpEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_scale,
                                    bool last_micro) {
   auto start = std::chrono::steady_clock::now();
-  prepare_input(ctx_, x, options_.input, input_);
+  Tensor x_in = x, y_in = y;
+#ifdef LOCKSTEP_HAVE_CUDA
+  // On a GPU the batch goes through the stager's pinned slots on its copy stream, overlapping the
+  // previous micro-step's compute; the compute stream waits for the copy on the device.
+  if (ctx_.device().is_cuda() && x.device().is_cpu() && y.device().is_cpu()) {
+    if (!stager_) stager_ = std::make_unique<ops::cuda::InputStager>(ctx_);
+    std::vector<Tensor> staged = stager_->stage({x, y});
+    x_in = staged[0];
+    y_in = staged[1];
+  }
+#endif
+  prepare_input(ctx_, x_in, options_.input, input_);
   // Token labels [B, T] are one row per position, as the logits [B*T, V].
-  Tensor labels = y.device() == ctx_.device() ? y : y.to(ctx_.device());
+  Tensor labels = y_in.device() == ctx_.device() ? y_in : y_in.to(ctx_.device());
   if (labels.ndim() > 1) labels = labels.view({labels.numel()});
   reducer_->prepare_for_backward(last_micro && options_.sync && comm_.size() > 1);
   Tensor logits = model_.forward(ctx_, input_);

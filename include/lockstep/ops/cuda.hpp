@@ -1,6 +1,6 @@
-// CUDA-specific extras beyond ops.hpp: page-locked host buffers for input batches and the
-// backend's counters. Declared only in CUDA builds (LOCKSTEP_HAVE_CUDA); layer code stays
-// device-agnostic and needs none of this.
+// CUDA-specific extras beyond ops.hpp: page-locked host buffers for input batches, the input
+// stager that copies batches on a stream of its own, and the backend's counters. Declared only in
+// CUDA builds (LOCKSTEP_HAVE_CUDA); layer code stays device-agnostic and needs none of this.
 #pragma once
 
 #ifdef LOCKSTEP_HAVE_CUDA
@@ -8,11 +8,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "lockstep/core/tensor.hpp"
 #include "lockstep/ops/context.hpp"
+#include "lockstep/ops/staging_ring.hpp"
 
-struct CUevent_st;  // cudaEvent_t without including cuda_runtime.h
+struct CUevent_st;   // cudaEvent_t without including cuda_runtime.h
+struct CUstream_st;  // cudaStream_t
 
 namespace lockstep::ops::cuda {
 
@@ -51,6 +54,44 @@ class PinnedBuffer {
 // once; ops queued on ctx afterwards see the data.
 void copy_to_device_async(Context& ctx, PinnedBuffer& src, Tensor& dst);
 
+// Moves input batches (host tensors) to ctx's GPU through two slots of pinned host memory and
+// device memory, copied on a stream of its own so that batch k's copy runs while batch k - 1
+// computes (the ordering rules: ops/staging_ring.hpp). Slot memory is allocated by the first
+// batches and grown only when a batch is bigger: in a steady state staging allocates nothing,
+// copies nothing from pageable memory and never waits for the compute stream. The host waits only
+// for the copy of batch k - 2, enqueued a whole step earlier. Not thread-safe: one per replica.
+class InputStager {
+ public:
+  explicit InputStager(Context& ctx);
+  ~InputStager();
+  InputStager(const InputStager&) = delete;
+  InputStager& operator=(const InputStager&) = delete;
+
+  // Copies the host tensors of one batch (x, y, ...; at most kMaxLanes) to the device and returns
+  // them there, same shapes and dtypes, readable by every op queued on ctx from now on. They stay
+  // valid until the second stage() after this one: ops of this batch may be queued until then.
+  std::vector<Tensor> stage(const std::vector<Tensor>& host);
+
+  static constexpr std::size_t kMaxLanes = 4;
+
+ private:
+  struct Lane {
+    PinnedBuffer pinned;
+    Tensor device;  // 1-d, of the lane's dtype; its batches are views of its first elements
+  };
+  struct Slot {
+    Lane lanes[kMaxLanes];
+    CUevent_st* copied = nullptr;    // copy stream: the slot's latest copy has finished
+    CUevent_st* released = nullptr;  // compute stream: the slot's latest reader has finished
+  };
+
+  Context& ctx_;
+  CUstream_st* copy_stream_ = nullptr;
+  CUevent_st* now_ = nullptr;  // compute stream, recorded when a slot's device memory is new
+  Slot slots_[StagingRing::kSlots];
+  StagingRing ring_;
+};
+
 // Counters of the CUDA backend's host-side costs, over the process (all devices), for tests and
 // the trainer's log records: both stay constant over a steady-state training step on a GPU,
 // except for the reads the step asks for.
@@ -60,8 +101,8 @@ struct TransferStats {
   // Tensor::to waits for the device first.
   std::uint64_t pageable_copies = 0;
   // Waits of the host for a device or a compute stream (cudaDeviceSynchronize,
-  // cudaStreamSynchronize: synchronize(), reads of values, copies to the host). Waits for a
-  // PinnedBuffer's copy are not counted: they do not wait for compute.
+  // cudaStreamSynchronize: synchronize(), reads of values, copies to the host). Waits for an
+  // InputStager's or a PinnedBuffer's copy are not counted: they do not wait for compute.
   std::uint64_t host_syncs = 0;
 };
 TransferStats transfer_stats();
