@@ -75,6 +75,10 @@ class DdpEngine final : public Engine {
 #ifdef LOCKSTEP_HAVE_CUDA
   // Host batches to a GPU: pinned, double-buffered, on a copy stream (made by the first batch).
   std::unique_ptr<ops::cuda::InputStager> stager_;
+  // Compute and the wait for communication timed on the device (host clocks would time only the
+  // queuing). times() then reports them for the steps the GPU finished before begin_step(): in
+  // the trainer, the previous step.
+  std::unique_ptr<ops::cuda::SectionTimer> timer_;
 #endif
   StepTimes times_;
 };

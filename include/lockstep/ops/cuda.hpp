@@ -1,6 +1,7 @@
 // CUDA-specific extras beyond ops.hpp: page-locked host buffers for input batches, the input
-// stager that copies batches on a stream of its own, and the backend's counters. Declared only in
-// CUDA builds (LOCKSTEP_HAVE_CUDA); layer code stays device-agnostic and needs none of this.
+// stager that copies batches on a stream of its own, a timer of compute-stream sections on the
+// device, and the backend's counters. Declared only in CUDA builds (LOCKSTEP_HAVE_CUDA); layer
+// code stays device-agnostic and needs none of this.
 #pragma once
 
 #ifdef LOCKSTEP_HAVE_CUDA
@@ -90,6 +91,45 @@ class InputStager {
   CUevent_st* now_ = nullptr;  // compute stream, recorded when a slot's device memory is new
   Slot slots_[StagingRing::kSlots];
   StagingRing ring_;
+};
+
+// Device time of sections of a context's compute stream (compute, the wait for communication),
+// per step, measured with CUDA events and read without synchronising: a step's times become
+// available once the stream has passed its last event, which collect() asks of the driver
+// (cudaEventQuery) and never waits for, unless more than kMaxPending steps are outstanding.
+// Wall-clock timing on the host would measure only how fast work is queued.
+class SectionTimer {
+ public:
+  SectionTimer(Context& ctx, int sections);
+  ~SectionTimer();
+  SectionTimer(const SectionTimer&) = delete;
+  SectionTimer& operator=(const SectionTimer&) = delete;
+
+  // Records the start and the end of a section of the current step on the compute stream; a
+  // section may run several times a step (micro-steps): its times add up. A section begun and
+  // never ended (an exception in between) is dropped.
+  void begin(int section);
+  void end(int section);
+  // Closes the current step and returns the seconds per section of the closed steps the stream
+  // has finished, summed, forgetting them; steps still running stay for a later call.
+  std::vector<double> collect();
+
+  static constexpr std::size_t kMaxPending = 4;
+
+ private:
+  struct Mark {
+    int section;
+    CUevent_st* start;
+    CUevent_st* end;
+  };
+  CUevent_st* event();  // from the pool, else new
+  void drop_open_section();
+
+  Context& ctx_;
+  int sections_;
+  std::vector<Mark> current_;               // this step's sections, in order
+  std::vector<std::vector<Mark>> pending_;  // closed steps, oldest first
+  std::vector<CUevent_st*> pool_;
 };
 
 // Counters of the CUDA backend's host-side costs, over the process (all devices), for tests and
