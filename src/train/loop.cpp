@@ -37,17 +37,27 @@ std::size_t cuda_malloc_calls([[maybe_unused]] Device device) {
   return 0;
 }
 
+std::uint64_t pageable_copy_count([[maybe_unused]] Device device) {
+#ifdef LOCKSTEP_HAVE_CUDA
+  if (device.is_cuda()) return ops::cuda::transfer_stats().pageable_copies;
+#endif
+  return 0;
+}
+
 // Sums over the steps of one log interval, averaged when the record is written.
 struct Interval {
-  explicit Interval(Device device) : cuda_mallocs(cuda_malloc_calls(device)) {}
+  explicit Interval(Device device)
+      : cuda_mallocs(cuda_malloc_calls(device)), pageable_copies(pageable_copy_count(device)) {}
 
   double compute = 0, comm = 0, copy = 0, gather = 0;
   std::int64_t steps = 0;
   Clock::time_point start = Clock::now();
-  // Counters at the interval's start: host reads of tensor values (each a wait on a GPU) and
-  // the CUDA allocator's cudaMalloc calls, logged per step (0 in a GPU's steady state).
+  // Counters at the interval's start: host reads of tensor values (each a wait on a GPU), the
+  // CUDA allocator's cudaMalloc calls and the CUDA backend's copies from pageable host memory,
+  // logged per step (the last two 0 in a GPU's steady state).
   std::uint64_t host_reads = Tensor::host_reads();
   std::size_t cuda_mallocs;
+  std::uint64_t pageable_copies;
 
   void add(const dist::StepTimes& t) {
     compute += t.compute;
@@ -195,10 +205,13 @@ TrainResult train_loop(Run& run) {
     auto eval_start = Clock::now();
     const std::uint64_t reads_before = Tensor::host_reads();
     const std::size_t mallocs_before = cuda_malloc_calls(device);
+    const std::uint64_t copies_before = pageable_copy_count(device);
     EvalResult ev = evaluate(run, *run.test_data());
-    // Nor are its reads and allocations the steps': shift the interval's counters past them.
+    // Nor are its reads, allocations and copies the steps': shift the interval's counters past
+    // them.
     interval.host_reads += Tensor::host_reads() - reads_before;
     interval.cuda_mallocs += cuda_malloc_calls(device) - mallocs_before;
+    interval.pageable_copies += pageable_copy_count(device) - copies_before;
     result.test_accuracy = ev.accuracy;
     result.test_loss = ev.loss;
     JsonRecord record;
@@ -298,6 +311,8 @@ TrainResult train_loop(Run& run) {
         const double reads = static_cast<double>(Tensor::host_reads() - interval.host_reads) / n;
         const double mallocs =
             static_cast<double>(cuda_malloc_calls(device) - interval.cuda_mallocs) / n;
+        const double copies =
+            static_cast<double>(pageable_copy_count(device) - interval.pageable_copies) / n;
         std::vector<double> v = {losses.take() / n};
         run.comm.allreduce(v, comm::ReduceOp::Sum);
         const double loss = v[0] / run.world;  // the same on every rank, so is what follows
@@ -326,7 +341,8 @@ TrainResult train_loop(Run& run) {
                               .add("grad_gather_s", interval.gather / n)
                               .add("data_wait_s", loader.data_wait_seconds() / n)
                               .add("host_reads_per_step", reads)
-                              .add("cuda_mallocs_per_step", mallocs));
+                              .add("cuda_mallocs_per_step", mallocs)
+                              .add("pageable_copies_per_step", copies));
         interval = Interval(device);
         loader.reset_data_wait();
       }

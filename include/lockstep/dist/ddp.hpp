@@ -18,6 +18,9 @@
 #include "lockstep/dist/engine.hpp"
 #include "lockstep/dist/reducer.hpp"
 #include "lockstep/nn/loss.hpp"
+#ifdef LOCKSTEP_HAVE_CUDA
+#include "lockstep/ops/cuda.hpp"
+#endif
 
 namespace lockstep::dist {
 
@@ -69,6 +72,14 @@ class DdpEngine final : public Engine {
   std::unique_ptr<Reducer> reducer_;
   nn::SoftmaxCrossEntropy loss_;
   Tensor input_;  // normalised input on the device, reused across steps
+#ifdef LOCKSTEP_HAVE_CUDA
+  // Host batches to a GPU: pinned, double-buffered, on a copy stream (made by the first batch).
+  std::unique_ptr<ops::cuda::InputStager> stager_;
+  // Compute and the wait for communication timed on the device (host clocks would time only the
+  // queuing). times() then reports them for the steps the GPU finished before begin_step(): in
+  // the trainer, the previous step.
+  std::unique_ptr<ops::cuda::SectionTimer> timer_;
+#endif
   StepTimes times_;
 };
 

@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
     (void)cudaFreeHost(host_results_);
     results_ = Tensor();
     partials_ = Tensor();
+    scale_shift_ = Tensor();
     bad_token_ = Tensor();
     (void)cudaStreamDestroy(stream_);
   }
@@ -121,9 +122,13 @@ class CudaBackend final : public Backend {
     }
     // From pageable host memory the call returns once the bytes are staged, so the source may
     // be reused at once; to the host we wait, since the caller reads the data next.
+    if (src.device().is_cpu()) note_pageable_copy();
     LOCKSTEP_CHECK_CUDA(
         cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDefault, stream_));
-    if (dst.device().is_cpu()) LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    if (dst.device().is_cpu()) {
+      LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
+      note_host_sync();
+    }
   }
 
   // ---- dense linear algebra. Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T,
@@ -226,8 +231,9 @@ class CudaBackend final : public Backend {
     activate();
     const std::int64_t n = x.dim(0), channels = x.ndim() >= 2 ? x.dim(1) : 1;
     const std::int64_t inner = n * channels != 0 ? x.numel() / (n * channels) : 1;
-    // One scale and shift per channel, folded exactly as the CPU backend does. The pageable
-    // source is staged before cudaMemcpyAsync returns, so `host` may go out of scope at once.
+    // One scale and shift per channel, folded exactly as the CPU backend does. Uploaded only
+    // when they change (every step normalises with the same ones): no pageable copy per step.
+    // The upload is ordered after the kernels that read the previous values on this stream.
     const float in_scale = x.dtype() == DType::U8 ? 1.0f / 255.0f : 1.0f;
     std::vector<float> host(static_cast<std::size_t>(2 * channels));
     for (std::int64_t c = 0; c < channels; ++c) {
@@ -235,16 +241,22 @@ class CudaBackend final : public Backend {
       host[c] = in_scale / s;
       host[channels + c] = -m / s;
     }
-    Tensor scale_shift = Tensor::empty({2 * channels}, DType::F32, device_);
-    LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(scale_shift.raw_data(), host.data(),
-                                        host.size() * sizeof(float), cudaMemcpyHostToDevice,
-                                        stream_));
+    if (host != scale_shift_host_) {
+      if (!scale_shift_.defined() || scale_shift_.numel() < 2 * channels)
+        scale_shift_ = Tensor::empty({2 * channels}, DType::F32, device_);
+      scale_shift_host_ = std::move(host);
+      // The pageable source is staged before cudaMemcpyAsync returns.
+      note_pageable_copy();
+      LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(scale_shift_.raw_data(), scale_shift_host_.data(),
+                                          scale_shift_host_.size() * sizeof(float),
+                                          cudaMemcpyHostToDevice, stream_));
+    }
     if (x.dtype() == DType::U8)
       normalize_u8(x.data<std::uint8_t>(), y.data<float>(), x.numel(), channels, inner,
-                   scale_shift.data<float>(), stream_);
+                   scale_shift_.data<float>(), stream_);
     else
       normalize_f32(x.data<float>(), y.data<float>(), x.numel(), channels, inner,
-                    scale_shift.data<float>(), stream_);
+                    scale_shift_.data<float>(), stream_);
   }
 
   // ---- convolution and pooling
@@ -583,6 +595,7 @@ class CudaBackend final : public Backend {
     LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(host_results_, results(), sizeof(DeviceResults),
                                         cudaMemcpyDeviceToHost, stream_));
     LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    note_host_sync();
     DeviceResults r = *host_results_;
     check_bad_token();
     if (r.bad_label != ~0ull) {
@@ -604,6 +617,7 @@ class CudaBackend final : public Backend {
     LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(&word, bad_token_.raw_data(), sizeof word,
                                         cudaMemcpyDeviceToHost, stream_));
     LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    note_host_sync();
     if (word == ~0ull) return;
     LOCKSTEP_CHECK_CUDA(cudaMemsetAsync(bad_token_.raw_data(), 0xFF, 8, stream_));
     const auto pos = static_cast<std::int64_t>(word >> 32);
@@ -639,6 +653,8 @@ class CudaBackend final : public Backend {
   CastCache casts_;                        // bf16 copies of GEMM and convolution operands
   Tensor results_;                         // DeviceResults on the device
   Tensor partials_;                        // f64[kReducePartials] for sum_squares
+  Tensor scale_shift_;                     // normalize_input's per-channel scales and shifts
+  std::vector<float> scale_shift_host_;    // what scale_shift_ holds
   DeviceResults* host_results_ = nullptr;  // pinned
   std::int64_t label_classes_ = 0;
   Tensor bad_token_;  // u64 word on the device, ~0 when no bad token was seen

@@ -21,6 +21,10 @@ void activate_device(int device);
 // set_cuda_copy). Idempotent; make_cuda_backend calls it.
 void register_memory_hooks();
 
+// Counted into transfer_stats() (ops/cuda.hpp) by every call site that does what they name.
+void note_pageable_copy();
+void note_host_sync();
+
 // Number of visible GPUs, 0 when the runtime has no driver or no device (cached once).
 int visible_device_count();
 

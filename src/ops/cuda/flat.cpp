@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ops/cuda/check.hpp"
+#include "ops/cuda/cuda_backend.hpp"
 #include "ops/cuda/flat_kernels.hpp"
 
 namespace lockstep::ops::cuda {
@@ -35,6 +36,8 @@ class CudaFlatPlan final : public FlatPlan {
     partials = Tensor::empty({std::max<std::int64_t>(static_cast<std::int64_t>(chunks.size()), 1)},
                              DType::F64, device);
     // From pageable memory the copies return once the bytes are staged, so the vectors may go.
+    if (!chunks.empty()) note_pageable_copy();
+    if (!slot_chunks.empty()) note_pageable_copy();
     if (!chunks.empty())
       LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(device_chunks.raw_data(), chunks.data(),
                                           static_cast<std::size_t>(chunk_bytes),

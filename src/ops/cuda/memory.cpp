@@ -9,6 +9,7 @@
 // later runs after the kernels that used the block before. Tensors handed to another stream (the
 // communication stream) must outlive the work queued there: the Reducer's buckets do.
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -185,6 +186,8 @@ CachingAllocator& caching_allocator() {
   return *allocator;
 }
 
+std::atomic<std::uint64_t> g_pageable_copies{0}, g_host_syncs{0};
+
 // core's copy_bytes contract is "synchronous": the source may have been written by a kernel still
 // queued on a non-blocking stream, which a plain cudaMemcpy does not wait for, so finish the
 // devices' queued work first. This is the slow path (tests, checkpoints, loss.item()); the
@@ -195,7 +198,10 @@ void synchronous_copy(Device dst_device, void* dst, Device src_device, const voi
     if (!d.is_cuda()) continue;
     DeviceScope scope(d.index);
     LOCKSTEP_CHECK_CUDA(cudaDeviceSynchronize());
+    note_host_sync();
   }
+  // Host tensors live in pageable memory (core's CPU allocator).
+  if (src_device.is_cpu() && dst_device.is_cuda()) note_pageable_copy();
   LOCKSTEP_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 }
 
@@ -233,6 +239,17 @@ std::string device_description(int device) {
   LOCKSTEP_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
   return str(prop.name, ", sm_", prop.major, prop.minor, ", ",
              static_cast<double>(prop.totalGlobalMem) / (1024.0 * kMiB), " GiB");
+}
+
+void note_pageable_copy() {
+  g_pageable_copies.fetch_add(1, std::memory_order_relaxed);
+}
+void note_host_sync() {
+  g_host_syncs.fetch_add(1, std::memory_order_relaxed);
+}
+TransferStats transfer_stats() {
+  return {g_pageable_copies.load(std::memory_order_relaxed),
+          g_host_syncs.load(std::memory_order_relaxed)};
 }
 
 AllocatorStats allocator_stats(int device) {
