@@ -396,7 +396,7 @@ if steps:
     f["compute_ms"] = statistics.median(r.get("compute_s", 0) for r in steps) * 1e3
 for r in [final] + steps[-1:]:
     for k, v in r.items():
-        if any(w in k for w in ("gpu", "sync", "host_reads", "malloc", "device_mem", "cuda")):
+        if any(w in k for w in ("gpu", "sync", "host_reads", "malloc", "pageable", "device_mem", "cuda")):
             f[k] = v
 if os.path.exists(mem) and open(mem).read().strip():
     f["nvidia_smi_peak_mib"] = int(float(open(mem).read().split()[0]))
@@ -495,7 +495,7 @@ for f in bench["train"]:
     if "ms_per_step" in f:
         model, prec = f["name"].split("-")[1:3]
         note = [f"GPU peak {f['nvidia_smi_peak_mib']} MiB"] if f.get("nvidia_smi_peak_mib") else []
-        note += [f"{k} {v}" for k, v in f.items() if "sync" in k or "host_reads" in k or "malloc" in k or "gpu_mem" in k]
+        note += [f"{k} {v}" for k, v in f.items() if "sync" in k or "host_reads" in k or "malloc" in k or "pageable" in k or "gpu_mem" in k]
         L.append(f"{'lockstep-train ' + model + ' (' + f['device'] + ')':34} {prec:9} {'':>6} {f['ms_per_step']:9.3f} {f['samples_per_s']:11.0f}  {'; '.join(note)}")
 # One training step of gpu-step's models, lockstep and PyTorch side by side.
 side = []

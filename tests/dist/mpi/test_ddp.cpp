@@ -97,7 +97,9 @@ TEST(Ddp, Bf16GradientsTrainLikeF32UpToTheirRounding) {
   auto ddp = train_ddp(p, DdpRun{bf16});
   const double diff = max_abs_difference(reference, ddp);
   EXPECT_LE(diff, 2 * ops::kBf16UnitRoundoff * moved) << "world size " << world().size();
-  if (world().size() > 1) EXPECT_GT(diff, 0.0) << "bf16 gradients should not be exact";
+  if (world().size() > 1) {
+    EXPECT_GT(diff, 0.0) << "bf16 gradients should not be exact";
+  }
   EXPECT_EQ(ddp, train_ddp(p, DdpRun{bf16})) << "bf16 runs must repeat bit for bit";
 }
 
