@@ -95,6 +95,22 @@ TEST(TokenSetup, ThreadedDataParallelIsRefusedForTokenData) {
   EXPECT_NE(test::setup_error(c).find("train.parallel = dp"), std::string::npos);
 }
 
+// Evaluation keeps no gradients, so image batches grow to 256 samples; token windows stay at the
+// training micro-batch, since their activations and logits grow with context x vocabulary (256
+// windows of gpt2-124m would be 52 GB of logits).
+TEST(TokenSetup, TokenWindowsAreEvaluatedInTrainingsMicroBatchesAndImagesInAtLeast256) {
+  test::TempDir dir;
+  Config c = token_config(write_tokens(dir.path(), "train"), write_tokens(dir.path(), "val"));
+  c.train_global_batch = 8;
+  c.train_accumulation = 2;
+  auto comm = comm::make_single_rank_communicator();
+  auto run = setup_run(c, *comm);
+  EXPECT_EQ(run->eval_batch(), 4);
+  EXPECT_NEAR(evaluate(*run, *run->test_data()).loss, std::log(256.0), 0.3);
+  const Config images = test::tiny_config(test::write_tiny_set(dir.path(), "images"));
+  EXPECT_EQ(setup_run(images, *comm)->eval_batch(), 256);
+}
+
 TEST(TokenSetup, ImageShardsAreNotTokenData) {
   test::TempDir dir;
   const Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));

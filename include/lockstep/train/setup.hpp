@@ -32,7 +32,7 @@ namespace lockstep::train {
 struct StepPlan {
   std::int64_t global_batch = 0;
   std::int64_t accumulation = 1;
-  std::int64_t local_batch = 0;
+  std::int64_t local_batch = 0;  // samples per rank and micro-step
   std::int64_t steps_per_epoch = 0;
   std::int64_t total_steps = 0;  // min(epochs x steps_per_epoch, max_steps when set)
 };
@@ -73,8 +73,15 @@ struct Run {
   std::unique_ptr<Progress> progress;
 
   Run(const Config& c, comm::Communicator& control) : config(c), comm(control) {}
-  // Evaluation batch: at least 256 samples (no gradients are kept, so larger is cheap).
-  std::int64_t eval_batch() const { return std::max<std::int64_t>(plan.local_batch, 256); }
+  // Evaluation batch. Images: at least 256 samples (no gradients are kept, so larger is cheap).
+  // Token windows: the training micro-batch, whose activations training already holds: a
+  // window's activations and logits grow with context x width and context x vocabulary, so 256
+  // windows took gpt-tiny's evaluation to a 1.17 GB peak against training's 0.24 GB, and would
+  // need 52 GB of logits alone for gpt2-124m.
+  std::int64_t eval_batch() const {
+    if (train_tokens) return plan.local_batch;
+    return std::max<std::int64_t>(plan.local_batch, 256);
+  }
   void line(const std::string& text) const;  // a progress line, on the ranks that log
   // The training and evaluation sets, whichever kind they are (test_data() null without one).
   std::shared_ptr<const data::Dataset> train_data() const;
