@@ -260,8 +260,10 @@ std::vector<sm::Bucket> buckets_of(const Args& args, const std::vector<sm::Gradi
   const auto mib = [&](const std::string& key, double fallback) {
     return static_cast<std::size_t>(args.get_double(key, fallback) * kMiB);
   };
+  const DType wire = dist::parse_grad_dtype(args.get("grad-dtype", "fp32"), "--grad-dtype");
   return sm::make_buckets(g, mib("bucket-mb", dist::kDefaultBucketBytes / kMiB),
-                          mib("first-bucket-mb", dist::kDefaultFirstBucketBytes / kMiB));
+                          mib("first-bucket-mb", dist::kDefaultFirstBucketBytes / kMiB),
+                          static_cast<int>(dtype_size(wire)));
 }
 
 // ---- predict
@@ -318,21 +320,23 @@ int run_predict(const Args& args) {
   double bucket_bytes = 0;
   for (const sm::Bucket& b : buckets)
     bucket_bytes += b.bytes;
-  std::fprintf(stderr,
-               "# scaling predict: %s, %.2f M parameters, %zu buckets (%.1f MB sent per "
-               "allreduce round)\n# compute: %s: forward %.3f ms, backward %.3f ms, other %.3f ms\n"
-               "# links: intra %s; inter (per node) %s; %d ranks per node; slowdown %.2f\n",
-               subject.name.c_str(), subject.parameters / 1e6, buckets.size(), bucket_bytes / 1e6,
-               compute_source.c_str(), cost.forward_s * 1e3, cost.backward_s * 1e3,
-               cost.other_s * 1e3, link_str(topo.intra).c_str(), link_str(topo.inter).c_str(),
-               topo.ranks_per_node, cost.compute_slowdown);
+  std::fprintf(
+      stderr,
+      "# scaling predict: %s, %.2f M parameters, %zu buckets (%.1f MB of %s gradients "
+      "sent per allreduce round)\n# compute: %s: forward %.3f ms, backward %.3f ms, other %.3f ms\n"
+      "# links: intra %s; inter (per node) %s; %d ranks per node; slowdown %.2f\n",
+      subject.name.c_str(), subject.parameters / 1e6, buckets.size(), bucket_bytes / 1e6,
+      args.get("grad-dtype", "fp32").c_str(), compute_source.c_str(), cost.forward_s * 1e3,
+      cost.backward_s * 1e3, cost.other_s * 1e3, link_str(topo.intra).c_str(),
+      link_str(topo.inter).c_str(), topo.ranks_per_node, cost.compute_slowdown);
   std::fprintf(stderr, "#%6s %6s %-13s %10s %10s %10s %10s %8s %9s\n", "ranks", "nodes",
                "algorithm", "step(ms)", "comm(ms)", "exposed", "compute", "effic.", "speedup");
   std::ostringstream json;
   json.precision(10);  // sizes up to GB and times in seconds, without rounding
   json << "{\"benchmark\": \"scaling-predict\", \"model\": \"" << subject.name
        << "\", \"parameters\": " << subject.parameters << ", \"buckets\": " << buckets.size()
-       << ", \"bucket_bytes\": " << bucket_bytes << ", \"compute\": \""
+       << ", \"bucket_bytes\": " << bucket_bytes << ", \"grad_dtype\": \""
+       << args.get("grad-dtype", "fp32") << "\", \"compute\": \""
        << train::json_escape(compute_source) << "\", \"forward_s\": " << cost.forward_s
        << ", \"backward_s\": " << cost.backward_s << ", \"other_s\": " << cost.other_s
        << ", \"slowdown\": " << cost.compute_slowdown
@@ -667,7 +671,7 @@ LOCKSTEP_BENCH("scaling",
                "alpha-beta model of bucketed, overlapped allreduce: predict | fit | check | "
                "allreduce | profile (see docs/SCALING.md)",
                "<predict|fit|check|allreduce|profile> algorithm batch bucket-mb classes columns "
-               "config first-bucket-mb global-batch "
+               "config first-bucket-mb global-batch grad-dtype "
                "inter inter-alpha-us inter-gbs intra intra-alpha-us intra-gbs max-bytes measure "
                "mfu min-bytes nics only-ranks other-ms ranks ranks-per-node reference reps runs "
                "sample-shape setting slowdown spec step-ms tflops threads",

@@ -69,8 +69,12 @@ double allreduce_s(double bytes, const Topology& topology, Algorithm algorithm) 
 }
 
 std::vector<Bucket> make_buckets(const std::vector<GradientReady>& gradients,
-                                 std::size_t bucket_bytes, std::size_t first_bucket_bytes) {
+                                 std::size_t bucket_bytes, std::size_t first_bucket_bytes,
+                                 int wire_bytes) {
   LOCKSTEP_CHECK(!gradients.empty(), "scaling model: a model without parameters");
+  LOCKSTEP_CHECK(wire_bytes == 4 || wire_bytes == 2,
+                 "scaling model: gradients travel as 4-byte f32 or 2-byte bf16, not ", wire_bytes,
+                 "-byte elements");
   constexpr std::int64_t kAlign = ops::kFlatAlignBytes / static_cast<std::int64_t>(sizeof(float));
   std::vector<Bucket> buckets;
   std::size_t data_bytes = 0;  // the limit counts parameter data, not padding (FlatLayout's rule)
@@ -86,7 +90,7 @@ std::vector<Bucket> make_buckets(const std::vector<GradientReady>& gradients,
     }
     data_bytes += static_cast<std::size_t>(g.numel) * sizeof(float);
     const std::int64_t padded = (g.numel + kAlign - 1) / kAlign * kAlign;
-    buckets.back().bytes += static_cast<double>(padded) * sizeof(float);
+    buckets.back().bytes += static_cast<double>(padded) * wire_bytes;
     buckets.back().ready = std::max(buckets.back().ready, std::min(g.ready, 1.0));
   }
   return buckets;

@@ -193,6 +193,21 @@ TEST(ScalingModel, BucketsFollowTheReducersRuleAndCountPadding) {
   EXPECT_EQ(b[1].ready, 1.0);
 }
 
+// dist.grad_dtype = bf16 sends 2 bytes per element: half of every bucket's bytes, with the same
+// boundaries (the limits count the f32 gradients, as in the Reducer's layout).
+TEST(ScalingModel, Bf16GradientsHalveWhatEachBucketSendsButNotWhereBucketsEnd) {
+  std::vector<GradientReady> g = {{300, 1.0}, {50, 0.9}, {700, 0.8},
+                                  {20, 0.4},  {80, 0.3}, {60, 0.1}};
+  const std::vector<Bucket> f32 = make_buckets(g, 4000, 400);
+  const std::vector<Bucket> bf16 = make_buckets(g, 4000, 400, 2);
+  ASSERT_EQ(bf16.size(), f32.size());
+  for (std::size_t b = 0; b < f32.size(); ++b) {
+    EXPECT_EQ(bf16[b].bytes, f32[b].bytes / 2) << "bucket " << b;
+    EXPECT_EQ(bf16[b].ready, f32[b].ready) << "bucket " << b;
+  }
+  EXPECT_THROW(make_buckets(g, 4000, 400, 8), Error);
+}
+
 TEST(ScalingModel, BucketsOfTheShippedModelsEqualTheFlatLayoutTheReducerUses) {
   struct Case {
     const char* spec;

@@ -71,9 +71,12 @@ struct Bucket {
 
 // The Reducer's buckets (optim::FlatLayout::build's rule: parameters in reverse order, a new
 // bucket once the current one holds at least its limit, the first limited to first_bucket_bytes;
-// each parameter padded to ops::kFlatAlignBytes). Bucket 0 first.
+// each parameter padded to ops::kFlatAlignBytes). Bucket 0 first. `wire_bytes`: bytes each
+// element travels as (4: f32; 2: dist.grad_dtype = bf16, which halves what a bucket sends but
+// not where buckets end, since the limits count the f32 gradients).
 std::vector<Bucket> make_buckets(const std::vector<GradientReady>& gradients,
-                                 std::size_t bucket_bytes, std::size_t first_bucket_bytes);
+                                 std::size_t bucket_bytes, std::size_t first_bucket_bytes,
+                                 int wire_bytes = 4);
 
 // A layer's share of the gradient side: its parameters' elements (forward order) and the FLOPs
 // of its backward pass.
