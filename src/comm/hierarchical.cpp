@@ -11,6 +11,7 @@
 #include "comm/mpi_watch.hpp"
 #include "lockstep/core/bf16.hpp"
 #include "lockstep/core/error.hpp"
+#include "lockstep/core/simd_clones.hpp"
 
 namespace lockstep::comm {
 namespace {
@@ -59,6 +60,34 @@ void reduce_slots(ReduceOp op, T* out, const std::vector<const T*>& slots, std::
         break;
     }
   }
+}
+
+// out[lo, hi) = s_0 op ... op s_{L-1} over bf16 slots, combined left to right in f32 and rounded
+// once. Blocks of f32 accumulators keep the loops free of branches, so the compiler vectorises
+// them; every clone does the same f32 operations in the same order (same bits).
+template <class Combine>
+void combine_bf16_slots(std::uint16_t* out, const std::uint16_t* const* slots, int count,
+                        std::int64_t lo, std::int64_t hi) {
+  constexpr std::int64_t kBlock = 512;
+  float acc[kBlock];
+  for (std::int64_t b = lo; b < hi; b += kBlock) {
+    const std::int64_t n = std::min(kBlock, hi - b);
+    for (std::int64_t j = 0; j < n; ++j)
+      acc[j] = bf16_to_float(slots[0][b + j]);
+    for (int k = 1; k < count; ++k) {
+      const std::uint16_t* s = slots[k] + b;
+      for (std::int64_t j = 0; j < n; ++j)
+        acc[j] = Combine{}(acc[j], bf16_to_float(s[j]));
+    }
+    for (std::int64_t j = 0; j < n; ++j)
+      out[b + j] = float_to_bf16(acc[j]);
+  }
+}
+
+// The sum is the hot one (every gradient element of every bucket).
+LOCKSTEP_SIMD_CLONES void sum_bf16_slots(std::uint16_t* out, const std::uint16_t* const* slots,
+                                         int count, std::int64_t lo, std::int64_t hi) {
+  combine_bf16_slots<detail::F32Add>(out, slots, count, lo, hi);
 }
 
 // Tensor allreduces run hierarchically as jobs on the MPI communicator's thread; every other
@@ -280,20 +309,21 @@ class HierarchicalCommunicator final : public Communicator {
   // bf16 (gradients sent as dist.grad_dtype = bf16): each element combined over the node's slots
   // in f32 and rounded once, so a node's sum is rounded once rather than once per local rank.
   void reduce_bf16(ReduceOp op, char* result, std::int64_t lo, std::int64_t hi) {
+    std::vector<const std::uint16_t*> slots(static_cast<std::size_t>(local_size_));
+    for (int k = 0; k < local_size_; ++k)
+      slots[k] = reinterpret_cast<const std::uint16_t*>(base_ + segment_bytes_ *
+                                                                    static_cast<std::size_t>(k));
     auto* out = reinterpret_cast<std::uint16_t*>(result);
-    auto slot = [this](int k) {
-      return reinterpret_cast<const std::uint16_t*>(base_ +
-                                                    segment_bytes_ * static_cast<std::size_t>(k));
-    };
-    for (std::int64_t i = lo; i < hi; ++i) {
-      float acc = bf16_to_float(slot(0)[i]);
-      for (int k = 1; k < local_size_; ++k) {
-        const float v = bf16_to_float(slot(k)[i]);
-        acc = op == ReduceOp::Sum   ? acc + v
-              : op == ReduceOp::Max ? std::max(acc, v)
-                                    : std::min(acc, v);
-      }
-      out[i] = float_to_bf16(acc);
+    switch (op) {
+      case ReduceOp::Sum:
+        sum_bf16_slots(out, slots.data(), local_size_, lo, hi);
+        break;
+      case ReduceOp::Max:
+        combine_bf16_slots<detail::F32Max>(out, slots.data(), local_size_, lo, hi);
+        break;
+      case ReduceOp::Min:
+        combine_bf16_slots<detail::F32Min>(out, slots.data(), local_size_, lo, hi);
+        break;
     }
   }
 

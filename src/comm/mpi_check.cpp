@@ -6,6 +6,7 @@
 
 #include "lockstep/core/bf16.hpp"
 #include "lockstep/core/error.hpp"
+#include "lockstep/core/simd_clones.hpp"
 
 namespace lockstep::comm::detail {
 
@@ -46,30 +47,14 @@ namespace {
 // once. Integer bit operations and one f32 op per element, so the AVX2/AVX-512 clones (the
 // project builds for baseline x86-64) give the same bits as the baseline one; the sum is the hot
 // one (every gradient element at every combination), about 3x faster in the AVX2 clone.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    !defined(__SANITIZE_ADDRESS__)
-#define LOCKSTEP_BF16_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define LOCKSTEP_BF16_CLONES
-#endif
 template <class Combine>
 void combine_bf16_loop(const std::uint16_t* a, std::uint16_t* b, int n) {
   for (int i = 0; i < n; ++i)
     b[i] = float_to_bf16(Combine{}(bf16_to_float(a[i]), bf16_to_float(b[i])));
 }
 
-struct Add {
-  float operator()(float x, float y) const { return x + y; }
-};
-struct Greater {
-  float operator()(float x, float y) const { return std::max(x, y); }
-};
-struct Less {
-  float operator()(float x, float y) const { return std::min(x, y); }
-};
-
-LOCKSTEP_BF16_CLONES void add_bf16_loop(const std::uint16_t* a, std::uint16_t* b, int n) {
-  combine_bf16_loop<Add>(a, b, n);
+LOCKSTEP_SIMD_CLONES void add_bf16_loop(const std::uint16_t* a, std::uint16_t* b, int n) {
+  combine_bf16_loop<F32Add>(a, b, n);
 }
 
 // MPI_User_function over bf16 bits: inout[i] <- op(in[i], inout[i]).
@@ -77,7 +62,7 @@ template <class Combine>
 void combine_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
   const auto* a = static_cast<const std::uint16_t*>(in);
   auto* b = static_cast<std::uint16_t*>(inout);
-  if constexpr (std::is_same_v<Combine, Add>) {
+  if constexpr (std::is_same_v<Combine, F32Add>) {
     add_bf16_loop(a, b, *len);
   } else {
     combine_bf16_loop<Combine>(a, b, *len);
@@ -93,9 +78,9 @@ MPI_Op to_mpi_op(ReduceOp op, DType dtype) {
   static MPI_Op ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
   static std::once_flag once;
   std::call_once(once, [] {
-    LOCKSTEP_CHECK_MPI(MPI_Op_create(&combine_bf16<Add>, /*commute=*/1, &ops[0]));
-    LOCKSTEP_CHECK_MPI(MPI_Op_create(&combine_bf16<Greater>, 1, &ops[1]));
-    LOCKSTEP_CHECK_MPI(MPI_Op_create(&combine_bf16<Less>, 1, &ops[2]));
+    LOCKSTEP_CHECK_MPI(MPI_Op_create(&combine_bf16<F32Add>, /*commute=*/1, &ops[0]));
+    LOCKSTEP_CHECK_MPI(MPI_Op_create(&combine_bf16<F32Max>, 1, &ops[1]));
+    LOCKSTEP_CHECK_MPI(MPI_Op_create(&combine_bf16<F32Min>, 1, &ops[2]));
   });
   switch (op) {
     case ReduceOp::Sum:

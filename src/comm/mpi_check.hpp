@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 
@@ -23,6 +24,16 @@ MPI_Op to_mpi_op(ReduceOp op);
 // created on first use: each pair of elements is combined in f32 and rounded back to bf16 (round
 // to nearest even), as NCCL reduces bf16.
 MPI_Op to_mpi_op(ReduceOp op, DType dtype);
+// The f32 combinations behind the bf16 ops, shared with the hierarchical node reduction.
+struct F32Add {
+  float operator()(float x, float y) const { return x + y; }
+};
+struct F32Max {
+  float operator()(float x, float y) const { return std::max(x, y); }
+};
+struct F32Min {
+  float operator()(float x, float y) const { return std::min(x, y); }
+};
 // The MPI type for reductions over `dtype` (bf16: MPI_UINT16_T, the bits, reduced by the ops
 // above); throws naming the dtype when there is none.
 MPI_Datatype reduction_type(DType dtype, const char* what);

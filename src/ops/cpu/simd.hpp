@@ -13,16 +13,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "lockstep/core/simd_clones.hpp"
+
 // Vector arguments wider than the baseline ABI only ever pass between always-inline helpers of
 // one translation unit: the ABI note GCC prints for them does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    !defined(__SANITIZE_ADDRESS__)
-#define LOCKSTEP_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define LOCKSTEP_SIMD_CLONES
-#endif
 #define LOCKSTEP_SIMD_INLINE inline __attribute__((always_inline))
 
 namespace lockstep::ops::cpu::simd {

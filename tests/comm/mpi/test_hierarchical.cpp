@@ -248,43 +248,59 @@ TEST(HierarchicalAllreduce, Bf16SumsInF32WithinEachNodeAndRoundOncePerNode) {
     ops::cast(ctx, t, f);
     return f.to_vector<float>();
   };
-  for (const std::vector<int>& ids : layouts_for(w)) {
-    NodeLayout layout = simulated(ids);
-    comm::HierarchicalOptions small;
-    small.segment_bytes = 256;  // several segments, uneven slices
-    auto hier = comm::make_hierarchical_communicator(world(), layout, small);
-    const bool one_node = layout.nodes() == 1;
-    for (std::int64_t n : {1, 63, 1000}) {
-      const std::string where = str(layout.describe(), ", ", n, " bf16 elements");
-      Tensor exact = bf16_of(n, exact_input);
-      hier->allreduce(exact, ReduceOp::Sum);
-      Tensor inexact = bf16_of(n, inexact_input);
-      hier->allreduce(inexact, ReduceOp::Sum);
-      const std::vector<float> got_exact = floats_of(exact), got = floats_of(inexact);
-      std::int64_t bad_exact = 0, bad = 0;
-      for (std::int64_t i = 0; i < n; ++i) {
-        float formula = 0, in_order = 0;
-        double sum = 0, abs_sum = 0;
-        for (int r = 0; r < w; ++r) {
-          formula += exact_input(r, i);
-          in_order = r == 0 ? inexact_input(0, i) : in_order + inexact_input(r, i);
-          sum += inexact_input(r, i);
-          abs_sum += std::fabs(inexact_input(r, i));
+  comm::HierarchicalOptions small;
+  small.segment_bytes = 256;  // several segments, uneven slices
+  for (const std::vector<int>& ids : layouts_for(w))
+    for (const comm::HierarchicalOptions& options : {small, comm::HierarchicalOptions{}}) {
+      NodeLayout layout = simulated(ids);
+      auto hier = comm::make_hierarchical_communicator(world(), layout, options);
+      const bool one_node = layout.nodes() == 1;
+      // 5000 in default segments: slices of 1250-5000 elements, several blocks of the node's
+      // f32 accumulators and a partial one.
+      for (std::int64_t n : {1, 63, 1000, 5000}) {
+        const std::string where = str(layout.describe(), ", ", n, " bf16 elements, segments of ",
+                                      options.segment_bytes, " bytes");
+        Tensor exact = bf16_of(n, exact_input);
+        hier->allreduce(exact, ReduceOp::Sum);
+        Tensor inexact = bf16_of(n, inexact_input);
+        hier->allreduce(inexact, ReduceOp::Sum);
+        Tensor largest = bf16_of(n, inexact_input), smallest = bf16_of(n, inexact_input);
+        hier->allreduce(largest, ReduceOp::Max);
+        hier->allreduce(smallest, ReduceOp::Min);
+        const std::vector<float> got_exact = floats_of(exact), got = floats_of(inexact);
+        const std::vector<float> got_max = floats_of(largest), got_min = floats_of(smallest);
+        std::int64_t bad_exact = 0, bad = 0, bad_max = 0, bad_min = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          float formula = 0, in_order = 0;
+          float max = inexact_input(0, i), min = max;
+          double sum = 0, abs_sum = 0;
+          for (int r = 0; r < w; ++r) {
+            max = std::max(max, inexact_input(r, i));
+            min = std::min(min, inexact_input(r, i));
+            formula += exact_input(r, i);
+            in_order = r == 0 ? inexact_input(0, i) : in_order + inexact_input(r, i);
+            sum += inexact_input(r, i);
+            abs_sum += std::fabs(inexact_input(r, i));
+          }
+          const auto k = static_cast<std::size_t>(i);
+          bad_exact += got_exact[k] == formula ? 0 : 1;
+          const bool ok = one_node
+                              ? got[k] == testing::reference_bf16(in_order)
+                              : std::fabs(got[k] - sum) <= w * ops::kBf16UnitRoundoff * abs_sum;
+          bad += ok ? 0 : 1;
+          bad_max += got_max[k] == max ? 0 : 1;  // bf16 inputs: max and min are exact
+          bad_min += got_min[k] == min ? 0 : 1;
         }
-        const auto k = static_cast<std::size_t>(i);
-        bad_exact += got_exact[k] == formula ? 0 : 1;
-        const bool ok = one_node ? got[k] == testing::reference_bf16(in_order)
-                                 : std::fabs(got[k] - sum) <= w * ops::kBf16UnitRoundoff * abs_sum;
-        bad += ok ? 0 : 1;
+        EXPECT_EQ(bad_exact, 0) << where << ": exact sums";
+        EXPECT_EQ(bad, 0) << where << ": rounded sums";
+        EXPECT_EQ(bad_max, 0) << where << ": max";
+        EXPECT_EQ(bad_min, 0) << where << ": min";
+        std::string bits(static_cast<const char*>(inexact.raw_data()), inexact.nbytes());
+        std::vector<std::string> all = world().allgather(bits);
+        for (int r = 1; r < w; ++r)
+          EXPECT_TRUE(all[r] == all[0]) << where << ": rank " << r << " differs from rank 0";
       }
-      EXPECT_EQ(bad_exact, 0) << where << ": exact sums";
-      EXPECT_EQ(bad, 0) << where << ": rounded sums";
-      std::string bits(static_cast<const char*>(inexact.raw_data()), inexact.nbytes());
-      std::vector<std::string> all = world().allgather(bits);
-      for (int r = 1; r < w; ++r)
-        EXPECT_TRUE(all[r] == all[0]) << where << ": rank " << r << " differs from rank 0";
     }
-  }
 }
 
 TEST(HierarchicalAllreduce, LargeBucketWithDefaultSegmentsIsPredictedBitForBit) {
