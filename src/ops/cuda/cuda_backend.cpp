@@ -23,6 +23,7 @@
 #include <bit>
 #include <climits>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -52,15 +53,16 @@ int as_int(std::int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-// Device words the reductions write and the host reads back in one 32-byte copy.
+// Device words the reductions and the embedding write; the host reads them in one 40-byte copy.
 struct DeviceResults {
   unsigned long long bad_label;  // (row << 32 | label) of the first bad label, ~0 when none
+  unsigned long long bad_token;  // (position << 32 | token) of the first bad token, ~0 when none
   unsigned long long correct;
   int nonfinite;
   int pad;
   double sum;
 };
-static_assert(sizeof(DeviceResults) == 32);
+static_assert(sizeof(DeviceResults) == 40);
 
 class CudaBackend final : public Backend {
  public:
@@ -78,7 +80,7 @@ class CudaBackend final : public Backend {
         Tensor::empty({static_cast<std::int64_t>(sizeof(DeviceResults))}, DType::U8, device_);
     partials_ = Tensor::empty({kReducePartials}, DType::F64, device_);
     LOCKSTEP_CHECK_CUDA(cudaHostAlloc(&host_results_, sizeof(DeviceResults), cudaHostAllocDefault));
-    reset_bad_label();
+    reset_bad_words();
   }
 
   ~CudaBackend() override {
@@ -94,7 +96,6 @@ class CudaBackend final : public Backend {
     results_ = Tensor();
     partials_ = Tensor();
     scale_shift_ = Tensor();
-    bad_token_ = Tensor();
     (void)cudaStreamDestroy(stream_);
   }
 
@@ -484,15 +485,11 @@ class CudaBackend final : public Backend {
   void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                          Tensor& y) override {
     activate();
-    if (!bad_token_.defined()) {
-      bad_token_ = Tensor::empty({1}, DType::F64, device_);  // 8 bytes: one device word
-      LOCKSTEP_CHECK_CUDA(cudaMemsetAsync(bad_token_.raw_data(), 0xFF, 8, stream_));
-    }
     token_positions_ = tokens.dim(1);
     token_vocab_ = wte.dim(0);
     cuda::embedding_forward(tokens.data<std::int32_t>(), wte.data<float>(), wpe.data<float>(),
                             y.data<float>(), tokens.dim(0), tokens.dim(1), wte.dim(1), wte.dim(0),
-                            static_cast<unsigned long long*>(bad_token_.raw_data()), stream_);
+                            &results()->bad_token, stream_);
   }
   void embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
                           Tensor& dwpe) override {
@@ -584,22 +581,35 @@ class CudaBackend final : public Backend {
 
   DeviceResults* results() { return static_cast<DeviceResults*>(results_.raw_data()); }
 
-  void reset_bad_label() {
+  // Sets bad_label and bad_token (adjacent) to ~0: none seen.
+  void reset_bad_words() {
+    static_assert(offsetof(DeviceResults, bad_token) ==
+                  offsetof(DeviceResults, bad_label) + sizeof(unsigned long long));
     LOCKSTEP_CHECK_CUDA(
-        cudaMemsetAsync(&results()->bad_label, 0xFF, sizeof(unsigned long long), stream_));
+        cudaMemsetAsync(&results()->bad_label, 0xFF, 2 * sizeof(unsigned long long), stream_));
   }
 
-  // Copies the result words to pinned host memory, waits for this stream only, and raises a
-  // recorded bad label.
+  // Copies the result words to pinned host memory in one copy, waits for this stream only (one
+  // host sync), and raises a recorded bad token or bad label.
   DeviceResults read_results() {
     LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(host_results_, results(), sizeof(DeviceResults),
                                         cudaMemcpyDeviceToHost, stream_));
     LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
     note_host_sync();
     DeviceResults r = *host_results_;
-    check_bad_token();
+    if (r.bad_token != ~0ull) {
+      reset_bad_words();
+      const auto pos = static_cast<std::int64_t>(r.bad_token >> 32);
+      const auto token = static_cast<std::int32_t>(static_cast<std::uint32_t>(r.bad_token));
+      const std::int64_t t = std::max<std::int64_t>(token_positions_, 1);
+      LOCKSTEP_FAIL_HINT(
+          "token ids must be below the model's vocab: check the data's vocabulary "
+          "size (num_classes) against the model spec",
+          "embedding_forward on ", device_.str(), ": token id ", token, " at [", pos / t, ", ",
+          pos % t, "] is outside [0, ", token_vocab_, ")");
+    }
     if (r.bad_label != ~0ull) {
-      reset_bad_label();
+      reset_bad_words();
       auto row = static_cast<std::int64_t>(r.bad_label >> 32);
       auto label = static_cast<std::int32_t>(static_cast<std::uint32_t>(r.bad_label));
       LOCKSTEP_FAIL_HINT("check the dataset's num_classes against the model's output size",
@@ -607,27 +617,6 @@ class CudaBackend final : public Backend {
                          row, " is outside [0, ", label_classes_, ")");
     }
     return r;
-  }
-
-  // The embedding's out-of-range token word, read after the stream is synchronised (by
-  // read_results): raises the first bad token and resets the word.
-  void check_bad_token() {
-    if (!bad_token_.defined()) return;
-    unsigned long long word = 0;
-    LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(&word, bad_token_.raw_data(), sizeof word,
-                                        cudaMemcpyDeviceToHost, stream_));
-    LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
-    note_host_sync();
-    if (word == ~0ull) return;
-    LOCKSTEP_CHECK_CUDA(cudaMemsetAsync(bad_token_.raw_data(), 0xFF, 8, stream_));
-    const auto pos = static_cast<std::int64_t>(word >> 32);
-    const auto token = static_cast<std::int32_t>(static_cast<std::uint32_t>(word));
-    const std::int64_t t = std::max<std::int64_t>(token_positions_, 1);
-    LOCKSTEP_FAIL_HINT(
-        "token ids must be below the model's vocab: check the data's vocabulary "
-        "size (num_classes) against the model spec",
-        "embedding_forward on ", device_.str(), ": token id ", token, " at [", pos / t, ", ",
-        pos % t, "] is outside [0, ", token_vocab_, ")");
   }
 
   static PoolShape pool_shape(const Shape& in, const Shape& out, const Pool2dParams& p) {
@@ -657,7 +646,6 @@ class CudaBackend final : public Backend {
   std::vector<float> scale_shift_host_;    // what scale_shift_ holds
   DeviceResults* host_results_ = nullptr;  // pinned
   std::int64_t label_classes_ = 0;
-  Tensor bad_token_;  // u64 word on the device, ~0 when no bad token was seen
   std::int64_t token_positions_ = 0, token_vocab_ = 0;
 };
 
