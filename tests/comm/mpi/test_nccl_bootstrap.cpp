@@ -12,6 +12,7 @@
 #include "lockstep/comm/gpu_select.hpp"
 #include "lockstep/core/device.hpp"
 #include "lockstep/core/error.hpp"
+#include "support/child_process.hpp"
 #include "support/mpi_env.hpp"
 #ifdef LOCKSTEP_HAVE_CUDA
 #include "lockstep/comm/nccl_communicator.hpp"
@@ -160,6 +161,45 @@ TEST(NcclCommunicator, DestroyedWhileAnErrorUnwindsItAbortsWithoutWaitingForPeer
   EXPECT_LT(seconds, 60.0) << "the communicator's teardown waited for peers (rank "
                            << world().rank() << ")";
   world().barrier();
+}
+
+// The watchdog must end the job when a collective outlives dist.timeout_s. On one GPU there is no
+// peer to withhold, so the collective is held back on the device instead: the allreduce waits for
+// the compute stream, which has several seconds of GEMMs queued, against a 1 s timeout. The
+// watchdog ends the process (abort_job), so the stalled collective runs in a child process, an
+// MPI singleton of its own; rank 0 spawns it and reads its output.
+TEST(NcclCommunicator, WatchdogEndsTheJobWhenACollectiveOutlivesItsTimeout) {
+  if (!every_rank_has_its_own_gpu())
+    GTEST_SKIP() << "needs one GPU per local rank; this node has " << cuda_device_count() << " for "
+                 << session().local_size() << " ranks (no GPU on CPU-only machines)";
+  const auto child = test::run_test_in_child_on_rank_zero("InChildProcess.StalledCollective",
+                                                          "stalled-collective", 45);
+  if (!child) return;  // not rank 0
+  EXPECT_TRUE(child->exited && !child->timed_out && child->exit_code == 1) << child->describe();
+  for (const char* part : {"rank 0: NCCL collective #", "allreduce(", "not finished after",
+                           "(dist.timeout_s = 1 s)", "aborting the job"})
+    EXPECT_NE(child->output.find(part), std::string::npos)
+        << "no \"" << part << "\" in the report; " << child->describe();
+  EXPECT_EQ(child->output.find("the allreduce finished"), std::string::npos) << child->describe();
+}
+
+TEST(InChildProcess, StalledCollective) {
+  if (test::child_role() != "stalled-collective")
+    GTEST_SKIP() << "runs only as the child of NcclCommunicator.WatchdogEndsTheJob... "
+                    "(LOCKSTEP_TEST_CHILD=stalled-collective)";
+  ASSERT_EQ(world().size(), 1) << "the child must be an MPI singleton";
+  ops::Context ctx(Device::cuda(0));
+  auto nccl = make_nccl_communicator(world(), ctx, {.timeout_s = 1});
+  // 400 fp32 GEMMs of 8192^3 (1.1 TFLOP each): about 7 s on an H200 (67 TFLOP/s fp32), and
+  // longer on any smaller GPU.
+  const std::int64_t n = 8192;
+  Tensor a = Tensor::zeros({n, n}, DType::F32, ctx.device());
+  Tensor c = Tensor::empty({n, n}, DType::F32, ctx.device());
+  for (int i = 0; i < 400; ++i)
+    ops::gemm(ctx, false, false, 1.0f, a, a, 0.0f, c);
+  Tensor t = Tensor::zeros({1024}, DType::F32, ctx.device());
+  nccl->allreduce_async(t, ReduceOp::Sum)->wait();  // the watchdog ends the process in here
+  ADD_FAILURE() << "the allreduce finished: the watchdog did not end the job";
 }
 
 #else
