@@ -255,16 +255,21 @@ smoke "singleton lockstep-train (ci_tiny, 40 steps, no mpirun)" \
   "lockstep-train $TRAIN_ARGS --log.metrics=$X/np1.jsonl && grep -q '\"event\": *\"final\"' $X/np1.jsonl"
 # Every library mpirun and its ranks load, dlopen'ed plugins too, must come from the bundle: this
 # machine has the same Open MPI installed, so a wrong path would pass the runs above unnoticed.
+# One LD_DEBUG file per process (LD_DEBUG_OUTPUT.PID): in one shared stream the processes' lines
+# interleave mid-path, and a torn path reads as a library outside the bundle.
 smoke "libraries loaded at run time (LD_DEBUG=files, mpirun -np 2) all in the bundle" \
-  "LD_DEBUG=files mpirun -np 2 -x LD_DEBUG lockstep-train $TRAIN_ARGS >$X/lddebug.log 2>&1 || \
-     { tail $X/lddebug.log; exit 1; }
-   outside=\$(grep -o 'calling init: /[^ ]*' $X/lddebug.log | awk '{print \$3}' | sort -u |
+  "LD_DEBUG=files LD_DEBUG_OUTPUT=$X/lddebug mpirun -np 2 -x LD_DEBUG -x LD_DEBUG_OUTPUT \
+     lockstep-train $TRAIN_ARGS >$X/lddebug.log 2>&1 || { tail $X/lddebug.log; exit 1; }
+   ls $X/lddebug.[0-9]* >/dev/null 2>&1 || { echo 'LD_DEBUG wrote no per-process files'; exit 1; }
+   outside=\$(cat $X/lddebug.[0-9]* | grep -o 'calling init: /[^ ]*' | awk '{print \$3}' | sort -u |
      grep -v '^$XB/' | grep -Ev '/(libc|libm|libdl|libpthread|librt|libutil|libresolv|ld-linux-x86-64|libnss_[a-z]+)\.so')
-   n=\$(grep -o 'calling init: /[^ ]*' $X/lddebug.log | sort -u | wc -l)
+   n=\$(cat $X/lddebug.[0-9]* | grep -o 'calling init: /[^ ]*' | sort -u | wc -l)
    [ -z \"\$outside\" ] && echo \"\$n libraries, none outside\" || { echo \"outside the bundle: \$outside\"; exit 1; }"
 smoke "test_cuda (GPU tests skip without a GPU)" "test_cuda --gtest_brief=1"
-smoke "mpirun -np 2 test_mpi (NCCL bootstrap, GPU selection)" \
-  "mpirun -np 2 test_mpi --gtest_filter='NcclBootstrap.*:GpuSelection.*:NcclCommunicator.*' --gtest_brief=1"
+# AbortJob.*: a rank spawns a test of its own binary as an MPI singleton, as the NCCL watchdog
+# test does on the device.
+smoke "mpirun -np 2 test_mpi (NCCL bootstrap, GPU selection, a singleton child)" \
+  "mpirun -np 2 test_mpi --gtest_filter='NcclBootstrap.*:GpuSelection.*:NcclCommunicator.*:AbortJob.*' --gtest_brief=1"
 smoke "lockstep-bench gpu-step --gpu=0 (CPU half)" \
   "lockstep-bench gpu-step --gpu=0 --reps=3 --warmup=1 --cpu-threads=1"
 say "bundle ok: $DEST/$NAME.tar.xz"
