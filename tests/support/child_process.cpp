@@ -30,7 +30,8 @@ bool starts_with(const char* s, const char* prefix) {
 
 // What mpirun (ORTE, PMIx) hands its ranks to join the job. Without them MPI_Init makes the child
 // a singleton instead of a second process claiming the parent's rank. Users' own OMPI_MCA_
-// settings stay, except those that point at the job.
+// settings stay, except those that point at the job (and ess_singleton_isolated, which the child
+// gets set to 1).
 bool names_the_launchers_job(const char* entry) {
   if (starts_with(entry, "PMIX_") || starts_with(entry, "PMI_")) return true;
   if (!starts_with(entry, "OMPI_")) return false;
