@@ -4,6 +4,11 @@
 #   - a 1024^3 matmul: `lockstep-bench ops --only=gemm` (GFLOP/s) vs torch `a @ b`, 1 thread
 #   - training steps of the MLP 784-1024-1024-10, batch 256, SGD momentum, at 1 and 2 threads:
 #     `lockstep-bench mlp --precision=P` vs bench/precision_torch.py (identical model and batch)
+#   - DDP, DDP_RANKS ranks x 1 thread (default 2; 0 leaves it out), batch 256 per rank:
+#     `mpirun -np 2 lockstep-train --train.precision=P` on the Fashion-MNIST shards (data/
+#     fashion-mnist, made here if missing) vs `precision_torch.py mlp --ranks 2` (PyTorch DDP,
+#     gloo, random inputs). lockstep's figure is the median samples/s of its logged intervals
+#     after the first and includes its data loading; PyTorch's reuses one batch.
 # Runs are interleaved (every variant once per repetition) so drifting load from other processes
 # hits all of them alike; the summary gives medians over repetitions and the ratios the issue
 # asks for, with the CPU, its bf16 ISA as oneDNN sees it, OpenBLAS's kernel choice, and the load
@@ -23,6 +28,8 @@ REPS=${REPS:-3}
 THREADS=${THREADS:-"1 2"}
 STEPS=${STEPS:-10}
 OUT=${OUT:-results/precision}
+DDP_RANKS=${DDP_RANKS:-2}
+DATA=${DATA:-data/fashion-mnist}
 PYTHON=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch lives in the system interpreter
 BENCH=build/apps/lockstep-bench
 export OMP_WAIT_POLICY=PASSIVE  # both sides' OpenMP workers sleep instead of spinning
@@ -31,6 +38,12 @@ export OMP_WAIT_POLICY=PASSIVE  # both sides' OpenMP workers sleep instead of sp
   echo "precision.sh: $PYTHON cannot import torch (apt-get install python3-torch)" >&2
   exit 1
 }
+if [ "$DDP_RANKS" -gt 1 ]; then
+  command -v mpirun >/dev/null || { echo "precision.sh: mpirun not found (DDP_RANKS=0 leaves DDP out)" >&2; exit 1; }
+  compgen -G "$DATA/train-*.h5" >/dev/null ||
+    build/apps/lockstep-shard fashion-mnist --out="$DATA" --shards=4 >/dev/null
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
 mkdir -p "$OUT"
 : >"$OUT/runs.jsonl"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -50,6 +63,26 @@ lockstep_mlp() {  # THREADS PRECISION
 torch_mlp() {  # THREADS PRECISION
   "$PYTHON" bench/precision_torch.py mlp --threads "$1" --precision "$2" --reps 5 \
     --steps "$STEPS" | record torch-mlp "$2" "$1"
+}
+lockstep_ddp() {  # PRECISION: DDP_RANKS ranks x 1 thread, batch 256 per rank
+  rm -f "$OUT/train.jsonl"
+  mpirun -np "$DDP_RANKS" --oversubscribe --bind-to none build/apps/lockstep-train \
+    --config configs/fashion_mlp.ini --data.train="$DATA/train" --data.test="$DATA/test" \
+    --model.spec=mlp:1024,1024 --train.global_batch=$((DDP_RANKS * 256)) --train.threads=1 \
+    --train.precision="$1" --train.eval=false --train.max_steps=$((STEPS * 7)) \
+    --optim.lr=0.01 --optim.momentum=0.9 --optim.weight_decay=0 --optim.schedule=constant \
+    --optim.warmup_steps=0 --log.every="$STEPS" --log.progress=none --log.metrics="$OUT/train.jsonl" \
+    >"$OUT/train.log" 2>&1 || { cat "$OUT/train.log" >&2; exit 1; }
+  "$PYTHON" -c 'import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+sps = [r["samples_per_s"] for r in recs if "samples_per_s" in r and "step" in r][1:]
+print(json.dumps({"samples_per_s": statistics.median(sps), "samples_per_s_intervals": sps,
+                  "ranks": int(sys.argv[2])}))' "$OUT/train.jsonl" "$DDP_RANKS" |
+    record lockstep-ddp "$1" 1
+}
+torch_ddp() {  # PRECISION
+  "$PYTHON" bench/precision_torch.py mlp --threads 1 --ranks "$DDP_RANKS" --precision "$1" \
+    --reps 5 --steps "$STEPS" | record torch-ddp "$1" 1
 }
 lockstep_matmul() {  # PRECISION
   "$BENCH" ops --only=gemm --threads=1 --precision="$1" --reps=5 --min-ms=200 --out="$tmp" \
@@ -74,8 +107,14 @@ for rep in $(seq 1 "$REPS"); do
       torch_mlp "$t" "$p"
     done
   done
+  if [ "$DDP_RANKS" -gt 1 ]; then
+    for p in fp32 bf16; do
+      lockstep_ddp "$p"
+      torch_ddp "$p"
+    done
+  fi
 done
-rm -f "$tmp"
+rm -f "$tmp" "$OUT/train.jsonl" "$OUT/train.log"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 "$PYTHON" - "$OUT" "$load_start" "$load_end" <<'PY'
@@ -116,6 +155,17 @@ for t in threads:
         "lockstep_bf16_over_lockstep_fp32": m["lockstep_bf16"] / m["lockstep_fp32"],
         "lockstep_fp32_over_torch_fp32": m["lockstep_fp32"] / m["torch_fp32"],
         "torch_bf16_over_torch_fp32": m["torch_bf16"] / m["torch_fp32"]}
+ddp = [r for r in runs if r["kind"] == "lockstep-ddp"]
+if ddp:
+    m = {f"{who}_{p}": med(f"{who}-ddp", p, 1, lambda r: r["samples_per_s"])
+         for who in ("lockstep", "torch") for p in ("fp32", "bf16")}
+    key = f"ddp_{ddp[0]['ranks']}x1"
+    s["mlp_samples_per_s"][key] = m
+    s["ratios"][key] = {
+        "lockstep_bf16_over_torch_autocast_bf16": m["lockstep_bf16"] / m["torch_bf16"],
+        "lockstep_bf16_over_lockstep_fp32": m["lockstep_bf16"] / m["lockstep_fp32"],
+        "lockstep_fp32_over_torch_fp32": m["lockstep_fp32"] / m["torch_fp32"],
+        "torch_bf16_over_torch_fp32": m["torch_bf16"] / m["torch_fp32"]}
 json.dump(s, open(f"{out}/summary.json", "w"), indent=2)
 mm = s["matmul_1024_gflops"]
 with open(f"{out}/summary.md", "w") as f:
@@ -132,14 +182,16 @@ with open(f"{out}/summary.md", "w") as f:
                 "what the CPU can do; rerun with OPENBLAS_CORETYPE=SkylakeX (AVX512) for tuned "
                 "fp32 figures.\n\n")
     f.write("| 1024^3 matmul, 1 thread | fp32 GFLOP/s | bf16 GFLOP/s | bf16/fp32 |\n| --- | --- | --- | --- |\n")
-    for who, k in (("lockstep (OpenBLAS / oneDNN)", "lockstep-ops"), ("PyTorch 1.13", "torch-matmul")):
+    for who, k in (("lockstep (oneDNN)", "lockstep-ops"), ("PyTorch 1.13", "torch-matmul")):
         f.write(f"| {who} | {mm[k+'_fp32']:.1f} | {mm[k+'_bf16']:.1f} | {mm[k+'_bf16']/mm[k+'_fp32']:.2f} |\n")
     f.write("\n| MLP 784-1024-1024-10, batch 256 | threads | lockstep fp32 | lockstep bf16 | torch fp32 "
             "| torch autocast bf16 | lockstep bf16 / autocast | lockstep bf16 / fp32 |\n"
             "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
-    for t in threads:
-        m, r = s["mlp_samples_per_s"][f"{t}_threads"], s["ratios"][f"{t}_threads"]
-        f.write(f"| samples/s | {t} | {m['lockstep_fp32']:.0f} | {m['lockstep_bf16']:.0f} | "
+    for t in [f"{t}_threads" for t in threads] + [k for k in s["ratios"] if k.startswith("ddp_")]:
+        m, r = s["mlp_samples_per_s"][t], s["ratios"][t]
+        label = t.replace("_threads", "") if t.endswith("_threads") else \
+            t.replace("ddp_", "DDP ").replace("x1", " ranks x 1")
+        f.write(f"| samples/s | {label} | {m['lockstep_fp32']:.0f} | {m['lockstep_bf16']:.0f} | "
                 f"{m['torch_fp32']:.0f} | {m['torch_bf16']:.0f} | "
                 f"**{r['lockstep_bf16_over_torch_autocast_bf16']:.2f}** | "
                 f"**{r['lockstep_bf16_over_lockstep_fp32']:.2f}** |\n")

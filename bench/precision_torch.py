@@ -6,6 +6,11 @@
       widths, batch, SGD lr 0.01 momentum 0.9, random inputs in [-1, 1), labels i % 10). bf16 is
       torch.autocast('cpu', dtype=torch.bfloat16) around forward and loss, PyTorch's own
       mixed-precision recipe: bf16 matmuls on oneDNN, fp32 weights and optimizer.
+      --ranks N (N >= 2) trains data-parallel: N processes (torch.multiprocessing, gloo on
+      127.0.0.1), each with --threads threads and its own --batch, the model wrapped in
+      DistributedDataParallel (default buckets): the peer of `mpirun -np N lockstep-train`.
+      samples/s counts all ranks' samples, timed on rank 0 (every step ends in the gradient
+      allreduce, so the ranks move together).
   precision_torch.py matmul --threads T --precision fp32|bf16
       A 1024^3 matmul, for the GFLOP/s next to `lockstep-bench ops`.
 
@@ -38,7 +43,7 @@ os.environ.setdefault("OMP_NUM_THREADS", _threads_from_argv())
 import torch  # noqa: E402
 
 
-def mlp(args):
+def mlp(args, rank=0):
     torch.manual_seed(1)
     model = torch.nn.Sequential(
         torch.nn.Flatten(),
@@ -46,7 +51,10 @@ def mlp(args):
         torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
         torch.nn.Linear(1024, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if args.ranks > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
     loss_fn = torch.nn.CrossEntropyLoss()
+    torch.manual_seed(1 + rank)  # each rank its own inputs
     x = torch.rand(args.batch, 1, 28, 28) * 2 - 1
     y = torch.arange(args.batch) % 10
     bf16 = args.precision == "bf16"
@@ -70,9 +78,10 @@ def mlp(args):
         cpu.append((time.process_time() - c0) / args.steps)  # every thread of the process
     ms = statistics.median(times) * 1e3
     return {"bench": "torch-mlp", "precision": args.precision, "threads": args.threads,
-            "batch": args.batch, "step_ms": ms, "step_ms_per_rep": [t * 1e3 for t in times],
+            "ranks": args.ranks, "batch": args.batch, "step_ms": ms,
+            "step_ms_per_rep": [t * 1e3 for t in times],
             "step_cpu_ms": statistics.median(cpu) * 1e3,
-            "samples_per_s": args.batch / (ms / 1e3), "final_loss": float(loss),
+            "samples_per_s": args.ranks * args.batch / (ms / 1e3), "final_loss": float(loss),
             "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE", "")}
 
 
@@ -94,6 +103,19 @@ def matmul(args):
             "ms": s * 1e3, "gflops": 2 * 1024 ** 3 / s * 1e-9}
 
 
+def mlp_rank(rank, args, port):
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    torch.set_num_threads(args.threads)
+    out = mlp(args, rank)
+    if rank == 0:
+        out["torch"] = torch.__version__
+        out["ddp"] = "DistributedDataParallel, gloo, default buckets"
+        print(json.dumps(out), flush=True)
+    dist.destroy_process_group()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=["mlp", "matmul"])
@@ -102,7 +124,18 @@ def main():
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--ranks", type=int, default=1, help="DDP processes (mlp only; gloo)")
     args = p.parse_args()
+    if args.ranks > 1:
+        if args.what != "mlp":
+            p.error("--ranks > 1 is for mlp")
+        import socket
+        import torch.multiprocessing as mp
+        with socket.socket() as s:  # a free port for the rendezvous
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(mlp_rank, args=(args, port), nprocs=args.ranks)
+        return
     torch.set_num_threads(args.threads)
     out = mlp(args) if args.what == "mlp" else matmul(args)
     out["torch"] = torch.__version__
