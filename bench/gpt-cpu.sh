@@ -14,6 +14,8 @@
 #   THREADS=1 OPTIMIZER=adamw bench/gpt-cpu.sh         1 thread, whole training step
 #   RANKS=2 THREADS=1 bench/gpt-cpu.sh                 DDP, 2 ranks x 1 thread
 #   MODEL=gpt-tiny SEQ=128 VOCAB=50257 THREADS=1 REPS=5 bench/gpt-cpu.sh
+#   PRECISION=bf16 THREADS=1 bench/gpt-cpu.sh          lockstep train.precision = bf16 against
+#                                                      torch.autocast('cpu', dtype=torch.bfloat16)
 # Writes $OUT/runs.jsonl and summary.json (default results/gpt-cpu); prints the summary.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +30,8 @@ STEPS=${STEPS:-3}
 RANKS=${RANKS:-1}
 TRAIN=${TRAIN:-0}
 OPTIMIZER=${OPTIMIZER:-none}
+PRECISION=${PRECISION:-fp32}
+case "$PRECISION" in fp32 | bf16) ;; *) echo "gpt-cpu: PRECISION must be fp32 or bf16, got '$PRECISION'" >&2; exit 2 ;; esac
 [ "$RANKS" -gt 1 ] && TRAIN=1
 [ "$TRAIN" = 1 ] && OPTIMIZER=adamw
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -62,13 +66,15 @@ if [ "$TRAIN" = 1 ]; then
 fi
 lockstep_run() {
   if [ "$TRAIN" != 1 ]; then
-    build/apps/lockstep-bench gpt --model="$MODEL" "${args[@]}" --out="$OUT/lockstep.json" 2>/dev/null
+    build/apps/lockstep-bench gpt --model="$MODEL" "${args[@]}" --precision="$PRECISION" \
+      --out="$OUT/lockstep.json" 2>/dev/null
     return
   fi
   rm -f "$OUT/train.jsonl"
   mpirun -np "$RANKS" --oversubscribe --bind-to none build/apps/lockstep-train \
     --data.train="$OUT/data/train" --model.spec="$MODEL" --data.context="$SEQ" \
     --train.global_batch=$((RANKS * BATCH)) --train.threads="$THREADS" --train.eval=false \
+    --train.precision="$PRECISION" \
     --train.max_steps="$train_steps" --optim.name=adamw --optim.lr=3e-4 --optim.weight_decay=0.1 \
     --optim.decay=matrices --optim.schedule=constant --log.every="$STEPS" --log.progress=none \
     --log.metrics="$OUT/train.jsonl" >"$OUT/train.log" 2>&1 || { cat "$OUT/train.log" >&2; exit 1; }
@@ -88,7 +94,8 @@ PY
 for rep in $(seq 1 "$REPS"); do
   echo "gpt-cpu: repetition $rep/$REPS (load $(cut -d' ' -f1 /proc/loadavg))" >&2
   lockstep_run
-  "$PYTHON" bench/gpt_torch.py --model="$MODEL" "${args[@]}" --ranks="$RANKS" >"$OUT/torch.json" 2>/dev/null
+  "$PYTHON" bench/gpt_torch.py --model="$MODEL" "${args[@]}" --ranks="$RANKS" --dtype="$PRECISION" \
+    >"$OUT/torch.json" 2>/dev/null
   python3 -c 'import json,sys; [print(json.dumps(json.load(open(f)))) for f in sys.argv[1:]]' \
     "$OUT/lockstep.json" "$OUT/torch.json" >>"$OUT/runs.jsonl"
 done
@@ -106,6 +113,7 @@ summary = {
     "batch_per_rank": first["config"]["batch"], "seq": first["config"]["seq"],
     "vocab": first["config"]["vocab"], "threads": first["config"]["threads"],
     "ranks": peer["config"]["ranks"], "optimizer": peer["config"]["optimizer"],
+    "precision": peer["config"]["dtype"],
     "lockstep_path": first["config"].get("path", "lockstep-bench gpt"),
     "lockstep_tokens_per_s": ls, "torch_tokens_per_s": pt,
     "lockstep_median": statistics.median(ls), "torch_median": statistics.median(pt),
