@@ -147,22 +147,14 @@ def main():
     if a.ranks > 1:
         if a.device != "cpu":
             ap.error("--ranks > 1 is the CPU DDP peer: --device=cpu")
-        import socket
-        import torch.multiprocessing as mp
-        with socket.socket() as s:  # a free port for the rendezvous
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        mp.spawn(run, args=(a, (layers, heads, dim, ctx, vocab), port), nprocs=a.ranks)
+        import torch_ddp
+        torch_ddp.spawn(run, (a, (layers, heads, dim, ctx, vocab)), a.ranks)
     else:
-        run(0, a, (layers, heads, dim, ctx, vocab), None)
+        run(0, a, (layers, heads, dim, ctx, vocab))
 
 
-def run(rank, a, sizes, port):
+def run(rank, a, sizes):
     layers, heads, dim, ctx, vocab = sizes
-    if a.ranks > 1:
-        import torch.distributed as dist
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=a.ranks)
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     device = torch.device(a.device)

@@ -103,17 +103,13 @@ def matmul(args):
             "ms": s * 1e3, "gflops": 2 * 1024 ** 3 / s * 1e-9}
 
 
-def mlp_rank(rank, args, port):
-    import torch.distributed as dist
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+def mlp_rank(rank, args):
     torch.set_num_threads(args.threads)
     out = mlp(args, rank)
     if rank == 0:
         out["torch"] = torch.__version__
         out["ddp"] = "DistributedDataParallel, gloo, default buckets"
         print(json.dumps(out), flush=True)
-    dist.destroy_process_group()
 
 
 def main():
@@ -129,12 +125,8 @@ def main():
     if args.ranks > 1:
         if args.what != "mlp":
             p.error("--ranks > 1 is for mlp")
-        import socket
-        import torch.multiprocessing as mp
-        with socket.socket() as s:  # a free port for the rendezvous
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        mp.spawn(mlp_rank, args=(args, port), nprocs=args.ranks)
+        import torch_ddp
+        torch_ddp.spawn(mlp_rank, (args,), args.ranks)
         return
     torch.set_num_threads(args.threads)
     out = mlp(args) if args.what == "mlp" else matmul(args)
