@@ -25,23 +25,47 @@ Shape Linear::output_shape(const Shape& input) const {
   return {input[0], out_};
 }
 
+// Under the bf16 policy both GEMMs that read x (forward, weight gradient) and both that read dy
+// (weight gradient, input gradient) would each round it to bf16 again. Instead the layer rounds
+// each once into a bf16 buffer of its own and passes that: the GEMMs then use it as it is, so the
+// bits are those of converting per GEMM (the same conversion kernel) with half the conversions.
+// Measured on AMX, where the conversions are a fifth of the MLP step (docs/PERFORMANCE.md,
+// "Precision"). Under fp32 and tf32 nothing is converted and x is kept as it is.
+namespace {
+bool rounds_to_bf16(const ops::Context& ctx, const Tensor& t) {
+  return ctx.precision() == ops::Precision::BF16 && t.dtype() == DType::F32;
+}
+}  // namespace
+
 Tensor Linear::forward(ops::Context& ctx, const Tensor& x) {
   Shape out = output_shape(x.shape());
   Tensor& y = detail::reuse_buffer(y_, out, x.device());
-  ops::gemm(ctx, false, true, 1.0f, x, weight_.value, 0.0f, y);
+  x_ = Tensor();  // a forward without backward (evaluation) leaves it set; free x16_ for reuse
+  Tensor operand = x;
+  if (rounds_to_bf16(ctx, x)) {
+    operand = detail::reuse_buffer(x16_, x.shape(), x.device(), DType::BF16);
+    ops::cast(ctx, x, operand);
+  }
+  ops::gemm(ctx, false, true, 1.0f, operand, weight_.value, 0.0f, y);
   if (has_bias_) ops::add_row_bias(ctx, y, bias_.value);
-  x_ = x;
+  x_ = operand;  // backward reads x only through the weight-gradient GEMM
   return y;
 }
 
 Tensor Linear::backward(ops::Context& ctx, const Tensor& dy) {
   Tensor x = detail::take_cached(x_, "linear");
-  // dW += dy^T x and db += column sums of dy: both accumulate, as parameter gradients must.
-  ops::gemm(ctx, true, false, 1.0f, dy, x, 1.0f, weight_.grad);
+  Tensor dy_operand = dy;
+  if (input_grad_ && rounds_to_bf16(ctx, dy)) {  // two GEMMs read dy: round it once
+    dy_operand = detail::reuse_buffer(dy16_, dy.shape(), dy.device(), DType::BF16);
+    ops::cast(ctx, dy, dy_operand);
+  }
+  // dW += dy^T x and db += column sums of dy: both accumulate, as parameter gradients must. The
+  // bias gradient sums the f32 dy.
+  ops::gemm(ctx, true, false, 1.0f, dy_operand, x, 1.0f, weight_.grad);
   if (has_bias_) ops::sum_rows(ctx, dy, bias_.grad);
   if (!input_grad_) return Tensor();
   Tensor& dx = detail::reuse_buffer(dx_, x.shape(), x.device());
-  ops::gemm(ctx, false, false, 1.0f, dy, weight_.value, 0.0f, dx);
+  ops::gemm(ctx, false, false, 1.0f, dy_operand, weight_.value, 0.0f, dx);
   return dx;
 }
 

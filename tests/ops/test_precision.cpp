@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/nn/linear.hpp"
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/nn/model.hpp"
 #include "lockstep/ops/ops.hpp"
@@ -354,6 +355,49 @@ TEST(ReuseWindow, AWindowedWeightIsConvertedOnceAndANewWindowSeesItsChanges) {
   for (std::size_t i = 0; i < f.size(); ++i) {
     ASSERT_EQ(o[i], 2.0f * f[i]) << i;  // doubling is exact in bf16 and in f32
     ASSERT_EQ(n[i], o[i]) << i;
+  }
+}
+
+TEST(Bf16Linear, RoundingItsInputAndGradientOnceGivesTheBitsOfRoundingThemPerGemm) {
+  SKIP_WITHOUT_BF16();
+  // nn::Linear rounds x and dy to bf16 once each and hands the copies to its GEMMs; the reference
+  // is the same products with f32 operands, which every GEMM rounds again (ops::gemm's own path).
+  // Same bits required, with the input gradient wanted and not, at 1 and 2 threads, and after an
+  // evaluation forward (no backward) that leaves the cached input behind.
+  for (int threads : {1, 2}) {
+    for (bool input_grad : {true, false}) {
+      auto ctx = bf16_context(threads);
+      nn::Linear layer(72, 40);
+      layer.reset_parameters(5, "l.");
+      layer.set_input_grad(input_grad);
+      Tensor w = layer.weight().value, b = layer.bias().value;
+      for (int round = 0; round < 2; ++round) {
+        Tensor x = random_tensor({33, 72}, 60 + round), dy = random_tensor({33, 40}, 70 + round);
+        (void)layer.forward(*ctx, random_tensor({33, 72}, 80));  // evaluation: no backward
+        ops::fill(*ctx, layer.weight().grad, 0.0f);
+        ops::fill(*ctx, layer.bias().grad, 0.0f);
+        Tensor y = layer.forward(*ctx, x).clone();
+        Tensor dx = layer.backward(*ctx, dy);
+
+        Tensor y_ref = Tensor::zeros({33, 40}), dw_ref = Tensor::zeros({40, 72}),
+               db_ref = Tensor::zeros({40}), dx_ref = Tensor::zeros({33, 72});
+        ops::gemm(*ctx, false, true, 1.0f, x, w, 0.0f, y_ref);
+        ops::add_row_bias(*ctx, y_ref, b);
+        ops::gemm(*ctx, true, false, 1.0f, dy, x, 1.0f, dw_ref);
+        ops::sum_rows(*ctx, dy, db_ref);
+        ops::gemm(*ctx, false, false, 1.0f, dy, w, 0.0f, dx_ref);
+        const std::string where = "threads " + std::to_string(threads) + ", input_grad " +
+                                  std::to_string(input_grad) + ", round " + std::to_string(round);
+        EXPECT_TRUE(bitwise_equal(y, y_ref)) << where;
+        EXPECT_TRUE(bitwise_equal(layer.weight().grad, dw_ref)) << where;
+        EXPECT_TRUE(bitwise_equal(layer.bias().grad, db_ref)) << where;
+        if (input_grad) {
+          EXPECT_TRUE(bitwise_equal(dx, dx_ref)) << where;
+        } else {
+          EXPECT_FALSE(dx.defined()) << where;
+        }
+      }
+    }
   }
 }
 

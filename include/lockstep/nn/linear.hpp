@@ -30,8 +30,9 @@ class Linear final : public Module {
   std::int64_t in_, out_;
   bool has_bias_;
   Parameter weight_, bias_;
-  Tensor x_;       // input cached for backward
-  Tensor y_, dx_;  // reused output buffers
+  Tensor x_;           // input cached for backward (its bf16 copy under the bf16 policy)
+  Tensor y_, dx_;      // reused output buffers
+  Tensor x16_, dy16_;  // reused bf16 copies of x and dy (bf16 policy only)
 };
 
 }  // namespace lockstep::nn
