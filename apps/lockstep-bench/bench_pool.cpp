@@ -49,8 +49,10 @@ int run(const Args& args) {
     }
     std::sort(us.begin(), us.end());
     const double med = median(us), p90 = us[us.size() * 9 / 10];
-    std::fprintf(stderr, "pool: %d threads, after %3d us alone: empty fork-join median %.1f us, "
-                 "p90 %.1f us\n", threads, gap_us, med, p90);
+    std::fprintf(stderr,
+                 "pool: %d threads, after %3d us alone: empty fork-join median %.1f us, "
+                 "p90 %.1f us\n",
+                 threads, gap_us, med, p90);
     results += str(results.empty() ? "" : ", ", "{\"gap_us\": ", gap_us, ", \"median_us\": ", med,
                    ", \"p90_us\": ", p90, "}");
   }
