@@ -20,6 +20,8 @@
 #   OPENBLAS_CORETYPE=SkylakeX OUT=results/precision-skx bench/precision.sh
 # On a machine shared with other work, give the run priority over other sessions (Linux
 # autogroups): setsid bash -c 'echo -15 > /proc/self/autogroup; bench/precision.sh'.
+# PyTorch runs with glibc's malloc thresholds raised (bench/precision_torch.py, TORCH_MALLOC):
+# without it, Debian's PyTorch 1.13 faults its temporaries in again every step.
 # Writes results/precision/runs.jsonl, summary.json and summary.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -132,11 +134,13 @@ isa = [f for f in ("amx_bf16", "avx512_bf16", "avx512f") if re.search(rf"\b{f}\b
 info = next((r["config"]["precision_info"] for r in runs
              if r["kind"] == "lockstep-mlp" and r["prec"] == "bf16"), "?")
 blas = next((r["openblas_core"] for r in runs if r["kind"] == "lockstep-ops"), "?")
+malloc = next((r.get("glibc_tunables", "") for r in runs if r["kind"] == "torch-mlp"), "")
 peak = json.load(open(f"{out}/isa.json"))
 threads = sorted({r["thr"] for r in runs if r["kind"] == "lockstep-mlp"})
 s = {"machine": {"cpu": cpu, "cores": os.cpu_count(), "cpu_flags": isa,
                  "lockstep_bf16": info, "openblas_core": blas,
                  "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE", ""),
+                 "torch_glibc_tunables": malloc,
                  "core_peak_gflops": {"avx512_fp32_fma": peak["avx512_fp32_fma_gflops"],
                                       "avx512_bf16_dot": peak["avx512_bf16_dot_gflops"]},
                  "load_start": load_start, "load_end": load_end,
@@ -172,6 +176,7 @@ with open(f"{out}/summary.md", "w") as f:
     f.write(f"Precision on the CPU: {cpu}, {os.cpu_count()} cores, flags {' '.join(isa)}; "
             f"lockstep {info}; OpenBLAS kernels {blas}"
             f"{' (OPENBLAS_CORETYPE=' + os.environ['OPENBLAS_CORETYPE'] + ')' if os.environ.get('OPENBLAS_CORETYPE') else ''}; "
+            f"PyTorch's malloc: {'GLIBC_TUNABLES=' + malloc if malloc else 'glibc as is (TORCH_MALLOC=default)'}; "
             f"one core's peak: AVX512 fp32 FMA {peak['avx512_fp32_fma_gflops']:.0f} GFLOP/s, "
             f"AVX512-BF16 dot {peak['avx512_bf16_dot_gflops']:.0f} GFLOP/s (lockstep-bench isa); "
             f"load {load_start} at start, {load_end} at end; "

@@ -15,12 +15,26 @@
       A 1024^3 matmul, for the GFLOP/s next to `lockstep-bench ops`.
 
 Each prints one JSON line: the median over --reps of the mean step (or call) time.
+
+PyTorch gets glibc's malloc tuned (TORCH_MALLOC=tuned, the default; TORCH_MALLOC=default leaves
+it): Debian's PyTorch 1.13 frees its large CPU temporaries back to the kernel every step
+(glibc's mmap and trim thresholds), so each step faults its pages in again. On the AMD EPYC
+Zen 5 VM (2026-12-02) that was three quarters of an autocast bf16 step (44-54 ms at 1 thread;
+12 ms with the thresholds raised to 1 GiB, the effect PyTorch's CPU tuning guides get from
+jemalloc or tcmalloc). The peer should run at its best, so the script re-executes itself
+with GLIBC_TUNABLES set before torch loads; the JSON line records the setting.
 """
 import argparse
 import json
 import os
 import statistics
 import sys
+
+TUNED_MALLOC = "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824"
+if os.environ.get("TORCH_MALLOC", "tuned") == "tuned" and "GLIBC_TUNABLES" not in os.environ:
+    # glibc reads its tunables once, at process start: set them and start again.
+    os.environ["GLIBC_TUNABLES"] = TUNED_MALLOC
+    os.execv(sys.executable, [sys.executable] + sys.argv)
 import time
 
 
@@ -82,7 +96,8 @@ def mlp(args, rank=0):
             "step_ms_per_rep": [t * 1e3 for t in times],
             "step_cpu_ms": statistics.median(cpu) * 1e3,
             "samples_per_s": args.ranks * args.batch / (ms / 1e3), "final_loss": float(loss),
-            "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE", "")}
+            "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE", ""),
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
 
 
 def matmul(args):
