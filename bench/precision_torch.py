@@ -19,7 +19,7 @@ Each prints one JSON line: the median over --reps of the mean step (or call) tim
 PyTorch gets glibc's malloc tuned (TORCH_MALLOC=tuned, the default; TORCH_MALLOC=default leaves
 it): Debian's PyTorch 1.13 frees its large CPU temporaries back to the kernel every step
 (glibc's mmap and trim thresholds), so each step faults its pages in again. On the AMD EPYC
-Zen 5 VM (2026-12-02) that was three quarters of an autocast bf16 step (44-54 ms at 1 thread;
+Zen 5 VM (2026-12-02) that was three quarters of an autocast bf16 step (41-64 ms at 1 thread;
 12 ms with the thresholds raised to 1 GiB, the effect PyTorch's CPU tuning guides get from
 jemalloc or tcmalloc). The peer should run at its best, so the script re-executes itself
 with GLIBC_TUNABLES set before torch loads; the JSON line records the setting.
@@ -29,13 +29,16 @@ import json
 import os
 import statistics
 import sys
+import time
 
 TUNED_MALLOC = "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824"
-if os.environ.get("TORCH_MALLOC", "tuned") == "tuned" and "GLIBC_TUNABLES" not in os.environ:
+_malloc = os.environ.get("TORCH_MALLOC", "tuned")
+if _malloc not in ("tuned", "default"):
+    sys.exit(f"precision_torch.py: TORCH_MALLOC={_malloc!r}: use 'tuned' or 'default'")
+if _malloc == "tuned" and "GLIBC_TUNABLES" not in os.environ:
     # glibc reads its tunables once, at process start: set them and start again.
     os.environ["GLIBC_TUNABLES"] = TUNED_MALLOC
     os.execv(sys.executable, [sys.executable] + sys.argv)
-import time
 
 
 def _threads_from_argv(default="1"):
