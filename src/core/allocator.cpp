@@ -63,27 +63,36 @@ class CpuAllocator final : public Allocator {
   std::atomic<std::size_t> peak_{0};
 };
 
-Allocator* g_cuda_allocator = nullptr;
-CopyBytesFn g_cuda_copy = nullptr;
+constexpr std::size_t kKinds = 3;  // DeviceKind's values
+std::atomic<Allocator*> g_allocators[kKinds] = {};
+std::atomic<CopyBytesFn> g_copies[kKinds] = {};
+
+std::size_t slot(DeviceKind kind) {
+  return static_cast<std::size_t>(kind);
+}
+
+const char* backend_hint(DeviceKind kind) {
+  return kind == DeviceKind::EMU ? "the emulated device is made by the first ops::Context on it"
+                                 : "build with the CUDA toolkit and run on a machine with a GPU, "
+                                   "or set device = cpu";
+}
 
 }  // namespace
 
 Allocator& allocator_for(Device device) {
   static CpuAllocator cpu;
   if (device.is_cpu()) return cpu;
-  LOCKSTEP_CHECK_HINT(g_cuda_allocator != nullptr,
-                      "build with the CUDA toolkit and run on a machine with a GPU, or set "
-                      "device = cpu",
-                      "no CUDA allocator: this process has no CUDA backend (device ", device.str(),
-                      ")");
-  return *g_cuda_allocator;
+  Allocator* a = g_allocators[slot(device.kind)].load(std::memory_order_acquire);
+  LOCKSTEP_CHECK_HINT(a != nullptr, backend_hint(device.kind), "no allocator for ", device.str(),
+                      ": this process has not started that device's backend");
+  return *a;
 }
 
-void set_cuda_allocator(Allocator* allocator) {
-  g_cuda_allocator = allocator;
+void set_device_allocator(DeviceKind kind, Allocator* allocator) {
+  g_allocators[slot(kind)].store(allocator, std::memory_order_release);
 }
-void set_cuda_copy(CopyBytesFn fn) {
-  g_cuda_copy = fn;
+void set_device_copy(DeviceKind kind, CopyBytesFn fn) {
+  g_copies[slot(kind)].store(fn, std::memory_order_release);
 }
 
 void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src,
@@ -93,9 +102,14 @@ void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src
     std::memcpy(dst, src, bytes);
     return;
   }
-  LOCKSTEP_CHECK(g_cuda_copy != nullptr, "copy between ", src_device.str(), " and ",
-                 dst_device.str(), " needs the CUDA backend");
-  g_cuda_copy(dst_device, dst, src_device, src, bytes);
+  const DeviceKind kind = dst_device.is_cpu() ? src_device.kind : dst_device.kind;
+  LOCKSTEP_CHECK(src_device.is_cpu() || dst_device.is_cpu() || src_device.kind == dst_device.kind,
+                 "copy between ", src_device.str(), " and ", dst_device.str(),
+                 ": devices of two kinds exchange data through the host");
+  CopyBytesFn fn = g_copies[slot(kind)].load(std::memory_order_acquire);
+  LOCKSTEP_CHECK_HINT(fn != nullptr, backend_hint(kind), "copy between ", src_device.str(), " and ",
+                      dst_device.str(), ": this process has not started that device's backend");
+  fn(dst_device, dst, src_device, src, bytes);
 }
 
 }  // namespace lockstep

@@ -38,8 +38,20 @@ Storage::Storage(std::size_t bytes, Device device) : bytes_(bytes), device_(devi
   data_ = allocator_for(device).allocate_on(device, bytes);
 }
 
+Storage::Storage(void* data, std::size_t bytes, Device device, Borrowed)
+    : data_(data), bytes_(bytes), device_(device), owned_(false) {}
+
 Storage::~Storage() {
-  allocator_for(device_).deallocate(data_, bytes_);
+  if (owned_) allocator_for(device_).deallocate(data_, bytes_);
+}
+
+Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, Device device) {
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(data, t.nbytes(), device, Storage::Borrowed{});
+  return t;
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {

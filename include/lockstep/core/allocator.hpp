@@ -27,14 +27,22 @@ class Allocator {
 
 // The allocator that owns memory on `device` (lives for the whole process).
 Allocator& allocator_for(Device device);
-// Registered by the CUDA backend at start-up; nullptr when there is none.
-void set_cuda_allocator(Allocator* allocator);
+// Registered by a device backend (ops/cuda, ops/emu) at start-up, one per device kind; the CPU's
+// is built in. nullptr unregisters.
+void set_device_allocator(DeviceKind kind, Allocator* allocator);
+inline void set_cuda_allocator(Allocator* allocator) {
+  set_device_allocator(DeviceKind::CUDA, allocator);
+}
 
 // Copies bytes between any two devices (host<->device, device<->device, host<->host);
-// synchronous. The fast, stream-ordered copies live in ops/.
+// synchronous: when it returns, the destination holds the bytes and any later op, on any
+// stream, sees them. The fast, stream-ordered copies live in ops/.
 void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src,
                 std::size_t bytes);
 using CopyBytesFn = void (*)(Device, void*, Device, const void*, std::size_t);
-void set_cuda_copy(CopyBytesFn fn);
+void set_device_copy(DeviceKind kind, CopyBytesFn fn);
+inline void set_cuda_copy(CopyBytesFn fn) {
+  set_device_copy(DeviceKind::CUDA, fn);
+}
 
 }  // namespace lockstep

@@ -23,6 +23,9 @@ std::string shape_str(const Shape& shape);  // "[256, 784]"
 class Storage {
  public:
   Storage(std::size_t bytes, Device device);
+  // Memory owned elsewhere that outlives this Storage (Tensor::borrow).
+  struct Borrowed {};
+  Storage(void* data, std::size_t bytes, Device device, Borrowed);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -35,6 +38,7 @@ class Storage {
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
   Device device_;
+  bool owned_ = true;
 };
 
 class Tensor {
@@ -44,6 +48,10 @@ class Tensor {
   static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
   // zeros() only for host tensors; on a device use ops::fill.
   static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+  // A tensor over memory this tensor does not own (no copy, no free): the caller keeps the
+  // memory alive and unchanged in size while the tensor is used. A device backend uses it to
+  // hand its kernels host views of device memory (ops/emu).
+  static Tensor borrow(void* data, const Shape& shape, DType dtype, Device device);
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape,
                             Device device = Device::cpu());
