@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "lockstep/core/clock.hpp"
+#include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::dist {
@@ -50,24 +51,20 @@ DdpEngine::DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& co
   model_.set_grad_ready_hook([this](nn::Parameter& p) { reducer_->on_grad_ready(p); });
 }
 
-#ifdef LOCKSTEP_HAVE_CUDA
 namespace {
-// The sections of a step DdpEngine times with CUDA events on a GPU.
-enum GpuSection { kCompute, kCommWait, kGpuSections };
+// The sections of a step DdpEngine times with events on a device.
+enum DeviceSection { kCompute, kCommWait, kDeviceSections };
 }  // namespace
-#endif
 
 void DdpEngine::begin_step() {
   times_ = {};
-#ifdef LOCKSTEP_HAVE_CUDA
-  // The device times of the steps the GPU has finished since the last call (in the trainer the
-  // previous step: its gradient check has already waited for it), so reading them never waits.
+  // The device times of the steps the device has finished since the last call (in the trainer
+  // the previous step: its gradient check has already waited for it), so reading them never waits.
   if (timer_) {
     const std::vector<double> seconds = timer_->collect();
     times_.compute = seconds[kCompute];
     times_.comm_exposed = seconds[kCommWait];
   }
-#endif
   reducer_->zero_grad();
   if (options_.sync && comm_.size() > 1 && !model_.buffers().empty()) {
     auto start = std::chrono::steady_clock::now();
@@ -80,20 +77,19 @@ Tensor DdpEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_
                                    bool last_micro) {
   auto start = std::chrono::steady_clock::now();
   Tensor x_in = x, y_in = y;
-#ifdef LOCKSTEP_HAVE_CUDA
-  if (ctx_.device().is_cuda()) {
-    if (!timer_) timer_ = std::make_unique<ops::cuda::SectionTimer>(ctx_, kGpuSections);
+  const bool device = ctx_.backend().runtime() != nullptr;
+  if (device) {
+    if (!timer_) timer_ = std::make_unique<ops::SectionTimer>(ctx_, kDeviceSections);
     timer_->begin(kCompute);
   }
-  // On a GPU the batch goes through the stager's pinned slots on its copy stream, overlapping the
-  // previous micro-step's compute; the compute stream waits for the copy on the device.
-  if (ctx_.device().is_cuda() && x.device().is_cpu() && y.device().is_cpu()) {
-    if (!stager_) stager_ = std::make_unique<ops::cuda::InputStager>(ctx_);
+  // On a device the batch goes through the stager's pinned slots on its copy stream, overlapping
+  // the previous micro-step's compute; the compute stream waits for the copy on the device.
+  if (device && x.device().is_cpu() && y.device().is_cpu()) {
+    if (!stager_) stager_ = std::make_unique<ops::InputStager>(ctx_);
     std::vector<Tensor> staged = stager_->stage({x, y});
     x_in = staged[0];
     y_in = staged[1];
   }
-#endif
   prepare_input(ctx_, x_in, options_.input, input_);
   // Token labels [B, T] are one row per position, as the logits [B*T, V].
   Tensor labels = y_in.device() == ctx_.device() ? y_in : y_in.to(ctx_.device());
@@ -103,12 +99,10 @@ Tensor DdpEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_
   Tensor loss = loss_.forward(ctx_, logits, labels);
   Tensor dlogits = loss_.backward(ctx_, loss_scale * averaging_scale());
   model_.backward(ctx_, dlogits);
-#ifdef LOCKSTEP_HAVE_CUDA
   if (timer_) {
     timer_->end(kCompute);  // the host only queued the work: the events time it
     return loss;
   }
-#endif
   times_.compute += seconds_since(start);
   return loss;  // not read: the trainer reads a log interval's losses at once
 }
@@ -119,7 +113,6 @@ float DdpEngine::averaging_scale() const {
 }
 
 void DdpEngine::finish_gradients() {
-#ifdef LOCKSTEP_HAVE_CUDA
   if (timer_) {
     // How long the compute stream stands still after backward until the gradients are complete.
     timer_->begin(kCommWait);
@@ -127,7 +120,6 @@ void DdpEngine::finish_gradients() {
     timer_->end(kCommWait);
     return;
   }
-#endif
   times_.comm_exposed += reducer_->finish();
 }
 

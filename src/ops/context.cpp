@@ -4,9 +4,7 @@
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/ops/backend.hpp"
-#ifdef LOCKSTEP_HAVE_CUDA
-#include "ops/cuda/stream_order.hpp"
-#endif
+#include "lockstep/ops/device_runtime.hpp"
 
 namespace lockstep::ops {
 
@@ -15,6 +13,15 @@ Context::Context(Device device, int threads) : device_(device), threads_(threads
   if (device.is_cpu()) {
     pool_ = std::make_unique<ThreadPool>(threads);
     backend_ = make_cpu_backend(*this);
+  } else if (device.is_emu()) {
+    LOCKSTEP_CHECK_HINT(device.index >= 0 && device.index < emu_device_count(),
+                        "use emu:0 to emu:N-1, with N from LOCKSTEP_EMU_DEVICES (default 8)",
+                        "device ", device.str(), " requested but this process has ",
+                        emu_device_count(), " emulated devices");
+    pool_ = std::make_unique<ThreadPool>(1);
+#ifdef LOCKSTEP_HAVE_EMU
+    backend_ = make_emu_backend(*this);
+#endif
   } else {
 #ifdef LOCKSTEP_HAVE_CUDA
     pool_ = std::make_unique<ThreadPool>(1);
@@ -33,14 +40,20 @@ void Context::synchronize() {
 }
 
 void Context::wait_for(Context& producer) {
-  if (&producer == this || producer.device().is_cpu()) return;
-#ifdef LOCKSTEP_HAVE_CUDA
-  if (device_.is_cpu()) {
+  DeviceRuntime* from = producer.backend().runtime();
+  if (&producer == this || from == nullptr) return;
+  DeviceRuntime* to = backend_->runtime();
+  if (to == nullptr || producer.device().kind != device_.kind) {
     producer.synchronize();  // a CPU context cannot wait on a stream: the host waits
     return;
   }
-  cuda::order_after(*this, producer);
-#endif
+  // A fresh event per call: cheap next to the copies it orders, and no state shared between
+  // threads (each DataParallel replica's thread may order itself after the master concurrently).
+  // Destroying it at once is allowed: the wait already holds the recorded point.
+  DeviceRuntime::Event event = from->create_event(false);
+  from->record(event, from->compute_stream());
+  to->wait(to->compute_stream(), event);
+  from->destroy_event(event);
 }
 
 void Context::set_precision(Precision p) {

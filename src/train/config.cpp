@@ -123,8 +123,10 @@ const std::vector<Key>& keys() {
        0},
       {"train.device",
        &Config::train_device,
-       "cpu, cuda (one GPU per local rank) or auto",
-       {"auto", "cpu", "cuda"}},
+       "cpu, cuda (one GPU per local rank), auto (cuda when a GPU is visible, else cpu), or emu: "
+       "the emulated GPU (asynchronous streams, device memory the host cannot read, the CPU's "
+       "kernels), which runs every GPU code path on machines without one",
+       {"auto", "cpu", "cuda", "emu"}},
       {"train.gpu", &Config::train_gpu,
        "which GPU a rank drives: auto (local rank among the ranks that see the same GPUs, so both "
        "mpirun and srun --gpus-per-task work), local_rank, first_visible, or a device index"},

@@ -19,45 +19,34 @@
 #include <vector>
 
 #include "lockstep/core/clock.hpp"
+#include "lockstep/ops/device_runtime.hpp"
 #include "lockstep/ops/ops.hpp"
 #include "lockstep/optim/clip.hpp"
 #include "lockstep/train/evaluate.hpp"
 #include "lockstep/train/signals.hpp"
-#ifdef LOCKSTEP_HAVE_CUDA
-#include "lockstep/ops/cuda.hpp"
-#endif
 
 namespace lockstep::train {
 namespace {
 
-std::size_t cuda_malloc_calls([[maybe_unused]] Device device) {
-#ifdef LOCKSTEP_HAVE_CUDA
-  if (device.is_cuda()) return ops::cuda::allocator_stats(device.index).cuda_malloc_calls;
-#endif
-  return 0;
-}
-
-std::uint64_t pageable_copy_count([[maybe_unused]] Device device) {
-#ifdef LOCKSTEP_HAVE_CUDA
-  if (device.is_cuda()) return ops::cuda::transfer_stats().pageable_copies;
-#endif
-  return 0;
+// The device's counters (ops/device_runtime.hpp) less `base`, field by field.
+ops::DeviceCounters counters_since(Device device, const ops::DeviceCounters& base) {
+  const ops::DeviceCounters now = ops::device_counters(device);
+  return {now.host_syncs - base.host_syncs, now.pageable_copies - base.pageable_copies,
+          now.device_mallocs - base.device_mallocs};
 }
 
 // Sums over the steps of one log interval, averaged when the record is written.
 struct Interval {
-  explicit Interval(Device device)
-      : cuda_mallocs(cuda_malloc_calls(device)), pageable_copies(pageable_copy_count(device)) {}
+  explicit Interval(Device device) : counters(ops::device_counters(device)) {}
 
   double compute = 0, comm = 0, copy = 0, gather = 0;
   std::int64_t steps = 0;
   Clock::time_point start = Clock::now();
-  // Counters at the interval's start: host reads of tensor values (each a wait on a GPU), the
-  // CUDA allocator's cudaMalloc calls and the CUDA backend's copies from pageable host memory,
-  // logged per step (the last two 0 in a GPU's steady state).
+  // Counters at the interval's start: host reads of tensor values (each a wait on a device), and
+  // the device's host syncs, allocations and copies from pageable host memory, logged per step
+  // (0 in a device's steady state but for the syncs of the log's own reads).
   std::uint64_t host_reads = Tensor::host_reads();
-  std::size_t cuda_mallocs;
-  std::uint64_t pageable_copies;
+  ops::DeviceCounters counters;
 
   void add(const dist::StepTimes& t) {
     compute += t.compute;
@@ -134,10 +123,13 @@ class Checkpoints {
 // holds at most log_every applied steps (the record is due at every multiple of log_every).
 class IntervalLosses {
  public:
-  IntervalLosses(Device device, std::int64_t accumulation, std::int64_t log_every)
+  // On a device the buffer is filled by an op: Tensor::zeros writes host memory only.
+  IntervalLosses(ops::Context& ctx, std::int64_t accumulation, std::int64_t log_every)
       : accumulation_(accumulation),
         capacity_(log_every),
-        slots_(Tensor::zeros({capacity_ * accumulation}, DType::F32, device)) {}
+        slots_(Tensor::empty({capacity_ * accumulation}, DType::F32, ctx.device())) {
+    ops::fill(ctx, slots_, 0.0f);
+  }
 
   // The current step's micro-step `micro` lost `loss` (a one-element tensor, any device).
   void record(ops::Context& ctx, std::int64_t micro, const Tensor& loss) {
@@ -190,7 +182,7 @@ TrainResult train_loop(Run& run) {
   Checkpoints checkpoints(run);
   const Device device = engine.context().device();
   Interval interval(device);
-  IntervalLosses losses(device, plan.accumulation, c.log_every);
+  IntervalLosses losses(*run.ctx, plan.accumulation, c.log_every);
   loader.reset_data_wait();
   const auto run_start = Clock::now();
   const std::int64_t start_epoch = state.position.epoch;
@@ -204,14 +196,15 @@ TrainResult train_loop(Run& run) {
     evaluated_at = state.step;
     auto eval_start = Clock::now();
     const std::uint64_t reads_before = Tensor::host_reads();
-    const std::size_t mallocs_before = cuda_malloc_calls(device);
-    const std::uint64_t copies_before = pageable_copy_count(device);
+    const ops::DeviceCounters counters_before = ops::device_counters(device);
     EvalResult ev = evaluate(run, *run.test_data());
-    // Nor are its reads, allocations and copies the steps': shift the interval's counters past
-    // them.
+    // Nor are its reads, syncs, allocations and copies the steps': shift the interval's counters
+    // past them.
     interval.host_reads += Tensor::host_reads() - reads_before;
-    interval.cuda_mallocs += cuda_malloc_calls(device) - mallocs_before;
-    interval.pageable_copies += pageable_copy_count(device) - copies_before;
+    const ops::DeviceCounters spent = counters_since(device, counters_before);
+    interval.counters.host_syncs += spent.host_syncs;
+    interval.counters.pageable_copies += spent.pageable_copies;
+    interval.counters.device_mallocs += spent.device_mallocs;
     result.test_accuracy = ev.accuracy;
     result.test_loss = ev.loss;
     JsonRecord record;
@@ -309,10 +302,10 @@ TrainResult train_loop(Run& run) {
         const double n = static_cast<double>(interval.steps);
         // Before the loss is read: that read is the interval's, not a step's.
         const double reads = static_cast<double>(Tensor::host_reads() - interval.host_reads) / n;
-        const double mallocs =
-            static_cast<double>(cuda_malloc_calls(device) - interval.cuda_mallocs) / n;
-        const double copies =
-            static_cast<double>(pageable_copy_count(device) - interval.pageable_copies) / n;
+        const ops::DeviceCounters spent = counters_since(device, interval.counters);
+        const double syncs = static_cast<double>(spent.host_syncs) / n;
+        const double mallocs = static_cast<double>(spent.device_mallocs) / n;
+        const double copies = static_cast<double>(spent.pageable_copies) / n;
         std::vector<double> v = {losses.take() / n};
         run.comm.allreduce(v, comm::ReduceOp::Sum);
         const double loss = v[0] / run.world;  // the same on every rank, so is what follows
@@ -341,7 +334,8 @@ TrainResult train_loop(Run& run) {
                               .add("grad_gather_s", interval.gather / n)
                               .add("data_wait_s", loader.data_wait_seconds() / n)
                               .add("host_reads_per_step", reads)
-                              .add("cuda_mallocs_per_step", mallocs)
+                              .add("host_syncs_per_step", syncs)
+                              .add("device_mallocs_per_step", mallocs)
                               .add("pageable_copies_per_step", copies));
         interval = Interval(device);
         loader.reset_data_wait();

@@ -62,6 +62,19 @@ std::unique_ptr<optim::LrSchedule> make_schedule(const Config& c, std::int64_t t
 Device choose_device(const Config& config, comm::Communicator& comm, const std::string& parallel) {
   if (config.train_device == "cpu" || (config.train_device == "auto" && !cuda_available()))
     return Device::cpu();
+  if (config.train_device == "emu") {
+    LOCKSTEP_CHECK_HINT(emu_available(),
+                        "set train.device = cpu, or rebuild with -DLOCKSTEP_EMU=ON (the default)",
+                        "train.device = emu but this build has no emulated device");
+    // As GPUs: DataParallel's master takes emu:0 and its replicas the next; under DDP each rank
+    // of a node takes its own (the local rank), as train.gpu = local_rank would.
+    if (parallel == "dp") return Device::emu(0);
+    const int n = emu_device_count();
+    LOCKSTEP_CHECK_HINT(comm.local_rank() < n, "set LOCKSTEP_EMU_DEVICES to the ranks per node",
+                        "train.device = emu: rank ", comm.rank(), " is local rank ",
+                        comm.local_rank(), " but this process has ", n, " emulated devices");
+    return Device::emu(comm.local_rank());
+  }
   LOCKSTEP_CHECK_HINT(cuda_available(), "set train.device = cpu, or run where a GPU is visible",
                       "train.device = cuda but no GPU is available to rank ", comm.rank(),
                       " on host ", comm::this_host());
@@ -116,6 +129,14 @@ std::unique_ptr<dist::Engine> make_engine(Run& run, const Config& config) {
                      " but only ", cuda_device_count(), " GPUs are visible");
       for (int r = 0; r < run.replicas; ++r)
         dp.devices.push_back(Device::cuda(r));
+    }
+    if (run.ctx->device().is_emu()) {
+      LOCKSTEP_CHECK_HINT(emu_device_count() >= run.replicas,
+                          "set LOCKSTEP_EMU_DEVICES to at least train.replicas",
+                          "train.replicas = ", run.replicas, " with train.device = emu but this ",
+                          "process has ", emu_device_count(), " emulated devices");
+      for (int r = 0; r < run.replicas; ++r)
+        dp.devices.push_back(Device::emu(r));
     }
     return std::make_unique<dist::DataParallelEngine>(*run.ctx, *run.model, config.model_spec,
                                                       run.train_set->sample_shape(),

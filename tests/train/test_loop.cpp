@@ -190,7 +190,8 @@ TEST(TrainLoop, ReadsTheLossOncePerLogIntervalNotOncePerStep) {
       continue;
     ++records;
     EXPECT_NE(line.find("\"host_reads_per_step\": 1,"), std::string::npos) << line;
-    EXPECT_NE(line.find("\"cuda_mallocs_per_step\": 0"), std::string::npos) << line;
+    EXPECT_NE(line.find("\"host_syncs_per_step\": 0"), std::string::npos) << line;
+    EXPECT_NE(line.find("\"device_mallocs_per_step\": 0"), std::string::npos) << line;
     EXPECT_NE(line.find("\"pageable_copies_per_step\": 0"), std::string::npos) << line;
   }
   EXPECT_EQ(records, 4);

@@ -18,9 +18,7 @@
 #include "lockstep/dist/engine.hpp"
 #include "lockstep/dist/reducer.hpp"
 #include "lockstep/nn/loss.hpp"
-#ifdef LOCKSTEP_HAVE_CUDA
-#include "lockstep/ops/cuda.hpp"
-#endif
+#include "lockstep/ops/device_runtime.hpp"
 
 namespace lockstep::dist {
 
@@ -72,14 +70,12 @@ class DdpEngine final : public Engine {
   std::unique_ptr<Reducer> reducer_;
   nn::SoftmaxCrossEntropy loss_;
   Tensor input_;  // normalised input on the device, reused across steps
-#ifdef LOCKSTEP_HAVE_CUDA
-  // Host batches to a GPU: pinned, double-buffered, on a copy stream (made by the first batch).
-  std::unique_ptr<ops::cuda::InputStager> stager_;
+  // Host batches to a device: pinned, double-buffered, on a copy stream (made by the first batch).
+  std::unique_ptr<ops::InputStager> stager_;
   // Compute and the wait for communication timed on the device (host clocks would time only the
-  // queuing). times() then reports them for the steps the GPU finished before begin_step(): in
-  // the trainer, the previous step.
-  std::unique_ptr<ops::cuda::SectionTimer> timer_;
-#endif
+  // queuing). times() then reports them for the steps the device finished before begin_step():
+  // in the trainer, the previous step.
+  std::unique_ptr<ops::SectionTimer> timer_;
   StepTimes times_;
 };
 

@@ -11,10 +11,15 @@
 
 namespace lockstep::ops {
 
+class DeviceRuntime;
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual void synchronize() {}
+  // Streams, events and pinned memory of an accelerator (ops/device_runtime.hpp); nullptr on
+  // the CPU, whose ops are done when they return.
+  virtual DeviceRuntime* runtime() { return nullptr; }
 
   virtual void fill(Tensor& t, float value) = 0;
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
@@ -112,6 +117,9 @@ class Backend {
 std::unique_ptr<Backend> make_cpu_backend(Context& ctx);
 #ifdef LOCKSTEP_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(Context& ctx);
+#endif
+#ifdef LOCKSTEP_HAVE_EMU
+std::unique_ptr<Backend> make_emu_backend(Context& ctx);
 #endif
 
 }  // namespace lockstep::ops

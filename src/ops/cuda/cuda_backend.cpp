@@ -29,6 +29,7 @@
 
 #include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/cuda.hpp"
+#include "lockstep/ops/device_runtime.hpp"
 #include "ops/cast_cache.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/conv.hpp"
@@ -69,6 +70,7 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(Context& ctx) : ctx_(ctx), device_(ctx.device()) {
     activate_device(device_.index);
     LOCKSTEP_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    runtime_ = make_runtime(device_.index, stream_);
     LOCKSTEP_CHECK_CUBLAS(dyn::cublasCreate(&cublas_));
     LOCKSTEP_CHECK_CUBLAS(dyn::cublasSetStream(cublas_, stream_));
     // Default math: cublasSgemm stays true f32 (TF32 only where the policy asks, per call).
@@ -100,6 +102,7 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t stream() const { return stream_; }
+  DeviceRuntime* runtime() override { return runtime_.get(); }
 
   void synchronize() override {
     activate();
@@ -635,6 +638,7 @@ class CudaBackend final : public Backend {
   Context& ctx_;
   Device device_;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DeviceRuntime> runtime_;
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::unique_ptr<ConvPlans> conv_;

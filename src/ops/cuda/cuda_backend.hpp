@@ -4,14 +4,20 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
 #include "lockstep/core/allocator.hpp"
+
 #include "lockstep/ops/context.hpp"
+#include "lockstep/ops/device_runtime.hpp"
 
 namespace lockstep::ops::cuda {
 
 // The compute stream of a CUDA context (cudaStreamNonBlocking; every op of `ctx` runs on it).
 // Throws lockstep::Error naming the device when ctx is not a CUDA context.
 cudaStream_t compute_stream(Context& ctx);
+
+// The DeviceRuntime of a context whose compute stream is `compute` (runtime.cpp).
+std::unique_ptr<DeviceRuntime> make_runtime(int device, cudaStream_t compute);
 
 // Makes `device` current on the calling thread (a no-op when it already is). The CUDA runtime's
 // current device is per thread, and the allocator allocates on it.

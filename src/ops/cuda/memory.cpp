@@ -18,6 +18,7 @@
 #include "lockstep/core/allocator.hpp"
 #include "lockstep/core/device.hpp"
 #include "lockstep/ops/cuda.hpp"
+#include "lockstep/ops/device_runtime.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/cuda_backend.hpp"
 
@@ -218,6 +219,11 @@ void register_memory_hooks() {
   std::call_once(once, [] {
     set_cuda_allocator(&caching_allocator());
     set_cuda_copy(&synchronous_copy);
+    set_device_counters(DeviceKind::CUDA, [](Device d) {
+      const TransferStats t = transfer_stats();
+      return DeviceCounters{t.host_syncs, t.pageable_copies,
+                            allocator_stats(d.index).cuda_malloc_calls};
+    });
   });
 }
 
