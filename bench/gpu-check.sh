@@ -28,8 +28,9 @@
 #   run(command="bash bench/gpu-check.sh", carry=["gpu-bundle"], timeout_s=560)
 # Here, without a GPU (.ci/run does this on every submission):
 #   GPU_CHECK_DRY_RUN=1 OUT=/tmp/gc bash bench/gpu-check.sh
-# The dry run runs every step a CPU can: the smokes on the CPU (the configs, keys and bundled
-# data are what rots; the GPU path differs only in --train.device), test_cuda with its GPU tests
+# The dry run runs every step a CPU can: the smokes on the emulated GPU (train.device = emu: the
+# configs, keys, bundled data and the trainer's device code paths are what rots; the GPU run
+# differs only in the kernels), test_cuda with its GPU tests
 # skipping, the sanitizer subsets checked against test_cuda's test list and the sanitizer triage
 # checked on canned logs, the NCCL tests' CPU half, the CPU halves of the benchmarks, dp-vs-ddp
 # with 2; GPU steps SKIP with "no GPU".
@@ -79,7 +80,7 @@ MEMCHECK_SUBSET=(
   Gpt.EmbeddingMatchesCpuAndItsBackwardIsDeterministic
   Gpt.TokenOutsideTheVocabularyIsReportedByTheNextSynchronize
   Gpt.LayerNormMatchesCpu Gpt.GeluTanhMatchesCpu Gpt.AttentionFlashAndNaiveMatchCpu
-  InputStaging.EveryBatchArrivesIntactWithoutAllocationsPageableCopiesOrSyncs
+  Devices/InputStaging.EveryBatchArrivesIntactWithoutAllocationsPageableCopiesOrSyncs/cuda
 )
 RACECHECK_SUBSET=(
   Ops.RowBiasAddsAndSumRowsAccumulates Ops.BatchNormTrainEvalAndBackwardMatchCpu
@@ -298,11 +299,12 @@ main() {
   local torch_v
   torch_v=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)
 
-  # ---- 1. the trainer smoke: 20 steps of each kind of model, on cuda:0 (on the CPU in a dry run,
-  # where the configs, their keys and the bundled data are checked: what the GPU run needs too)
+  # ---- 1. the trainer smoke: 20 steps of each kind of model, on cuda:0 (on the emulated GPU in a
+  # dry run, where the configs, their keys, the bundled data and the trainer's device code paths
+  # are checked: what the GPU run needs too)
   if bundle_only smoke; then
     local m cfg where=cuda:0 sdev=(--train.device=cuda --train.gpu=0) sdata
-    ((HAVE_GPU)) || { where=cpu; sdev=(--train.device=cpu); }
+    ((HAVE_GPU)) || { where=emu:0; sdev=(--train.device=emu); }
     for m in mlp cnn gpt-tiny; do
       case $m in
         mlp | cnn) cfg=configs/fashion_$m.ini
