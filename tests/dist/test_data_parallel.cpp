@@ -11,13 +11,11 @@
 #include <thread>
 
 #include "lockstep/dist/data_parallel.hpp"
+#include "lockstep/ops/backend.hpp"
+#include "lockstep/ops/device_runtime.hpp"
 #include "lockstep/ops/ops.hpp"
+#include "support/device_test_support.hpp"
 #include "support/training.hpp"
-#ifdef LOCKSTEP_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "ops/cuda/cuda_backend.hpp"
-#endif
 
 namespace lockstep::test {
 namespace {
@@ -73,32 +71,26 @@ TEST(DataParallel, TooSmallABatchForTheReplicasIsAnError) {
   EXPECT_THROW(train_dp(p, 3), Error);
 }
 
-#ifdef LOCKSTEP_HAVE_CUDA
-void CUDART_CB hold_until_released(void* flag) {
-  auto* released = static_cast<std::atomic<bool>*>(flag);
-  while (!released->load())
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-}
-#endif
+// Replicas on a device run on their own streams, while the master copies its weights to them on
+// its stream. The master's stream is held (a host function waits for a timer thread) while the
+// copies of freshly changed weights are queued behind it: a replica not ordered after those copies
+// would compute its half of the loss with the old weights every time, not by chance. Its loss must
+// equal the loss of the same step repeated once everything has settled. On every device kind: the
+// emulated GPU everywhere, CUDA where a GPU answers.
+using DataParallelOnDevice = testing::OnDevice;
+LOCKSTEP_ON_DEVICES(DataParallelOnDevice);
 
-// Replicas on a GPU run on their own streams, while the master copies its weights to them on its
-// stream. The master's stream is held (a host function waits for a timer thread) while the copies
-// of freshly changed weights are queued behind it: a replica not ordered after those copies would
-// compute its half of the loss with the old weights every time, not by chance. Its loss must equal
-// the loss of the same step repeated once everything has settled.
-TEST(DataParallel, ReplicasOnOtherStreamsComputeWithTheMastersFreshWeights) {
-#ifndef LOCKSTEP_HAVE_CUDA
-  GTEST_SKIP() << "this build has no CUDA backend";
-#else
-  if (!cuda_available())
-    GTEST_SKIP() << "no GPU answers on this machine; needs one (2 replicas on cuda:0)";
+TEST_P(DataParallelOnDevice, ReplicasOnOtherStreamsComputeWithTheMastersFreshWeights) {
   ProblemSpec p;
-  const Device gpu = Device::cuda(0);
+  const Device gpu = device();
   ops::Context ctx(gpu, 1);
   nn::Model master = nn::Model::build(p.model, p.sample, p.classes, p.seed, gpu);
   dist::DataParallelOptions options;
   options.replicas = 2;
-  options.devices = {gpu, gpu};
+  // Two emulated devices: a replica on the master's own device would be ordered after the held
+  // stream by the device-wide wait of its input's copy (Tensor::to), which would hide a missing
+  // order. One GPU is what a CUDA machine surely has.
+  options.devices = {gpu, gpu.is_emu() ? Device::emu(1) : gpu};
   dist::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, options);
   SyntheticBatch b = synthetic_batch(p.global_batch, p.sample, p.classes, 0);
   const float scale = 1.0f / static_cast<float>(p.global_batch);
@@ -106,8 +98,11 @@ TEST(DataParallel, ReplicasOnOtherStreamsComputeWithTheMastersFreshWeights) {
   for (nn::Parameter* param : master.parameters())
     ops::scale(ctx, param->value, 3.0f);  // new weights, not yet on the replica
   std::atomic<bool> released{false};
-  ASSERT_EQ(cudaLaunchHostFunc(ops::cuda::compute_stream(ctx), hold_until_released, &released),
-            cudaSuccess);
+  ops::DeviceRuntime& rt = *ctx.backend().runtime();
+  rt.host_func(rt.compute_stream(), [&released] {
+    while (!released.load())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
   std::thread timer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     released = true;
@@ -122,7 +117,6 @@ TEST(DataParallel, ReplicasOnOtherStreamsComputeWithTheMastersFreshWeights) {
   const float settled = engine.forward_backward(b.x, b.y, scale, true).item();
   EXPECT_LE(std::fabs(first - settled), 1e-6f * std::fabs(settled))
       << "the replica computed with stale weights: loss " << first << " vs " << settled;
-#endif
 }
 
 }  // namespace lockstep::test
