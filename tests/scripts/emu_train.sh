@@ -18,6 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.bash"
 e2e_require_trainer
 help=$("$TRAIN" --help 2>/dev/null)
 grep -q "emu" <<<"$help" || skip "this lockstep-train has no emulated device"
+[ "${LOCKSTEP_EMU_DEVICES:-8}" != 0 ] || skip "LOCKSTEP_EMU_DEVICES=0: no emulated devices"
 e2e_workdir emu-train
 e2e_make_data
 E2E_EPOCHS=2 e2e_write_config
