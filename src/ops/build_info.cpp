@@ -59,7 +59,7 @@ std::string build_info() {
   out += str("  CUDA: yes (built with ", cuda_version(CUDART_VERSION), ", runtime ",
              cuda_version(runtime), ", driver ",
              driver > 0 ? cuda_version(driver) : std::string("none"), ")\n");
-  // cuDNN is opened here as a GPU run would open it (ops/cuda/dynload.hpp), so --version says
+  // cuDNN is opened here as a GPU run would open it (lockstep/ops/dynload.hpp), so --version says
   // whether this node can load it, and which file it found.
   std::string loaded;
   try {

@@ -1,10 +1,10 @@
 // The NCCL functions the communicator calls, each as dyn::<name> opened on first use
-// (ops/cuda/dynload.hpp): a CPU run of a CUDA-enabled build never loads NCCL.
+// (lockstep/ops/dynload.hpp): a CPU run of a CUDA-enabled build never loads NCCL.
 #pragma once
 
 #include <nccl.h>
 
-#include "ops/cuda/dynload.hpp"
+#include "lockstep/ops/dynload.hpp"
 
 LOCKSTEP_DYN(Nccl, ncclGetUniqueId)
 LOCKSTEP_DYN(Nccl, ncclCommInitRank)

@@ -24,8 +24,9 @@
 #include "comm/teardown.hpp"
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/core/error.hpp"
-#include "ops/cuda/check.hpp"
-#include "ops/cuda/cuda_backend.hpp"
+#include "lockstep/ops/backend.hpp"
+#include "lockstep/ops/cuda_check.hpp"
+#include "lockstep/ops/device_runtime.hpp"
 
 #define LOCKSTEP_CHECK_NCCL(call)                                                    \
   do {                                                                               \
@@ -97,6 +98,16 @@ struct Pending {
 
 class NcclCommunicator;
 
+// The CUDA stream every op of ctx runs on, through the device interface (ops/device_runtime.hpp):
+// comm reads no private header of ops.
+cudaStream_t compute_stream_of(ops::Context& ctx) {
+  ops::DeviceRuntime* rt = ctx.backend().runtime();
+  LOCKSTEP_CHECK(rt != nullptr && ctx.device().is_cuda(),
+                 "a CUDA stream was asked of a context on ", ctx.device().str(),
+                 ", which has no CUDA backend");
+  return reinterpret_cast<cudaStream_t>(rt->compute_stream());
+}
+
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<Pending> pending, NcclCommunicator& owner, bool host_blocking)
@@ -116,9 +127,9 @@ class NcclCommunicator final : public Communicator {
                    double timeout_s)
       : bootstrap_(bootstrap),
         device_(ctx.device()),
-        compute_stream_(ops::cuda::compute_stream(ctx)),
+        compute_stream_(compute_stream_of(ctx)),
         timeout_s_(timeout_s) {
-    ops::cuda::activate_device(device_.index);
+    LOCKSTEP_CHECK_CUDA(cudaSetDevice(device_.index));
     ncclUniqueId id;
     std::memcpy(id.internal, id_bytes.data(), sizeof id.internal);
     // The watchdog first: ncclCommInitRank returns only once every rank has called it, so a rank
@@ -291,7 +302,7 @@ class NcclCommunicator final : public Communicator {
     {
       std::lock_guard<std::mutex> lock(issue_mutex_);  // one issue order for every caller
       pending->seq = ++issued_;
-      ops::cuda::activate_device(device_.index);
+      LOCKSTEP_CHECK_CUDA(cudaSetDevice(device_.index));
       LOCKSTEP_CHECK_CUDA(cudaEventRecord(compute_ready_, compute_stream_));
       LOCKSTEP_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
       ncclResult_t rc = call(comm_stream_);

@@ -1,5 +1,5 @@
 // The cuBLAS, cuBLASLt and cuDNN functions lockstep calls, each as dyn::<name> resolved on first
-// use (ops/cuda/dynload.hpp). A new call site adds its function here; calling the library's own
+// use (lockstep/ops/dynload.hpp). A new call site adds its function here; calling the library's own
 // symbol instead fails to link, since the libraries are not linked.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <cublas_v2.h>
 #include <cudnn.h>
 
-#include "ops/cuda/dynload.hpp"
+#include "lockstep/ops/dynload.hpp"
 
 // cuBLAS
 LOCKSTEP_DYN(Cublas, cublasCreate)

@@ -1,4 +1,4 @@
-#include "ops/cuda/dynload.hpp"
+#include "lockstep/ops/dynload.hpp"
 
 #include <cublas_api.h>
 #include <cudnn_version.h>

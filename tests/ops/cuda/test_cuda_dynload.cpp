@@ -1,4 +1,4 @@
-// cuBLAS, cuBLASLt, cuDNN and NCCL are opened on first GPU use (src/ops/cuda/dynload.hpp), never
+// cuBLAS, cuBLASLt, cuDNN and NCCL are opened on first GPU use (include/lockstep/ops/dynload.hpp), never
 // linked: a CPU run of a CUDA-enabled build must not map them (libcublasLt alone made 150 MiB of
 // every rank resident). These run without a GPU: dlopen needs the library files, not a device.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include "lockstep/ops/context.hpp"
 #include "lockstep/ops/ops.hpp"
 #ifdef LOCKSTEP_HAVE_CUDA
-#include "ops/cuda/dynload.hpp"
+#include "lockstep/ops/dynload.hpp"
 #endif
 
 using namespace lockstep;
