@@ -18,6 +18,7 @@
 #include <cmath>
 
 #include "lockstep/core/error.hpp"
+#include "ops/bad_input.hpp"
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/cpu_sgemm.hpp"
 #include "ops/cpu/parallel.hpp"
@@ -47,11 +48,8 @@ constexpr std::int64_t kLnRows = 32;
 void check_tokens(const char* op, const std::int32_t* tokens, std::int64_t b, std::int64_t t,
                   std::int64_t vocab) {
   for (std::int64_t i = 0; i < b * t; ++i) {
-    LOCKSTEP_CHECK_HINT(tokens[i] >= 0 && tokens[i] < vocab,
-                        "token ids must be below the model's vocab: check the data's vocabulary "
-                        "size (num_classes) against the model spec",
-                        op, ": token id ", tokens[i], " at [", i / t, ", ", i % t,
-                        "] is outside [0, ", vocab, ")");
+    LOCKSTEP_CHECK_HINT(tokens[i] >= 0 && tokens[i] < vocab, kBadTokenHint,
+                        bad_token_message(op, tokens[i], i, t, vocab));
   }
 }
 

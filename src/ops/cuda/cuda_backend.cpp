@@ -29,6 +29,7 @@
 
 #include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/cuda.hpp"
+#include "ops/bad_input.hpp"
 #include "ops/cast_cache.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/conv.hpp"
@@ -127,8 +128,14 @@ class CudaBackend final : public Backend {
     LOCKSTEP_CHECK_CUDA(
         cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDefault, stream_));
     if (dst.device().is_cpu()) {
+      // The bad-label and bad-token words come back in the same wait (16 bytes into pinned
+      // memory, no extra sync): this is how the trainer reads its gradient check, and a bad
+      // label must be reported as one, not as the NaN gradient it leads to.
+      LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(&host_results_->bad_label, &results()->bad_label,
+                                          kBadWordsBytes, cudaMemcpyDeviceToHost, stream_));
       LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
       note_host_sync();
+      raise_bad_input(host_results_->bad_label, host_results_->bad_token);
     }
   }
 
@@ -367,14 +374,15 @@ class CudaBackend final : public Backend {
   }
 
   // ---- loss and metrics. A label outside [0, C) is recorded on the device and reported by the
-  // next call that waits for the stream anyway (synchronize, count_correct, sum_squares, ...):
-  // checking here would cost a stream synchronisation per step.
+  // next call that waits for the stream anyway (synchronize, count_correct, sum_squares, a copy
+  // to the host): checking here would cost a stream synchronisation per step.
   void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
                             Tensor& loss) override {
     activate();
     std::int64_t rows = logits.dim(0), classes = logits.dim(1);
     Tensor row_loss = Tensor::empty({rows}, DType::F32, device_);
     label_classes_ = classes;
+    note_label_op("softmax_xent_forward");
     cuda::softmax_xent_forward(logits.data<float>(), labels.data<std::int32_t>(),
                                probs.data<float>(), row_loss.data<float>(), loss.data<float>(),
                                rows, classes, &results()->bad_label, stream_);
@@ -383,6 +391,7 @@ class CudaBackend final : public Backend {
                              Tensor& dlogits) override {
     activate();
     label_classes_ = probs.dim(1);
+    note_label_op("softmax_xent_backward");
     cuda::softmax_xent_backward(probs.data<float>(), labels.data<std::int32_t>(), scale,
                                 dlogits.data<float>(), probs.dim(0), probs.dim(1),
                                 &results()->bad_label, stream_);
@@ -581,12 +590,42 @@ class CudaBackend final : public Backend {
 
   DeviceResults* results() { return static_cast<DeviceResults*>(results_.raw_data()); }
 
-  // Sets bad_label and bad_token (adjacent) to ~0: none seen.
+  // bad_label and bad_token, adjacent: reset and read back together.
+  static constexpr std::size_t kBadWordsBytes = 2 * sizeof(unsigned long long);
+  static_assert(offsetof(DeviceResults, bad_token) ==
+                offsetof(DeviceResults, bad_label) + sizeof(unsigned long long));
+
+  // Sets bad_label and bad_token to ~0: none seen.
   void reset_bad_words() {
-    static_assert(offsetof(DeviceResults, bad_token) ==
-                  offsetof(DeviceResults, bad_label) + sizeof(unsigned long long));
-    LOCKSTEP_CHECK_CUDA(
-        cudaMemsetAsync(&results()->bad_label, 0xFF, 2 * sizeof(unsigned long long), stream_));
+    LOCKSTEP_CHECK_CUDA(cudaMemsetAsync(&results()->bad_label, 0xFF, kBadWordsBytes, stream_));
+    label_op_ = nullptr;
+  }
+
+  // The op that may have recorded a bad label: the first label-reading op since the last reset.
+  void note_label_op(const char* op) {
+    if (!label_op_) label_op_ = op;
+  }
+
+  // Raises a recorded bad token or bad label (a token first: the embedding runs before the loss)
+  // with the CPU backend's words (ops/bad_input.hpp) and the device. The stream has finished.
+  void raise_bad_input(unsigned long long bad_label, unsigned long long bad_token) {
+    if (bad_token != ~0ull) {
+      reset_bad_words();
+      const auto pos = static_cast<std::int64_t>(bad_token >> 32);
+      const auto token = static_cast<std::int32_t>(static_cast<std::uint32_t>(bad_token));
+      LOCKSTEP_FAIL_HINT(
+          kBadTokenHint,
+          bad_token_message(str("embedding_forward on ", device_.str()), token, pos,
+                            std::max<std::int64_t>(token_positions_, 1), token_vocab_));
+    }
+    if (bad_label != ~0ull) {
+      const char* op = label_op_ ? label_op_ : "softmax_xent_forward";
+      reset_bad_words();
+      const auto row = static_cast<std::int64_t>(bad_label >> 32);
+      const auto label = static_cast<std::int32_t>(static_cast<std::uint32_t>(bad_label));
+      LOCKSTEP_FAIL_HINT(kBadLabelHint, bad_label_message(str(op, " on ", device_.str()), label,
+                                                          row, label_classes_));
+    }
   }
 
   // Copies the result words to pinned host memory in one copy, waits for this stream only (one
@@ -597,25 +636,7 @@ class CudaBackend final : public Backend {
     LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
     note_host_sync();
     DeviceResults r = *host_results_;
-    if (r.bad_token != ~0ull) {
-      reset_bad_words();
-      const auto pos = static_cast<std::int64_t>(r.bad_token >> 32);
-      const auto token = static_cast<std::int32_t>(static_cast<std::uint32_t>(r.bad_token));
-      const std::int64_t t = std::max<std::int64_t>(token_positions_, 1);
-      LOCKSTEP_FAIL_HINT(
-          "token ids must be below the model's vocab: check the data's vocabulary "
-          "size (num_classes) against the model spec",
-          "embedding_forward on ", device_.str(), ": token id ", token, " at [", pos / t, ", ",
-          pos % t, "] is outside [0, ", token_vocab_, ")");
-    }
-    if (r.bad_label != ~0ull) {
-      reset_bad_words();
-      auto row = static_cast<std::int64_t>(r.bad_label >> 32);
-      auto label = static_cast<std::int32_t>(static_cast<std::uint32_t>(r.bad_label));
-      LOCKSTEP_FAIL_HINT("check the dataset's num_classes against the model's output size",
-                         "softmax cross-entropy on ", device_.str(), ": label ", label, " at row ",
-                         row, " is outside [0, ", label_classes_, ")");
-    }
+    raise_bad_input(r.bad_label, r.bad_token);
     return r;
   }
 
@@ -646,6 +667,7 @@ class CudaBackend final : public Backend {
   std::vector<float> scale_shift_host_;    // what scale_shift_ holds
   DeviceResults* host_results_ = nullptr;  // pinned
   std::int64_t label_classes_ = 0;
+  const char* label_op_ = nullptr;  // see note_label_op
   std::int64_t token_positions_ = 0, token_vocab_ = 0;
 };
 
