@@ -74,9 +74,6 @@ class CudaBackend final : public Backend {
     LOCKSTEP_CHECK_CUBLAS(dyn::cublasSetStream(cublas_, stream_));
     // Default math: cublasSgemm stays true f32 (TF32 only where the policy asks, per call).
     LOCKSTEP_CHECK_CUBLAS(dyn::cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-    LOCKSTEP_CHECK_CUDNN(dyn::cudnnCreate(&cudnn_));
-    LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetStream(cudnn_, stream_));
-    conv_ = std::make_unique<ConvPlans>(cudnn_, device_);
     results_ =
         Tensor::empty({static_cast<std::int64_t>(sizeof(DeviceResults))}, DType::U8, device_);
     partials_ = Tensor::empty({kReducePartials}, DType::F64, device_);
@@ -91,7 +88,6 @@ class CudaBackend final : public Backend {
     casts_ = CastCache();
     lt_.reset();
     conv_.reset();
-    dyn::cudnnDestroy(cudnn_);
     dyn::cublasDestroy(cublas_);
     (void)cudaFreeHost(host_results_);
     results_ = Tensor();
@@ -274,10 +270,10 @@ class CudaBackend final : public Backend {
     if (ctx_.precision() == Precision::BF16) {
       Tensor x16 = casts_.get(ctx_, x, 0, to_bf16()), w16 = casts_.get(ctx_, w, 1, to_bf16());
       Tensor y16 = casts_.scratch(ctx_, 2, y.shape());
-      conv_->forward(x16, w16, y16, p, Precision::BF16);
+      conv().forward(x16, w16, y16, p, Precision::BF16);
       bf16_to_f32(bf16_data(y16), y.data<float>(), y.numel(), stream_);
     } else {
-      conv_->forward(x, w, y, p, ctx_.precision());
+      conv().forward(x, w, y, p, ctx_.precision());
     }
     if (b.defined())
       add_channel_bias(y.data<float>(), b.data<float>(), y.dim(0), y.dim(1), y.dim(2) * y.dim(3),
@@ -289,10 +285,10 @@ class CudaBackend final : public Backend {
     if (ctx_.precision() == Precision::BF16) {
       Tensor dy16 = casts_.get(ctx_, dy, 0, to_bf16()), w16 = casts_.get(ctx_, w, 1, to_bf16());
       Tensor dx16 = casts_.scratch(ctx_, 2, dx.shape());
-      conv_->backward_data(dy16, w16, dx16, p, Precision::BF16);
+      conv().backward_data(dy16, w16, dx16, p, Precision::BF16);
       bf16_to_f32(bf16_data(dx16), dx.data<float>(), dx.numel(), stream_);
     } else {
-      conv_->backward_data(dy, w, dx, p, ctx_.precision());
+      conv().backward_data(dy, w, dx, p, ctx_.precision());
     }
   }
   void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
@@ -303,10 +299,10 @@ class CudaBackend final : public Backend {
       // so this micro-step's weight gradient is rounded once, then accumulated in f32.
       Tensor x16 = casts_.get(ctx_, x, 0, to_bf16()), dy16 = casts_.get(ctx_, dy, 1, to_bf16());
       Tensor dw16 = casts_.scratch(ctx_, 2, dw.shape());
-      conv_->backward_filter(x16, dy16, dw16, p, Precision::BF16, /*accumulate=*/false);
+      conv().backward_filter(x16, dy16, dw16, p, Precision::BF16, /*accumulate=*/false);
       add_bf16_to_f32(bf16_data(dw16), dw.data<float>(), dw.numel(), stream_);
     } else {
-      conv_->backward_filter(x, dy, dw, p, ctx_.precision(), /*accumulate=*/true);
+      conv().backward_filter(x, dy, dw, p, ctx_.precision(), /*accumulate=*/true);
     }
     if (db.defined())
       sum_channels_acc(dy.data<float>(), db.data<float>(), dy.dim(0), dy.dim(1),
@@ -588,6 +584,13 @@ class CudaBackend final : public Backend {
   };
   ToBf16 to_bf16() const { return {stream_}; }
 
+  // cuDNN only for contexts that convolve: creating its handle costs time and memory (and loads
+  // the library) that a GPT's context would spend for nothing.
+  ConvPlans& conv() {
+    if (!conv_) conv_ = std::make_unique<ConvPlans>(device_, stream_);
+    return *conv_;
+  }
+
   DeviceResults* results() { return static_cast<DeviceResults*>(results_.raw_data()); }
 
   // bad_label and bad_token, adjacent: reset and read back together.
@@ -657,8 +660,7 @@ class CudaBackend final : public Backend {
   Device device_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  cudnnHandle_t cudnn_ = nullptr;
-  std::unique_ptr<ConvPlans> conv_;
+  std::unique_ptr<ConvPlans> conv_;        // and the cuDNN handle: made by the first convolution
   std::unique_ptr<LtGemm> lt_;             // bf16 GEMMs, created by the first one
   CastCache casts_;                        // bf16 copies of GEMM and convolution operands
   Tensor results_;                         // DeviceResults on the device
