@@ -169,8 +169,15 @@ class CudaBackend final : public Backend {
         Tensor a16 = casts_.get(ctx_, a, 0, to_bf16());
         Tensor b16 = casts_.get(ctx_, b, 1, to_bf16());
         if (!lt_) lt_ = std::make_unique<LtGemm>(device_, stream_);
-        lt_->bf16(trans_a, trans_b, m, n, k, alpha, a16.raw_data(), b16.raw_data(), beta,
-                  c.data<float>());
+        if (lt_->bf16(trans_a, trans_b, m, n, k, alpha, a16.raw_data(), b16.raw_data(), beta,
+                      c.data<float>()))
+          return;
+        // cuBLASLt's heuristic had no algorithm for this shape (gemm_lt.hpp): the same product,
+        // bf16 in and f32 accumulation and output, through cublasGemmEx.
+        LOCKSTEP_CHECK_CUBLAS(dyn::cublasGemmEx(
+            cublas_, op_b, op_a, n, m, k, &alpha, b16.raw_data(), CUDA_R_16BF,
+            as_int(b.dim(1), "ldb"), a16.raw_data(), CUDA_R_16BF, as_int(a.dim(1), "lda"), &beta,
+            c.data<float>(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return;
       }
     }
