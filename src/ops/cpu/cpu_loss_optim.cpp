@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "lockstep/core/error.hpp"
+#include "ops/bad_input.hpp"
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/optim_loops.hpp"
 #include "ops/cpu/parallel.hpp"
@@ -20,10 +21,8 @@ constexpr std::int64_t kLossRows = 64;
 void check_labels(const char* op, const std::int32_t* labels, std::int64_t n,
                   std::int64_t classes) {
   for (std::int64_t i = 0; i < n; ++i) {
-    LOCKSTEP_CHECK_HINT(labels[i] >= 0 && labels[i] < classes,
-                        "labels must be class indices in [0, num_classes): check the dataset's "
-                        "num_classes against the model's output layer",
-                        op, ": label ", labels[i], " in row ", i, " is outside [0, ", classes, ")");
+    LOCKSTEP_CHECK_HINT(labels[i] >= 0 && labels[i] < classes, kBadLabelHint,
+                        bad_label_message(op, labels[i], i, classes));
   }
 }
 

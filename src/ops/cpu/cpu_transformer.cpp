@@ -18,10 +18,12 @@
 #include <cmath>
 
 #include "lockstep/core/error.hpp"
+#include "ops/bad_input.hpp"
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/cpu_sgemm.hpp"
 #include "ops/cpu/parallel.hpp"
 #include "ops/cpu/simd.hpp"
+#include "ops/gelu_tanh.hpp"
 
 namespace lockstep::ops::cpu {
 
@@ -41,19 +43,13 @@ constexpr std::int64_t kAttnBlock = 64;
 // Rows per LayerNorm-backward block: the unit of the deterministic weight-gradient reduction.
 constexpr std::int64_t kLnRows = 32;
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCoeff = 0.044715f;
-
 // Token ids are checked on the host before any parallel work, so the error names the first bad
 // position whatever the thread count.
 void check_tokens(const char* op, const std::int32_t* tokens, std::int64_t b, std::int64_t t,
                   std::int64_t vocab) {
   for (std::int64_t i = 0; i < b * t; ++i) {
-    LOCKSTEP_CHECK_HINT(tokens[i] >= 0 && tokens[i] < vocab,
-                        "token ids must be below the model's vocab: check the data's vocabulary "
-                        "size (num_classes) against the model spec",
-                        op, ": token id ", tokens[i], " at [", i / t, ", ", i % t,
-                        "] is outside [0, ", vocab, ")");
+    LOCKSTEP_CHECK_HINT(tokens[i] >= 0 && tokens[i] < vocab, kBadTokenHint,
+                        bad_token_message(op, tokens[i], i, t, vocab));
   }
 }
 
@@ -163,10 +159,8 @@ void layernorm_backward_rows(const float* x, const float* dy, const float* w, co
   }
 }
 
-// With u = sqrt(2/pi) (x + 0.044715 x^3) and s = sigmoid(2u) = 1 / (1 + e^{-2u}):
-// 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s) with 1 - s = s e^{-2u}. Written this way
-// neither the value nor the derivative subtracts nearly equal numbers in the tails, where
-// 1 - tanh^2 would lose all its digits.
+// ops/gelu_tanh.hpp's formula on vectors, operation for operation (tests/ops/test_gelu_formula.cpp
+// checks they agree); simd::exp clamps its argument as gelu_tanh_exp does.
 LOCKSTEP_SIMD_INLINE vf gelu_tanh(vf x) {
   vf u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
   return x / (1.0f + simd::exp(-2.0f * u));

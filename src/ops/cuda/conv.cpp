@@ -1,6 +1,9 @@
 #include "ops/cuda/conv.hpp"
 
+#include <atomic>
 #include <climits>
+#include <cstdio>
+#include <optional>
 
 #include "ops/cuda/check.hpp"
 
@@ -19,32 +22,21 @@ void set_tensor(cudnnTensorDescriptor_t desc, const Shape& s, cudnnDataType_t ty
                                                        as_int(s[2], "H"), as_int(s[3], "W")));
 }
 
-// cudnnFind returns its results fastest first: take the first that ran, is deterministic (the
-// design promises bitwise-repeatable runs; this excludes the atomics-based backward-filter
-// algorithms) and fits the workspace limit.
-template <class Perf>
-const Perf* pick(const Perf* perfs, int count) {
-  for (int i = 0; i < count; ++i) {
-    const Perf& p = perfs[i];
-    if (p.status == CUDNN_STATUS_SUCCESS && p.determinism == CUDNN_DETERMINISTIC &&
-        p.memory <= kConvWorkspaceLimit)
-      return &p;
-  }
-  return nullptr;
-}
-
 }  // namespace
+
+// One direction's choice: the algorithm (as int: the three directions have three enum types),
+// its math type and its workspace.
+struct ConvPlans::Algo {
+  int algo = 0;
+  cudnnMathType_t math{};
+  std::size_t bytes = 0;
+};
 
 struct ConvPlans::Plan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  bool have_fwd = false, have_bwd_data = false, have_bwd_filter = false;
-  cudnnConvolutionFwdAlgo_t fwd{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
-  cudnnMathType_t fwd_math{}, bwd_data_math{}, bwd_filter_math{};
-  std::size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
+  std::optional<Algo> fwd, bwd_data, bwd_filter;
 
   ~Plan() {
     if (conv) dyn::cudnnDestroyConvolutionDescriptor(conv);
@@ -54,9 +46,46 @@ struct ConvPlans::Plan {
   }
 };
 
-ConvPlans::ConvPlans(cudnnHandle_t handle, Device device) : handle_(handle), device_(device) {}
+ConvPlans::ConvPlans(Device device, cudaStream_t stream) : device_(device) {
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnCreate(&handle_));
+  try {
+    LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetStream(handle_, stream));
+  } catch (...) {
+    dyn::cudnnDestroy(handle_);
+    throw;
+  }
+}
 
-ConvPlans::~ConvPlans() = default;
+ConvPlans::~ConvPlans() {
+  plans_.clear();  // descriptors before the handle
+  if (handle_) dyn::cudnnDestroy(handle_);
+}
+
+// The algorithm search, once for the three directions: `call(capacity, &count, perfs)` runs the
+// direction's cudnnFind*Algorithm.
+template <class Perf, int kCount, class Find>
+ConvPlans::Algo ConvPlans::find(const char* direction, const std::string& operands, Find&& call) {
+  Perf perfs[kCount];
+  int count = 0;
+  LOCKSTEP_CHECK_CUDNN(call(kCount, &count, perfs));
+  const Perf* best = pick_conv_algorithm(perfs, count);
+  LOCKSTEP_CHECK_HINT(best,
+                      "use a smaller batch, or train.precision = fp32 (cuDNN's f32 algorithms "
+                      "cover every shape)",
+                      "no cuDNN ", direction, " algorithm for the convolution of ", operands,
+                      " runs within ", kConvWorkspaceLimit >> 20, " MiB of workspace (", count,
+                      " tried)");
+  if (best->determinism != CUDNN_DETERMINISTIC) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      std::fprintf(stderr,
+                   "warning: cuDNN has no deterministic %s algorithm for the convolution of %s; "
+                   "using the fastest non-deterministic one, so runs with convolutions are not "
+                   "bitwise repeatable (further such choices are not reported)\n",
+                   direction, operands.c_str());
+  }
+  return Algo{static_cast<int>(best->algo), best->mathType, best->memory};
+}
 
 ConvPlans::Plan& ConvPlans::plan_for(const Shape& x, const Shape& w, const Shape& y,
                                      const Conv2dParams& p, Precision precision) {
@@ -108,79 +137,61 @@ Tensor ConvPlans::workspace(std::size_t bytes) {
 void ConvPlans::forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2dParams& p,
                         Precision precision) {
   Plan& plan = plan_for(x.shape(), w.shape(), y.shape(), p, precision);
-  if (!plan.have_fwd) {
-    cudnnConvolutionFwdAlgoPerf_t perfs[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int count = 0;
-    LOCKSTEP_CHECK_CUDNN(
-        dyn::cudnnFindConvolutionForwardAlgorithm(handle_, plan.x, plan.w, plan.conv, plan.y,
-                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perfs));
-    const auto* best = pick(perfs, count);
-    LOCKSTEP_CHECK(best, "no deterministic cuDNN forward algorithm for convolution of ",
-                   x.describe(), " with ", w.describe(), " within ", kConvWorkspaceLimit >> 20,
-                   " MiB of workspace");
-    plan.fwd = best->algo;
-    plan.fwd_math = best->mathType;
-    plan.fwd_bytes = best->memory;
-    plan.have_fwd = true;
-  }
-  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetConvolutionMathType(plan.conv, plan.fwd_math));
-  Tensor ws = workspace(plan.fwd_bytes);
+  if (!plan.fwd)
+    plan.fwd = find<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+        "forward", x.describe() + " with " + w.describe(), [&](int cap, int* count, auto* perfs) {
+          return dyn::cudnnFindConvolutionForwardAlgorithm(handle_, plan.x, plan.w, plan.conv,
+                                                           plan.y, cap, count, perfs);
+        });
+  const Algo& a = *plan.fwd;
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetConvolutionMathType(plan.conv, a.math));
+  Tensor ws = workspace(a.bytes);
   const float one = 1.0f, zero = 0.0f;
   LOCKSTEP_CHECK_CUDNN(dyn::cudnnConvolutionForward(
-      handle_, &one, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv, plan.fwd,
-      ws.defined() ? ws.raw_data() : nullptr, plan.fwd_bytes, &zero, plan.y, y.raw_data()));
+      handle_, &one, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv,
+      static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), ws.defined() ? ws.raw_data() : nullptr,
+      a.bytes, &zero, plan.y, y.raw_data()));
 }
 
 void ConvPlans::backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, const Conv2dParams& p,
                               Precision precision) {
   Plan& plan = plan_for(dx.shape(), w.shape(), dy.shape(), p, precision);
-  if (!plan.have_bwd_data) {
-    cudnnConvolutionBwdDataAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int count = 0;
-    LOCKSTEP_CHECK_CUDNN(dyn::cudnnFindConvolutionBackwardDataAlgorithm(
-        handle_, plan.w, plan.y, plan.conv, plan.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
-        perfs));
-    const auto* best = pick(perfs, count);
-    LOCKSTEP_CHECK(best, "no deterministic cuDNN backward-data algorithm for convolution of ",
-                   dx.describe(), " with ", w.describe(), " within ", kConvWorkspaceLimit >> 20,
-                   " MiB of workspace");
-    plan.bwd_data = best->algo;
-    plan.bwd_data_math = best->mathType;
-    plan.bwd_data_bytes = best->memory;
-    plan.have_bwd_data = true;
-  }
-  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetConvolutionMathType(plan.conv, plan.bwd_data_math));
-  Tensor ws = workspace(plan.bwd_data_bytes);
+  if (!plan.bwd_data)
+    plan.bwd_data = find<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+        "backward-data", dx.describe() + " with " + w.describe(),
+        [&](int cap, int* count, auto* perfs) {
+          return dyn::cudnnFindConvolutionBackwardDataAlgorithm(handle_, plan.w, plan.y, plan.conv,
+                                                                plan.x, cap, count, perfs);
+        });
+  const Algo& a = *plan.bwd_data;
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetConvolutionMathType(plan.conv, a.math));
+  Tensor ws = workspace(a.bytes);
   const float one = 1.0f, zero = 0.0f;
   LOCKSTEP_CHECK_CUDNN(dyn::cudnnConvolutionBackwardData(
-      handle_, &one, plan.w, w.raw_data(), plan.y, dy.raw_data(), plan.conv, plan.bwd_data,
-      ws.defined() ? ws.raw_data() : nullptr, plan.bwd_data_bytes, &zero, plan.x, dx.raw_data()));
+      handle_, &one, plan.w, w.raw_data(), plan.y, dy.raw_data(), plan.conv,
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), ws.defined() ? ws.raw_data() : nullptr,
+      a.bytes, &zero, plan.x, dx.raw_data()));
 }
 
 void ConvPlans::backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw,
                                 const Conv2dParams& p, Precision precision, bool accumulate) {
   Plan& plan = plan_for(x.shape(), dw.shape(), dy.shape(), p, precision);
-  if (!plan.have_bwd_filter) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perfs[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int count = 0;
-    LOCKSTEP_CHECK_CUDNN(dyn::cudnnFindConvolutionBackwardFilterAlgorithm(
-        handle_, plan.x, plan.y, plan.conv, plan.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
-        perfs));
-    const auto* best = pick(perfs, count);
-    LOCKSTEP_CHECK(best, "no deterministic cuDNN backward-filter algorithm for convolution of ",
-                   x.describe(), " with ", dw.describe(), " within ", kConvWorkspaceLimit >> 20,
-                   " MiB of workspace");
-    plan.bwd_filter = best->algo;
-    plan.bwd_filter_math = best->mathType;
-    plan.bwd_filter_bytes = best->memory;
-    plan.have_bwd_filter = true;
-  }
-  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetConvolutionMathType(plan.conv, plan.bwd_filter_math));
-  Tensor ws = workspace(plan.bwd_filter_bytes);
+  if (!plan.bwd_filter)
+    plan.bwd_filter =
+        find<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+            "backward-filter", x.describe() + " with " + dw.describe(),
+            [&](int cap, int* count, auto* perfs) {
+              return dyn::cudnnFindConvolutionBackwardFilterAlgorithm(
+                  handle_, plan.x, plan.y, plan.conv, plan.w, cap, count, perfs);
+            });
+  const Algo& a = *plan.bwd_filter;
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetConvolutionMathType(plan.conv, a.math));
+  Tensor ws = workspace(a.bytes);
   const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;  // parameter gradients accumulate
   LOCKSTEP_CHECK_CUDNN(dyn::cudnnConvolutionBackwardFilter(
-      handle_, &one, plan.x, x.raw_data(), plan.y, dy.raw_data(), plan.conv, plan.bwd_filter,
-      ws.defined() ? ws.raw_data() : nullptr, plan.bwd_filter_bytes, &beta, plan.w, dw.raw_data()));
+      handle_, &one, plan.x, x.raw_data(), plan.y, dy.raw_data(), plan.conv,
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), ws.defined() ? ws.raw_data() : nullptr,
+      a.bytes, &beta, plan.w, dw.raw_data()));
 }
 
 }  // namespace lockstep::ops::cuda

@@ -30,6 +30,7 @@
 #include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/cuda.hpp"
 #include "lockstep/ops/device_runtime.hpp"
+#include "ops/bad_input.hpp"
 #include "ops/cast_cache.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/conv.hpp"
@@ -75,9 +76,6 @@ class CudaBackend final : public Backend {
     LOCKSTEP_CHECK_CUBLAS(dyn::cublasSetStream(cublas_, stream_));
     // Default math: cublasSgemm stays true f32 (TF32 only where the policy asks, per call).
     LOCKSTEP_CHECK_CUBLAS(dyn::cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-    LOCKSTEP_CHECK_CUDNN(dyn::cudnnCreate(&cudnn_));
-    LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetStream(cudnn_, stream_));
-    conv_ = std::make_unique<ConvPlans>(cudnn_, device_);
     results_ =
         Tensor::empty({static_cast<std::int64_t>(sizeof(DeviceResults))}, DType::U8, device_);
     partials_ = Tensor::empty({kReducePartials}, DType::F64, device_);
@@ -92,7 +90,6 @@ class CudaBackend final : public Backend {
     casts_ = CastCache();
     lt_.reset();
     conv_.reset();
-    dyn::cudnnDestroy(cudnn_);
     dyn::cublasDestroy(cublas_);
     (void)cudaFreeHost(host_results_);
     results_ = Tensor();
@@ -130,8 +127,14 @@ class CudaBackend final : public Backend {
     LOCKSTEP_CHECK_CUDA(
         cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDefault, stream_));
     if (dst.device().is_cpu()) {
+      // The bad-label and bad-token words come back in the same wait (16 bytes into pinned
+      // memory, no extra sync): this is how the trainer reads its gradient check, and a bad
+      // label must be reported as one, not as the NaN gradient it leads to.
+      LOCKSTEP_CHECK_CUDA(cudaMemcpyAsync(&host_results_->bad_label, &results()->bad_label,
+                                          kBadWordsBytes, cudaMemcpyDeviceToHost, stream_));
       LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
       note_host_sync();
+      raise_bad_input(host_results_->bad_label, host_results_->bad_token);
     }
   }
 
@@ -169,8 +172,15 @@ class CudaBackend final : public Backend {
         Tensor a16 = casts_.get(ctx_, a, 0, to_bf16());
         Tensor b16 = casts_.get(ctx_, b, 1, to_bf16());
         if (!lt_) lt_ = std::make_unique<LtGemm>(device_, stream_);
-        lt_->bf16(trans_a, trans_b, m, n, k, alpha, a16.raw_data(), b16.raw_data(), beta,
-                  c.data<float>());
+        if (lt_->bf16(trans_a, trans_b, m, n, k, alpha, a16.raw_data(), b16.raw_data(), beta,
+                      c.data<float>()))
+          return;
+        // cuBLASLt's heuristic had no algorithm for this shape (gemm_lt.hpp): the same product,
+        // bf16 in and f32 accumulation and output, through cublasGemmEx.
+        LOCKSTEP_CHECK_CUBLAS(dyn::cublasGemmEx(
+            cublas_, op_b, op_a, n, m, k, &alpha, b16.raw_data(), CUDA_R_16BF,
+            as_int(b.dim(1), "ldb"), a16.raw_data(), CUDA_R_16BF, as_int(a.dim(1), "lda"), &beta,
+            c.data<float>(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return;
       }
     }
@@ -270,10 +280,10 @@ class CudaBackend final : public Backend {
     if (ctx_.precision() == Precision::BF16) {
       Tensor x16 = casts_.get(ctx_, x, 0, to_bf16()), w16 = casts_.get(ctx_, w, 1, to_bf16());
       Tensor y16 = casts_.scratch(ctx_, 2, y.shape());
-      conv_->forward(x16, w16, y16, p, Precision::BF16);
+      conv().forward(x16, w16, y16, p, Precision::BF16);
       bf16_to_f32(bf16_data(y16), y.data<float>(), y.numel(), stream_);
     } else {
-      conv_->forward(x, w, y, p, ctx_.precision());
+      conv().forward(x, w, y, p, ctx_.precision());
     }
     if (b.defined())
       add_channel_bias(y.data<float>(), b.data<float>(), y.dim(0), y.dim(1), y.dim(2) * y.dim(3),
@@ -285,10 +295,10 @@ class CudaBackend final : public Backend {
     if (ctx_.precision() == Precision::BF16) {
       Tensor dy16 = casts_.get(ctx_, dy, 0, to_bf16()), w16 = casts_.get(ctx_, w, 1, to_bf16());
       Tensor dx16 = casts_.scratch(ctx_, 2, dx.shape());
-      conv_->backward_data(dy16, w16, dx16, p, Precision::BF16);
+      conv().backward_data(dy16, w16, dx16, p, Precision::BF16);
       bf16_to_f32(bf16_data(dx16), dx.data<float>(), dx.numel(), stream_);
     } else {
-      conv_->backward_data(dy, w, dx, p, ctx_.precision());
+      conv().backward_data(dy, w, dx, p, ctx_.precision());
     }
   }
   void conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
@@ -299,10 +309,10 @@ class CudaBackend final : public Backend {
       // so this micro-step's weight gradient is rounded once, then accumulated in f32.
       Tensor x16 = casts_.get(ctx_, x, 0, to_bf16()), dy16 = casts_.get(ctx_, dy, 1, to_bf16());
       Tensor dw16 = casts_.scratch(ctx_, 2, dw.shape());
-      conv_->backward_filter(x16, dy16, dw16, p, Precision::BF16, /*accumulate=*/false);
+      conv().backward_filter(x16, dy16, dw16, p, Precision::BF16, /*accumulate=*/false);
       add_bf16_to_f32(bf16_data(dw16), dw.data<float>(), dw.numel(), stream_);
     } else {
-      conv_->backward_filter(x, dy, dw, p, ctx_.precision(), /*accumulate=*/true);
+      conv().backward_filter(x, dy, dw, p, ctx_.precision(), /*accumulate=*/true);
     }
     if (db.defined())
       sum_channels_acc(dy.data<float>(), db.data<float>(), dy.dim(0), dy.dim(1),
@@ -370,14 +380,15 @@ class CudaBackend final : public Backend {
   }
 
   // ---- loss and metrics. A label outside [0, C) is recorded on the device and reported by the
-  // next call that waits for the stream anyway (synchronize, count_correct, sum_squares, ...):
-  // checking here would cost a stream synchronisation per step.
+  // next call that waits for the stream anyway (synchronize, count_correct, sum_squares, a copy
+  // to the host): checking here would cost a stream synchronisation per step.
   void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
                             Tensor& loss) override {
     activate();
     std::int64_t rows = logits.dim(0), classes = logits.dim(1);
     Tensor row_loss = Tensor::empty({rows}, DType::F32, device_);
     label_classes_ = classes;
+    note_label_op("softmax_xent_forward");
     cuda::softmax_xent_forward(logits.data<float>(), labels.data<std::int32_t>(),
                                probs.data<float>(), row_loss.data<float>(), loss.data<float>(),
                                rows, classes, &results()->bad_label, stream_);
@@ -386,6 +397,7 @@ class CudaBackend final : public Backend {
                              Tensor& dlogits) override {
     activate();
     label_classes_ = probs.dim(1);
+    note_label_op("softmax_xent_backward");
     cuda::softmax_xent_backward(probs.data<float>(), labels.data<std::int32_t>(), scale,
                                 dlogits.data<float>(), probs.dim(0), probs.dim(1),
                                 &results()->bad_label, stream_);
@@ -582,14 +594,51 @@ class CudaBackend final : public Backend {
   };
   ToBf16 to_bf16() const { return {stream_}; }
 
+  // cuDNN only for contexts that convolve: creating its handle costs time and memory (and loads
+  // the library) that a GPT's context would spend for nothing.
+  ConvPlans& conv() {
+    if (!conv_) conv_ = std::make_unique<ConvPlans>(device_, stream_);
+    return *conv_;
+  }
+
   DeviceResults* results() { return static_cast<DeviceResults*>(results_.raw_data()); }
 
-  // Sets bad_label and bad_token (adjacent) to ~0: none seen.
+  // bad_label and bad_token, adjacent: reset and read back together.
+  static constexpr std::size_t kBadWordsBytes = 2 * sizeof(unsigned long long);
+  static_assert(offsetof(DeviceResults, bad_token) ==
+                offsetof(DeviceResults, bad_label) + sizeof(unsigned long long));
+
+  // Sets bad_label and bad_token to ~0: none seen.
   void reset_bad_words() {
-    static_assert(offsetof(DeviceResults, bad_token) ==
-                  offsetof(DeviceResults, bad_label) + sizeof(unsigned long long));
-    LOCKSTEP_CHECK_CUDA(
-        cudaMemsetAsync(&results()->bad_label, 0xFF, 2 * sizeof(unsigned long long), stream_));
+    LOCKSTEP_CHECK_CUDA(cudaMemsetAsync(&results()->bad_label, 0xFF, kBadWordsBytes, stream_));
+    label_op_ = nullptr;
+  }
+
+  // The op that may have recorded a bad label: the first label-reading op since the last reset.
+  void note_label_op(const char* op) {
+    if (!label_op_) label_op_ = op;
+  }
+
+  // Raises a recorded bad token or bad label (a token first: the embedding runs before the loss)
+  // with the CPU backend's words (ops/bad_input.hpp) and the device. The stream has finished.
+  void raise_bad_input(unsigned long long bad_label, unsigned long long bad_token) {
+    if (bad_token != ~0ull) {
+      reset_bad_words();
+      const auto pos = static_cast<std::int64_t>(bad_token >> 32);
+      const auto token = static_cast<std::int32_t>(static_cast<std::uint32_t>(bad_token));
+      LOCKSTEP_FAIL_HINT(
+          kBadTokenHint,
+          bad_token_message(str("embedding_forward on ", device_.str()), token, pos,
+                            std::max<std::int64_t>(token_positions_, 1), token_vocab_));
+    }
+    if (bad_label != ~0ull) {
+      const char* op = label_op_ ? label_op_ : "softmax_xent_forward";
+      reset_bad_words();
+      const auto row = static_cast<std::int64_t>(bad_label >> 32);
+      const auto label = static_cast<std::int32_t>(static_cast<std::uint32_t>(bad_label));
+      LOCKSTEP_FAIL_HINT(kBadLabelHint, bad_label_message(str(op, " on ", device_.str()), label,
+                                                          row, label_classes_));
+    }
   }
 
   // Copies the result words to pinned host memory in one copy, waits for this stream only (one
@@ -600,25 +649,7 @@ class CudaBackend final : public Backend {
     LOCKSTEP_CHECK_CUDA(cudaStreamSynchronize(stream_));
     note_host_sync();
     DeviceResults r = *host_results_;
-    if (r.bad_token != ~0ull) {
-      reset_bad_words();
-      const auto pos = static_cast<std::int64_t>(r.bad_token >> 32);
-      const auto token = static_cast<std::int32_t>(static_cast<std::uint32_t>(r.bad_token));
-      const std::int64_t t = std::max<std::int64_t>(token_positions_, 1);
-      LOCKSTEP_FAIL_HINT(
-          "token ids must be below the model's vocab: check the data's vocabulary "
-          "size (num_classes) against the model spec",
-          "embedding_forward on ", device_.str(), ": token id ", token, " at [", pos / t, ", ",
-          pos % t, "] is outside [0, ", token_vocab_, ")");
-    }
-    if (r.bad_label != ~0ull) {
-      reset_bad_words();
-      auto row = static_cast<std::int64_t>(r.bad_label >> 32);
-      auto label = static_cast<std::int32_t>(static_cast<std::uint32_t>(r.bad_label));
-      LOCKSTEP_FAIL_HINT("check the dataset's num_classes against the model's output size",
-                         "softmax cross-entropy on ", device_.str(), ": label ", label, " at row ",
-                         row, " is outside [0, ", label_classes_, ")");
-    }
+    raise_bad_input(r.bad_label, r.bad_token);
     return r;
   }
 
@@ -640,8 +671,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceRuntime> runtime_;
   cublasHandle_t cublas_ = nullptr;
-  cudnnHandle_t cudnn_ = nullptr;
-  std::unique_ptr<ConvPlans> conv_;
+  std::unique_ptr<ConvPlans> conv_;        // and the cuDNN handle: made by the first convolution
   std::unique_ptr<LtGemm> lt_;             // bf16 GEMMs, created by the first one
   CastCache casts_;                        // bf16 copies of GEMM and convolution operands
   Tensor results_;                         // DeviceResults on the device
@@ -650,6 +680,7 @@ class CudaBackend final : public Backend {
   std::vector<float> scale_shift_host_;    // what scale_shift_ holds
   DeviceResults* host_results_ = nullptr;  // pinned
   std::int64_t label_classes_ = 0;
+  const char* label_op_ = nullptr;  // see note_label_op
   std::int64_t token_positions_ = 0, token_vocab_ = 0;
 };
 

@@ -1,6 +1,8 @@
 #include "ops/cuda/gemm_lt.hpp"
 
+#include <atomic>
 #include <climits>
+#include <cstdio>
 
 #include "ops/cuda/check.hpp"
 
@@ -30,6 +32,7 @@ struct LtGemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool has_algo = false;  // false: the heuristic had none; the caller falls back
 
   ~Plan() {
     if (c) dyn::cublasLtMatrixLayoutDestroy(c);
@@ -48,7 +51,7 @@ LtGemm::~LtGemm() {
   if (handle_) dyn::cublasLtDestroy(handle_);
 }
 
-void LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+bool LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                   float alpha, const void* a, const void* b, float beta, float* c) {
   const std::uint32_t align_a = alignment(a), align_b = alignment(b), align_c = alignment(c);
   const Key key{m, n, k, trans_a, trans_b, beta != 0.0f, align_a, align_b, align_c};
@@ -103,19 +106,34 @@ void LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
       status = dyn::cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c,
                                                    plan->c, pref, 1, &result, &found);
     dyn::cublasLtMatmulPreferenceDestroy(pref);
-    LOCKSTEP_CHECK_CUBLAS(status);
-    LOCKSTEP_CHECK(found > 0, "cuBLASLt has no bf16 algorithm for C[", m, ", ", n, "] = op(A)[", m,
-                   ", ", k, "] op(B)[", k, ", ", n, "] (trans_a=", trans_a, ", trans_b=", trans_b,
-                   ", alignments ", align_a, "/", align_b, "/", align_c, " bytes)");
-    plan->algo = result.algo;
+    // NOT_SUPPORTED is the heuristic's "nothing for this configuration", not a failure.
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED) LOCKSTEP_CHECK_CUBLAS(status);
+    plan->has_algo = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (plan->has_algo) {
+      plan->algo = result.algo;
+    } else {
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true))
+        std::fprintf(stderr,
+                     "warning: cuBLASLt has no bf16 algorithm for C[%lld, %lld] = op(A)[%lld, "
+                     "%lld] op(B)[%lld, %lld] (trans_a=%d, trans_b=%d, alignments %u/%u/%u "
+                     "bytes); using cublasGemmEx for it (same bf16 inputs, f32 accumulation and "
+                     "output; further such shapes are not reported)\n",
+                     static_cast<long long>(m), static_cast<long long>(n),
+                     static_cast<long long>(m), static_cast<long long>(k),
+                     static_cast<long long>(k), static_cast<long long>(n), trans_a ? 1 : 0,
+                     trans_b ? 1 : 0, align_a, align_b, align_c);
+    }
     it = plans_.emplace(key, std::move(plan)).first;
   }
+  if (!it->second->has_algo) return false;
   if (!workspace_.defined())
     workspace_ = Tensor::empty({static_cast<std::int64_t>(kLtWorkspaceBytes)}, DType::U8, device_);
   const Plan& p = *it->second;
   LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatmul(handle_, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, c,
                                             p.c, &p.algo, workspace_.raw_data(), kLtWorkspaceBytes,
                                             stream_));
+  return true;
 }
 
 }  // namespace lockstep::ops::cuda

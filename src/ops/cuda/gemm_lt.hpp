@@ -2,7 +2,10 @@
 // A and B bf16, CUBLAS_COMPUTE_32F (f32 accumulation on bf16 tensor cores) and an f32 C, so
 // outputs and parameter gradients never pass through bf16. The algorithm for each (shape,
 // transposes, pointer alignments, beta = 0 or not) is chosen once by cuBLASLt's heuristic and
-// cached with its descriptors; one workspace per context.
+// cached with its descriptors; one workspace per context. Where the heuristic has no algorithm
+// for a shape (CUBLAS_STATUS_NOT_SUPPORTED or none found), bf16() says so once per shape and the
+// caller runs the same product through cublasGemmEx (bf16 inputs, f32 accumulation and output):
+// slower than cuBLASLt's best, but a run that cannot start is worse.
 #pragma once
 
 #include <cublasLt.h>
@@ -28,9 +31,11 @@ class LtGemm {
   LtGemm& operator=(const LtGemm&) = delete;
 
   // Row-major a ([m, k], or [k, m] when trans_a), b ([k, n], or [n, k] when trans_b), both bf16;
-  // c is f32 [m, n]. Queued on the stream; does not synchronise.
-  void bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-            const void* a, const void* b, float beta, float* c);
+  // c is f32 [m, n]. Queued on the stream; does not synchronise. Returns false, having queued
+  // nothing, when cuBLASLt has no algorithm for this shape (warned once per process).
+  [[nodiscard]] bool bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                          std::int64_t k, float alpha, const void* a, const void* b, float beta,
+                          float* c);
 
  private:
   struct Plan;

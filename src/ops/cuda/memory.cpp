@@ -204,6 +204,17 @@ void synchronous_copy(Device dst_device, void* dst, Device src_device, const voi
   // Host tensors live in pageable memory (core's CPU allocator).
   if (src_device.is_cpu() && dst_device.is_cuda()) note_pageable_copy();
   LOCKSTEP_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  // Into device memory, cudaMemcpy may return before the bytes have landed: from pageable memory
+  // once they are staged, device to device at once. The copy runs on the legacy default stream,
+  // which the backend's streams (all cudaStreamNonBlocking) are not ordered after, so a kernel
+  // queued next on a compute stream could read the old bytes (after Tensor::to(cuda),
+  // from_vector, copy_from). Waiting here keeps the contract "synchronous": done on return.
+  // To the host, cudaMemcpy already returns only when the bytes are there.
+  if (dst_device.is_cuda()) {
+    DeviceScope scope(dst_device.index);
+    LOCKSTEP_CHECK_CUDA(cudaDeviceSynchronize());
+    note_host_sync();
+  }
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/transformer.hpp"
+#include "ops/gelu_tanh.hpp"  // defines: gelu_tanh, gelu_tanh_grad
 
 namespace lockstep::ops::cuda {
 namespace {
@@ -227,27 +228,18 @@ __global__ void layernorm_param_sum_kernel(const float* part_w, const float* par
 }
 
 // ---------------------------------------------------------------- GELU (tanh form)
-// As the CPU: with s = sigmoid(2u), gelu = x s and its derivative s + 2 x s (s e^{-2u}) u',
-// free of the cancellation 1 - tanh^2 suffers in the tails.
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCoeff = 0.044715f;
+// The formula (and its clamp, without which the backward gives NaN below x = -10.3) is the one in
+// ops/gelu_tanh.hpp, shared with the host tests and matching the CPU's.
 
 __global__ void gelu_tanh_forward_kernel(const float* x, float* y, i64 n) {
   LOCKSTEP_GRID_STRIDE(i, n) {
-    const float v = x[i];
-    const float u = kSqrt2OverPi * (v + kGeluCoeff * v * v * v);
-    y[i] = v / (1.0f + expf(-2.0f * u));
+    y[i] = gelu_tanh(x[i]);
   }
 }
 
 __global__ void gelu_tanh_backward_kernel(const float* x, const float* dy, float* dx, i64 n) {
   LOCKSTEP_GRID_STRIDE(i, n) {
-    const float v = x[i], v2 = v * v;
-    const float e = expf(-2.0f * kSqrt2OverPi * (v + kGeluCoeff * v2 * v));
-    const float s = 1.0f / (1.0f + e);
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * v2);
-    dx[i] = dy[i] * (s + 2.0f * v * s * (s * e) * du);
+    dx[i] = gelu_tanh_grad(x[i], dy[i]);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lockstep/comm/gpu_select.hpp"
@@ -18,6 +19,7 @@
 #include "lockstep/comm/nccl_communicator.hpp"
 #include "lockstep/ops/context.hpp"
 #include "lockstep/ops/ops.hpp"
+#include "ops/cuda/cuda_backend.hpp"
 #endif
 
 namespace lockstep::comm {
@@ -145,19 +147,24 @@ TEST(NcclCommunicator, DestroyedWhileAnErrorUnwindsItAbortsWithoutWaitingForPeer
   if (world().size() < 2) GTEST_SKIP() << "needs a peer that does not join";
   ops::Context ctx(select_gpu(world(), "auto"));
   const auto start = std::chrono::steady_clock::now();
-  bool caught = false;
+  std::string caught;
   try {
     auto nccl = make_nccl_communicator(world(), ctx, {.timeout_s = 120});
-    Tensor t = Tensor::zeros({1 << 20}, DType::F32, ctx.device());
+    // Tensor::zeros is host-only: a device tensor is made empty and filled on the stream.
+    Tensor t = Tensor::empty({1 << 20}, DType::F32, ctx.device());
+    ops::fill(ctx, t, 0.0f);
     // Rank 0 issues an allreduce that nobody else joins; everyone else "fails" at once.
     if (world().rank() == 0) nccl->allreduce_async(t, ReduceOp::Sum);
     LOCKSTEP_FAIL("rank ", world().rank(), " fails on purpose");
-  } catch (const Error&) {
-    caught = true;
+  } catch (const Error& e) {
+    caught = e.message();
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_TRUE(caught);
+  // Only the planned failure counts: any other error (making the tensor, say) would skip the
+  // very teardown this test is about and still arrive here quickly.
+  EXPECT_NE(caught.find("fails on purpose"), std::string::npos)
+      << "rank " << world().rank() << " failed before the teardown under test: " << caught;
   EXPECT_LT(seconds, 60.0) << "the communicator's teardown waited for peers (rank "
                            << world().rank() << ")";
   world().barrier();
@@ -165,7 +172,7 @@ TEST(NcclCommunicator, DestroyedWhileAnErrorUnwindsItAbortsWithoutWaitingForPeer
 
 // The watchdog must end the job when a collective outlives dist.timeout_s. On one GPU there is no
 // peer to withhold, so the collective is held back on the device instead: the allreduce waits for
-// the compute stream, which has several seconds of GEMMs queued, against a 1 s timeout. The
+// the compute stream, which a host function holds for kStallSeconds, against a 1 s timeout. The
 // watchdog ends the process (abort_job), so the stalled collective runs in a child process, an
 // MPI singleton of its own; rank 0 spawns it and reads its output.
 TEST(NcclCommunicator, WatchdogEndsTheJobWhenACollectiveOutlivesItsTimeout) {
@@ -181,6 +188,18 @@ TEST(NcclCommunicator, WatchdogEndsTheJobWhenACollectiveOutlivesItsTimeout) {
     EXPECT_NE(child->output.find(part), std::string::npos)
         << "no \"" << part << "\" in the report; " << child->describe();
   EXPECT_EQ(child->output.find("the allreduce finished"), std::string::npos) << child->describe();
+  EXPECT_EQ(child->output.find("could not set up"), std::string::npos) << child->describe();
+}
+
+// How long the child's compute stream is held: far past the 1 s timeout and the watchdog's
+// 200 ms poll, and well inside the parent's 45 s limit, so the stall never depends on how fast
+// the GPU is (the first version queued GEMMs, whose length varied with the GPU).
+constexpr double kStallSeconds = 15.0;
+
+// Runs on the CUDA driver's callback thread and holds the stream for kStallSeconds. It never
+// hangs for good: if the watchdog failed to fire, the child would go on to report that.
+void CUDART_CB hold_stream(void*) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(kStallSeconds));
 }
 
 TEST(InChildProcess, StalledCollective) {
@@ -190,16 +209,20 @@ TEST(InChildProcess, StalledCollective) {
   ASSERT_EQ(world().size(), 1) << "the child must be an MPI singleton";
   ops::Context ctx(Device::cuda(0));
   auto nccl = make_nccl_communicator(world(), ctx, {.timeout_s = 1});
-  // 400 fp32 GEMMs of 8192^3 (1.1 TFLOP each): about 7 s on an H200 (67 TFLOP/s fp32), and
-  // longer on any smaller GPU.
-  const std::int64_t n = 8192;
-  Tensor a = Tensor::zeros({n, n}, DType::F32, ctx.device());
-  Tensor c = Tensor::empty({n, n}, DType::F32, ctx.device());
-  for (int i = 0; i < 400; ++i)
-    ops::gemm(ctx, false, false, 1.0f, a, a, 0.0f, c);
-  Tensor t = Tensor::zeros({1024}, DType::F32, ctx.device());
-  nccl->allreduce_async(t, ReduceOp::Sum)->wait();  // the watchdog ends the process in here
-  ADD_FAILURE() << "the allreduce finished: the watchdog did not end the job";
+  // Tensor::zeros is host-only: a device tensor is made empty and filled on the stream.
+  Tensor t = Tensor::empty({1024}, DType::F32, ctx.device());
+  ops::fill(ctx, t, 1.0f);
+  ctx.synchronize();
+  ASSERT_EQ(cudaLaunchHostFunc(ops::cuda::compute_stream(ctx), hold_stream, nullptr), cudaSuccess)
+      << "could not set up the stall";
+  WorkPtr work = nccl->allreduce_async(t, ReduceOp::Sum);
+  // wait() only orders the compute stream after the collective (NcclWork::wait does not block
+  // the host); the host blocks here, in the context's synchronise, while the watchdog (which
+  // polls every 200 ms) finds the collective unfinished after 1 s and ends the process.
+  work->wait();
+  ctx.synchronize();
+  ADD_FAILURE() << "the allreduce finished: the watchdog did not end the job within "
+                << kStallSeconds << " s";
 }
 
 #else

@@ -1,6 +1,7 @@
 // Context::wait_for on GPUs: a context that reads what another context's stream writes must wait
 // for it on the device. The producer's stream is held by a host function until a timer thread
 // releases it, so an unordered read would see the old values every time, not by chance.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -10,6 +11,7 @@
 #ifdef LOCKSTEP_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "lockstep/ops/cuda.hpp"
 #include "ops/cuda/cuda_backend.hpp"
 
 namespace lockstep::testing {
@@ -49,7 +51,9 @@ class StreamHold {
 TEST(StreamOrder, AContextWaitingForAnotherSeesItsWritesOnTheSameGpu) {
   LOCKSTEP_SKIP_WITHOUT_GPU();
   ops::Context producer(Device::cuda(0)), consumer(Device::cuda(0));
-  Tensor x = Tensor::zeros({4096}, DType::F32, Device::cuda(0));
+  // Tensor::zeros is host-only: a device tensor is made empty and filled on a stream.
+  Tensor x = Tensor::empty({4096}, DType::F32, Device::cuda(0));
+  ops::fill(producer, x, 0.0f);
   producer.synchronize();
   {
     StreamHold hold(producer);
@@ -67,13 +71,41 @@ TEST(StreamOrder, AContextWaitingForAnotherSeesItsWritesOnTheSameGpu) {
 TEST(StreamOrder, WaitingForACpuContextOrForItselfIsANoOp) {
   LOCKSTEP_SKIP_WITHOUT_GPU();
   ops::Context cpu, gpu(Device::cuda(0));
-  gpu.wait_for(cpu);
-  gpu.wait_for(gpu);
-  Tensor x = Tensor::zeros({16}, DType::F32, Device::cuda(0));
+  EXPECT_NO_THROW(gpu.wait_for(cpu));
+  EXPECT_NO_THROW(gpu.wait_for(gpu));
+  Tensor x = Tensor::empty({16}, DType::F32, Device::cuda(0));
   ops::fill(gpu, x, 2.0f);
-  cpu.wait_for(gpu);  // a CPU context waits on the host
+  EXPECT_NO_THROW(cpu.wait_for(gpu));  // a CPU context waits on the host
   for (float v : x.to_vector<float>())
     EXPECT_EQ(v, 2.0f);
+}
+
+// Tensor::to(cuda) (like from_vector and copy_from) is a cudaMemcpy on the legacy default stream,
+// which returns from pageable memory once the bytes are staged; the backend's streams are
+// non-blocking, so not ordered after it. The copy must be complete when to() returns: a kernel
+// queued next on a compute stream reads what was copied. The race window is the last staged
+// chunk, so the data check repeats with large tensors; the count of host syncs shows the wait
+// deterministically (one before the copy, for queued kernels, and one after it).
+TEST(StreamOrder, AKernelQueuedRightAfterAHostToDeviceCopyReadsTheCopiedValues) {
+  LOCKSTEP_SKIP_WITHOUT_GPU();
+  ops::Context gpu(Device::cuda(0));
+  const std::int64_t n = std::int64_t{16} << 20;  // 64 MiB of f32
+  Tensor host = Tensor::empty({n});
+  Tensor seen = Tensor::empty({n});
+  Tensor copied = Tensor::empty({n}, DType::F32, Device::cuda(0));
+  for (int round = 1; round <= 8; ++round) {
+    std::fill(host.data<float>(), host.data<float>() + n, static_cast<float>(round));
+    const std::uint64_t syncs = ops::cuda::transfer_stats().host_syncs;
+    Tensor on_gpu = host.to(Device::cuda(0));
+    EXPECT_EQ(ops::cuda::transfer_stats().host_syncs, syncs + 2)
+        << "to(cuda) must wait for the device before the copy and for the copy after it";
+    ops::copy(gpu, on_gpu, copied);  // queued at once on the compute stream
+    ops::copy(gpu, copied, seen);
+    const float* v = seen.data<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(v[i], static_cast<float>(round))
+          << "round " << round << ", element " << i << ": the kernel read before the copy landed";
+  }
 }
 
 }  // namespace
