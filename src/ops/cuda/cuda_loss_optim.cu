@@ -3,9 +3,8 @@
 // family.
 //
 // Trade-offs:
-// - A label outside [0, C) is recorded on the device (one word, atomicMin keeps the first row)
-//   and reported by the next call that waits for the stream anyway (synchronize, count_correct,
-//   sum_squares, a copy to the host): checking here would cost a stream synchronisation per step.
+// - A bad label is recorded on the device and reported by the next call that waits for the
+//   stream anyway (the note above softmax_xent_forward's method says why).
 // - One warp per row for the softmax and the argmax; the mean loss and the sum of squares are
 //   deterministic (fixed grids, block_reduce.cuh, no float atomics).
 // - The optimizer formulas are torch.optim's and the CPU backend's; cuda_flat.cu writes them once
