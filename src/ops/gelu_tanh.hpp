@@ -1,5 +1,5 @@
 // GELU, tanh form, as one scalar formula for host and device code: the CUDA kernels
-// (cuda/transformer.cu) call it, the host tests check it against float64 at the extremes, and the
+// (cuda_transformer.cu) call it, the host tests check it against float64 at the extremes, and the
 // CPU's SIMD kernels (cpu/cpu_transformer.cpp) do the same operations in the same order on
 // vectors, with the same clamp inside their simd::exp.
 //

@@ -33,7 +33,8 @@ inline double gamma_f32(std::int64_t n) {
 }
 
 // Round to nearest even with NaN kept and f32 subnormals flushed, written here independently of
-// the library's two implementations (src/ops/cpu/cpu_precision.cpp, precision_kernels.cu).
+// the library's two implementations (src/ops/cpu/cpu_precision.cpp,
+// src/ops/cuda/cuda_precision.cu).
 inline std::uint16_t reference_bf16_bits(float f) {
   std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   if (std::isnan(f)) return static_cast<std::uint16_t>((u >> 16) | 0x40u);

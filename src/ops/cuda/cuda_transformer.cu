@@ -1,7 +1,10 @@
-// CUDA kernels of the GPT layers: embedding, LayerNorm, GELU (tanh form), causal attention.
+// The GPT layers: embedding, LayerNorm, GELU (tanh form), causal attention: the kernels, their
+// launchers and CudaBackend's methods of the family. Workspaces come from the caching allocator
+// per call (the stream orders their reuse).
 //
 // Trade-offs, once for the file:
-// - Deterministic everywhere, as kernels.cu: no float atomics. The token-embedding gradient is a
+// - Deterministic everywhere, as common.cuh promises: no float atomics. The token-embedding
+// gradient is a
 //   scatter-add, so the tokens are sorted (CUB's stable radix sort of (token, position)) and one
 //   block per distinct token sums its rows in position order; LayerNorm's weight gradient goes
 //   through per-chunk partial sums added in chunk order.
@@ -15,7 +18,8 @@
 //   (bf16 mma) version is the next step for speed, the memory saving is already here.
 // - The naive path materialises the [B, heads, T, T] probabilities with one thread per output
 //   element; it is the reference the flash kernels are checked and measured against.
-// The small warp helpers repeat kernels.cu's (that file is shared by other work in flight).
+// The warp helpers below are butterflies (every lane ends with the total), unlike
+// block_reduce.cuh's, whose sum reaches lane 0 only; this file does not include that one.
 #include <cuda_runtime.h>
 #include <cub/device/device_radix_sort.cuh>
 
@@ -23,24 +27,12 @@
 #include <cmath>
 #include <cstdint>
 
-#include "ops/cuda/check.hpp"
-#include "ops/cuda/transformer.hpp"
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/cuda_backend.hpp"
 #include "ops/gelu_tanh.hpp"  // defines: gelu_tanh, gelu_tanh_grad
 
 namespace lockstep::ops::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr i64 kMaxBlocks = 8192;
-
-unsigned blocks_for(i64 n) {
-  i64 b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::clamp<i64>(b, 1, kMaxBlocks));
-}
-
-#define LOCKSTEP_GRID_STRIDE(i, n)                                               \
-  for (i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += static_cast<i64>(blockDim.x) * gridDim.x)
 
 // Butterfly sums: every lane ends with the total.
 __device__ __forceinline__ float warp_sum(float v) {
@@ -651,6 +643,8 @@ __global__ void naive_dkv_kernel(const float* qkv, const float* dout, const floa
 
 // ---------------------------------------------------------------- launchers
 
+// ---- embedding. bad_token: one device word; the first position whose token is outside
+// [0, vocab) is recorded as (position << 32 | token) by atomicMin (the output row gets NaN).
 void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* y,
                        i64 b, i64 t, i64 c, i64 vocab, unsigned long long* bad_token,
                        cudaStream_t s) {
@@ -660,11 +654,14 @@ void embedding_forward(const std::int32_t* tokens, const float* wte, const float
   LOCKSTEP_CHECK_LAUNCH();
 }
 
+// Workspace for embedding_backward, in bytes.
 std::size_t embedding_backward_workspace(i64 n, i64 vocab) {
   (void)vocab;
   return 3 * align256(static_cast<std::size_t>(n) * sizeof(std::int32_t)) + sort_temp_bytes(n);
 }
 
+// dwpe[t] += sum_b dy[b, t]; dwte[v] += sum of dy rows with token v, summed in position order
+// (a stable radix sort of the tokens groups them; no atomics).
 void embedding_backward(const std::int32_t* tokens, const float* dy, float* dwte, float* dwpe,
                         i64 b, i64 t, i64 c, i64 vocab, void* workspace,
                         std::size_t workspace_bytes, cudaStream_t s) {
@@ -687,6 +684,7 @@ void embedding_backward(const std::int32_t* tokens, const float* dy, float* dwte
   LOCKSTEP_CHECK_LAUNCH();
 }
 
+// ---- LayerNorm over rows of c features.
 void layernorm_forward(const float* x, const float* w, const float* bias, float eps, float* y,
                        float* mean, float* rstd, i64 rows, i64 c, cudaStream_t s) {
   if (rows == 0) return;
@@ -696,10 +694,12 @@ void layernorm_forward(const float* x, const float* w, const float* bias, float 
   LOCKSTEP_CHECK_LAUNCH();
 }
 
+// Workspace (floats) for the weight/bias partial sums.
 i64 layernorm_backward_workspace(i64 rows, i64 c) {
   return 2 * ((rows + kLnChunkRows - 1) / kLnChunkRows) * c;
 }
 
+// dx = dres (may be null, or equal to dx) + dL/dx; dw, db accumulate.
 void layernorm_backward(const float* x, const float* dy, const float* w, const float* mean,
                         const float* rstd, const float* dres, float* dx, float* dw, float* db,
                         i64 rows, i64 c, float* workspace, cudaStream_t s) {
@@ -719,6 +719,7 @@ void layernorm_backward(const float* x, const float* dy, const float* w, const f
   LOCKSTEP_CHECK_LAUNCH();
 }
 
+// ---- GELU, tanh form.
 void gelu_tanh_forward(const float* x, float* y, i64 n, cudaStream_t s) {
   if (n == 0) return;
   gelu_tanh_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, y, n);
@@ -731,6 +732,8 @@ void gelu_tanh_backward(const float* x, const float* dy, float* dx, i64 n, cudaS
   LOCKSTEP_CHECK_LAUNCH();
 }
 
+// ---- causal attention. qkv [b, t, 3c], out [b, t, c], lse [b, heads, t].
+// The flash kernels handle head widths 16, 32, 64 and 128; flash_attention_supported says so.
 bool flash_attention_supported(i64 head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
@@ -752,6 +755,7 @@ void flash_attention_forward(const float* qkv, float* out, float* lse, i64 b, i6
   }
 }
 
+// delta: workspace of b * heads * t floats.
 void flash_attention_backward(const float* qkv, const float* out, const float* dout,
                               const float* lse, float* dqkv, float* delta, i64 b, i64 t, i64 c,
                               int heads, cudaStream_t s) {
@@ -773,6 +777,8 @@ void flash_attention_backward(const float* qkv, const float* out, const float* d
   }
 }
 
+// The reference: materialises the [b, heads, t, t] probabilities (workspace: scores of that
+// size for the forward; twice that plus b * heads * t for the backward).
 i64 naive_attention_workspace(i64 b, i64 t, int heads, bool backward) {
   const i64 plane = b * heads * t * t;
   return backward ? 2 * plane + b * heads * t : plane;
@@ -814,6 +820,91 @@ void naive_attention_backward(const float* qkv, const float* out, const float* d
   naive_dkv_kernel<<<blocks_for(b * t * c), kThreads, 0, s>>>(qkv, dout, p, ds, dqkv, b, t, c,
                                                               heads, scale);
   LOCKSTEP_CHECK_LAUNCH();
+}
+
+// ---- CudaBackend's methods
+void CudaBackend::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                    Tensor& y) {
+  activate();
+  token_positions_ = tokens.dim(1);
+  token_vocab_ = wte.dim(0);
+  cuda::embedding_forward(tokens.data<std::int32_t>(), wte.data<float>(), wpe.data<float>(),
+                          y.data<float>(), tokens.dim(0), tokens.dim(1), wte.dim(1), wte.dim(0),
+                          &results()->bad_token, stream_);
+}
+void CudaBackend::embedding_backward(const Tensor& tokens, const Tensor& dy, Tensor& dwte,
+                                     Tensor& dwpe) {
+  activate();
+  const std::int64_t n = tokens.numel();
+  const std::size_t bytes = embedding_backward_workspace(n, dwte.dim(0));
+  Tensor ws = Tensor::empty({static_cast<std::int64_t>(bytes)}, DType::U8, device_);
+  cuda::embedding_backward(tokens.data<std::int32_t>(), dy.data<float>(), dwte.data<float>(),
+                           dwpe.data<float>(), tokens.dim(0), tokens.dim(1), dwte.dim(1),
+                           dwte.dim(0), ws.raw_data(), bytes, stream_);
+}
+void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                    float eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  activate();
+  const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+  cuda::layernorm_forward(x.data<float>(), weight.data<float>(), bias.data<float>(), eps,
+                          y.data<float>(), mean.data<float>(), rstd.data<float>(), rows, c,
+                          stream_);
+}
+void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& dresidual, Tensor& dx, Tensor& dweight,
+                                     Tensor& dbias) {
+  activate();
+  const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+  Tensor ws = Tensor::empty({std::max<std::int64_t>(layernorm_backward_workspace(rows, c), 1)},
+                            DType::F32, device_);
+  cuda::layernorm_backward(
+      x.data<float>(), dy.data<float>(), weight.data<float>(), mean.data<float>(),
+      rstd.data<float>(), dresidual.defined() ? dresidual.data<float>() : nullptr, dx.data<float>(),
+      dweight.data<float>(), dbias.data<float>(), rows, c, ws.data<float>(), stream_);
+}
+void CudaBackend::gelu_tanh_forward(const Tensor& x, Tensor& y) {
+  activate();
+  cuda::gelu_tanh_forward(x.data<float>(), y.data<float>(), x.numel(), stream_);
+}
+void CudaBackend::gelu_tanh_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  activate();
+  cuda::gelu_tanh_backward(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), stream_);
+}
+// Head widths the flash kernels do not cover fall back to the naive path.
+void CudaBackend::attention_forward(const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
+                                    AttentionKernel kernel) {
+  activate();
+  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
+  if (kernel == AttentionKernel::Auto && flash_attention_supported(c / heads)) {
+    flash_attention_forward(qkv.data<float>(), out.data<float>(), lse.data<float>(), b, t, c, heads,
+                            stream_);
+    return;
+  }
+  Tensor ws =
+      Tensor::empty({std::max<std::int64_t>(naive_attention_workspace(b, t, heads, false), 1)},
+                    DType::F32, device_);
+  naive_attention_forward(qkv.data<float>(), out.data<float>(), lse.data<float>(), ws.data<float>(),
+                          b, t, c, heads, stream_);
+}
+void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& dout,
+                                     const Tensor& lse, int heads, Tensor& dqkv,
+                                     AttentionKernel kernel) {
+  activate();
+  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
+  if (kernel == AttentionKernel::Auto && flash_attention_supported(c / heads)) {
+    Tensor delta = Tensor::empty({std::max<std::int64_t>(b * heads * t, 1)}, DType::F32, device_);
+    flash_attention_backward(qkv.data<float>(), out.data<float>(), dout.data<float>(),
+                             lse.data<float>(), dqkv.data<float>(), delta.data<float>(), b, t, c,
+                             heads, stream_);
+    return;
+  }
+  Tensor ws =
+      Tensor::empty({std::max<std::int64_t>(naive_attention_workspace(b, t, heads, true), 1)},
+                    DType::F32, device_);
+  naive_attention_backward(qkv.data<float>(), out.data<float>(), dout.data<float>(),
+                           lse.data<float>(), dqkv.data<float>(), ws.data<float>(), b, t, c, heads,
+                           stream_);
 }
 
 }  // namespace lockstep::ops::cuda

@@ -1,3 +1,6 @@
+// cuDNN convolutions: ConvPlans (conv.hpp: the algorithm chosen once per shape, the lazy cuDNN
+// handle) and CudaBackend's conv2d methods, which convert around cuDNN's bf16 convolutions and
+// add the bias (cuda_elementwise.cu's channel-bias launchers).
 #include "ops/cuda/conv.hpp"
 
 #include <atomic>
@@ -6,6 +9,7 @@
 #include <optional>
 
 #include "ops/cuda/check.hpp"
+#include "ops/cuda/cuda_backend.hpp"
 
 namespace lockstep::ops::cuda {
 namespace {
@@ -192,6 +196,58 @@ void ConvPlans::backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw,
       handle_, &one, plan.x, x.raw_data(), plan.y, dy.raw_data(), plan.conv,
       static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), ws.defined() ? ws.raw_data() : nullptr,
       a.bytes, &beta, plan.w, dw.raw_data()));
+}
+
+// cuDNN only for contexts that convolve: creating its handle costs time and memory (and loads
+// the library) that a GPT's context would spend for nothing.
+ConvPlans& CudaBackend::conv() {
+  if (!conv_) conv_ = std::make_unique<ConvPlans>(device_, stream_);
+  return *conv_;
+}
+
+void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+                                 const Conv2dParams& p) {
+  activate();
+  if (ctx_.precision() == Precision::BF16) {
+    Tensor x16 = casts_.get(ctx_, x, 0, to_bf16()), w16 = casts_.get(ctx_, w, 1, to_bf16());
+    Tensor y16 = casts_.scratch(ctx_, 2, y.shape());
+    conv().forward(x16, w16, y16, p, Precision::BF16);
+    bf16_to_f32(bf16_data(y16), y.data<float>(), y.numel(), stream_);
+  } else {
+    conv().forward(x, w, y, p, ctx_.precision());
+  }
+  if (b.defined())
+    add_channel_bias(y.data<float>(), b.data<float>(), y.dim(0), y.dim(1), y.dim(2) * y.dim(3),
+                     stream_);
+}
+void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
+                                       const Conv2dParams& p) {
+  activate();
+  if (ctx_.precision() == Precision::BF16) {
+    Tensor dy16 = casts_.get(ctx_, dy, 0, to_bf16()), w16 = casts_.get(ctx_, w, 1, to_bf16());
+    Tensor dx16 = casts_.scratch(ctx_, 2, dx.shape());
+    conv().backward_data(dy16, w16, dx16, p, Precision::BF16);
+    bf16_to_f32(bf16_data(dx16), dx.data<float>(), dx.numel(), stream_);
+  } else {
+    conv().backward_data(dy, w, dx, p, ctx_.precision());
+  }
+}
+void CudaBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
+                                          const Conv2dParams& p) {
+  activate();
+  if (ctx_.precision() == Precision::BF16) {
+    // cuDNN's bf16 convolutions write bf16 (no f32-output configuration in its legacy API),
+    // so this micro-step's weight gradient is rounded once, then accumulated in f32.
+    Tensor x16 = casts_.get(ctx_, x, 0, to_bf16()), dy16 = casts_.get(ctx_, dy, 1, to_bf16());
+    Tensor dw16 = casts_.scratch(ctx_, 2, dw.shape());
+    conv().backward_filter(x16, dy16, dw16, p, Precision::BF16, /*accumulate=*/false);
+    add_bf16_to_f32(bf16_data(dw16), dw.data<float>(), dw.numel(), stream_);
+  } else {
+    conv().backward_filter(x, dy, dw, p, ctx_.precision(), /*accumulate=*/true);
+  }
+  if (db.defined())
+    sum_channels_acc(dy.data<float>(), db.data<float>(), dy.dim(0), dy.dim(1),
+                     dy.dim(2) * dy.dim(3), stream_);
 }
 
 }  // namespace lockstep::ops::cuda

@@ -1,3 +1,6 @@
+// Dense GEMM: CudaBackend::gemm (cublasSgemm for fp32, cublasGemmEx for tf32) and LtGemm
+// (gemm_lt.hpp: cuBLASLt for bf16, falling back to cublasGemmEx where its heuristic has no
+// algorithm).
 #include "ops/cuda/gemm_lt.hpp"
 
 #include <atomic>
@@ -5,6 +8,7 @@
 #include <cstdio>
 
 #include "ops/cuda/check.hpp"
+#include "ops/cuda/cuda_backend.hpp"
 
 namespace lockstep::ops::cuda {
 namespace {
@@ -134,6 +138,64 @@ bool LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
                                             p.c, &p.algo, workspace_.raw_data(), kLtWorkspaceBytes,
                                             stream_));
   return true;
+}
+
+namespace {
+
+int as_int(std::int64_t v, const char* what) {
+  LOCKSTEP_CHECK(v >= 0 && v <= INT_MAX, "gemm ", what, " = ", v,
+                 " exceeds cuBLAS's 32-bit dimension limit");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+// ---- dense linear algebra. Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T,
+// and a row-major matrix read as column-major is its transpose: so call cuBLAS with the
+// operands swapped and the same transpose flags.
+void CudaBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                       float beta, Tensor& c) {
+  activate();
+  int m = as_int(c.dim(0), "M"), n = as_int(c.dim(1), "N");
+  int k = as_int(trans_a ? a.dim(0) : a.dim(1), "K");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // op(A) op(B) is zero: c = beta * c, without 0 * NaN surprises when beta = 0
+    if (beta == 0.0f)
+      fill(c, 0.0f);
+    else
+      cuda::scale(c.data<float>(), beta, c.numel(), stream_);
+    return;
+  }
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  switch (ctx_.precision()) {
+    case Precision::FP32:
+      LOCKSTEP_CHECK_CUBLAS(dyn::cublasSgemm(cublas_, op_b, op_a, n, m, k, &alpha, b.data<float>(),
+                                             as_int(b.dim(1), "ldb"), a.data<float>(),
+                                             as_int(a.dim(1), "lda"), &beta, c.data<float>(), n));
+      return;
+    case Precision::TF32:
+      LOCKSTEP_CHECK_CUBLAS(dyn::cublasGemmEx(
+          cublas_, op_b, op_a, n, m, k, &alpha, b.data<float>(), CUDA_R_32F,
+          as_int(b.dim(1), "ldb"), a.data<float>(), CUDA_R_32F, as_int(a.dim(1), "lda"), &beta,
+          c.data<float>(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+      return;
+    case Precision::BF16: {
+      Tensor a16 = casts_.get(ctx_, a, 0, to_bf16());
+      Tensor b16 = casts_.get(ctx_, b, 1, to_bf16());
+      if (!lt_) lt_ = std::make_unique<LtGemm>(device_, stream_);
+      if (lt_->bf16(trans_a, trans_b, m, n, k, alpha, a16.raw_data(), b16.raw_data(), beta,
+                    c.data<float>()))
+        return;
+      // cuBLASLt's heuristic had no algorithm for this shape (gemm_lt.hpp): the same product,
+      // bf16 in and f32 accumulation and output, through cublasGemmEx.
+      LOCKSTEP_CHECK_CUBLAS(dyn::cublasGemmEx(
+          cublas_, op_b, op_a, n, m, k, &alpha, b16.raw_data(), CUDA_R_16BF,
+          as_int(b.dim(1), "ldb"), a16.raw_data(), CUDA_R_16BF, as_int(a.dim(1), "lda"), &beta,
+          c.data<float>(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      return;
+    }
+  }
 }
 
 }  // namespace lockstep::ops::cuda
