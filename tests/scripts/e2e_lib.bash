@@ -172,3 +172,35 @@ wait_job() {
 
 # first_step METRICS: the first training step recorded in a metrics file.
 first_step() { grep '"loss"' "$1" | head -n1 | sed -n 's/.*"step": \([0-9]*\).*/\1/p'; }
+
+# e2e_make_text_shards PARAGRAPHS OUT: a tiny corpus of varied sentences (PARAGRAPHS paragraphs of
+# 4, from a fixed awk seed) in $WORK/corpus.txt, sharded with the bytes tokenizer into OUT/train and
+# OUT/val (10% held out, 2 shards).
+e2e_make_text_shards() {
+  awk -v paragraphs="$1" 'BEGIN {
+    srand(7);
+    split("the a one every some", det); split("king shepherd river city stone lamp", noun);
+    split("saw built carried blessed found kept", verb);
+    for (p = 0; p < paragraphs; p++) {
+      for (s = 0; s < 4; s++)
+        printf "%s %s %s %s %s. ", det[int(rand() * 5) + 1], noun[int(rand() * 6) + 1],
+          verb[int(rand() * 6) + 1], det[int(rand() * 5) + 1], noun[int(rand() * 6) + 1];
+      printf "\n\n";
+    }
+  }' >"$WORK/corpus.txt"
+  "$SHARD" text --input="$WORK/corpus.txt" --tokenizer=bytes --out="$2" --name=train \
+    --shards=2 --val-fraction=0.1 --documents=paragraph >"$WORK/shard.log" 2>&1 ||
+    { cat "$WORK/shard.log" >&2; fail "lockstep-shard text failed"; }
+}
+
+# wait_for_training METRICS: until the background run (start_train_bg) has logged a training
+# record, so that a signal lands mid-training; returns non-zero when it never does.
+wait_for_training() {
+  local i
+  for i in $(seq 600); do
+    grep -q '"loss"' "$1" 2>/dev/null && return 0
+    kill -0 "$TRAIN_JOB" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q '"loss"' "$1" 2>/dev/null
+}

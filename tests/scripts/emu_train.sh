@@ -73,20 +73,7 @@ same cnn 2 8 "${CNN[@]}"
 same dp-cnn 1 6 "${CNN[@]}" --train.parallel=dp --train.replicas=2
 
 note "GPT-tiny-sized: bytes of a small generated corpus"
-awk 'BEGIN {
-  srand(7);
-  split("the a one every some", det); split("king shepherd river city stone lamp", noun);
-  split("saw built carried blessed found kept", verb);
-  for (p = 0; p < 60; p++) {
-    for (s = 0; s < 4; s++)
-      printf "%s %s %s %s %s. ", det[int(rand() * 5) + 1], noun[int(rand() * 6) + 1],
-        verb[int(rand() * 6) + 1], det[int(rand() * 5) + 1], noun[int(rand() * 6) + 1];
-    printf "\n\n";
-  }
-}' >"$WORK/corpus.txt"
-"$SHARD" text --input="$WORK/corpus.txt" --tokenizer=bytes --out="$WORK/text" --name=train \
-  --shards=2 --val-fraction=0.1 --documents=paragraph >"$WORK/shard.log" 2>&1 ||
-  { cat "$WORK/shard.log" >&2; fail "lockstep-shard text failed"; }
+e2e_make_text_shards 60 "$WORK/text"
 GPT=(--model.spec='gpt(layers=1,heads=2,dim=32,ctx=32)' --data.train="$WORK/text/train"
   --data.test="$WORK/text/val" --train.global_batch=8 --optim.name=adamw --optim.lr=0.003
   --optim.weight_decay=0.1 --optim.decay=matrices --optim.clip_norm=1.0)
@@ -128,12 +115,7 @@ E2E_EPOCHS=100000 e2e_write_config
 ck=$WORK/stop
 start_train_bg 2 "$log" --train.device=emu --checkpoint.dir="$ck" --checkpoint.every_steps=100000000 \
   --log.every=20 --log.metrics="$WORK/stop.jsonl"
-for i in $(seq 600); do
-  grep -q '"loss"' "$WORK/stop.jsonl" 2>/dev/null && break
-  kill -0 "$TRAIN_JOB" 2>/dev/null || break
-  sleep 0.1
-done
-grep -q '"loss"' "$WORK/stop.jsonl" 2>/dev/null || { show_log "$log"; fail "stop: training did not start"; }
+wait_for_training "$WORK/stop.jsonl" || { show_log "$log"; fail "stop: training did not start"; }
 kill -USR1 "$MPIRUN_PID"
 wait_job 60 || { show_log "$log"; fail "stop: still running 60 s after the signal"; }
 [ "$JOB_RC" = $EXIT_REQUEUE ] || { show_log "$log"; fail "stop: exit status $JOB_RC, expected $EXIT_REQUEUE"; }

@@ -22,13 +22,7 @@ for case in usr1-mpirun term-rank; do
   metrics=$WORK/$case.jsonl
   start_train_bg 2 "$log" --checkpoint.dir="$ck" --checkpoint.every_steps=100000000 \
     --log.every=20 --log.metrics="$metrics" --log.rank_prefix=true
-  # Wait until training runs (a metrics record exists), so the signal lands mid-training.
-  for i in $(seq 600); do
-    grep -q '"loss"' "$metrics" 2>/dev/null && break
-    kill -0 "$TRAIN_JOB" 2>/dev/null || break
-    sleep 0.1
-  done
-  grep -q '"loss"' "$metrics" 2>/dev/null || { show_log "$log"; fail "$case: training did not start"; }
+  wait_for_training "$metrics" || { show_log "$log"; fail "$case: training did not start"; }
   if [ $case = usr1-mpirun ]; then
     note "$case: SIGUSR1 to mpirun $MPIRUN_PID"
     kill -USR1 "$MPIRUN_PID"

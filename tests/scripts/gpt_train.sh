@@ -23,20 +23,7 @@ e2e_workdir gpt-train
 log=$WORK/log.txt
 
 note "a tiny corpus: 120 paragraphs of varied sentences, bytes tokenizer, 10% held out"
-awk 'BEGIN {
-  srand(7);
-  split("the a one every some", det); split("king shepherd river city stone lamp", noun);
-  split("saw built carried blessed found kept", verb);
-  for (p = 0; p < 120; p++) {
-    for (s = 0; s < 4; s++)
-      printf "%s %s %s %s %s. ", det[int(rand() * 5) + 1], noun[int(rand() * 6) + 1],
-        verb[int(rand() * 6) + 1], det[int(rand() * 5) + 1], noun[int(rand() * 6) + 1];
-    printf "\n\n";
-  }
-}' >"$WORK/corpus.txt"
-"$SHARD" text --input="$WORK/corpus.txt" --tokenizer=bytes --out="$WORK/data" --name=train \
-  --shards=2 --val-fraction=0.1 --documents=paragraph >"$WORK/shard.log" 2>&1 ||
-  { cat "$WORK/shard.log" >&2; fail "lockstep-shard text failed"; }
+e2e_make_text_shards 120 "$WORK/data"
 
 cat >"$WORK/tiny.ini" <<INI
 [data]
