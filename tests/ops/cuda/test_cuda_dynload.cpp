@@ -1,6 +1,6 @@
-// cuBLAS, cuBLASLt, cuDNN and NCCL are opened on first GPU use (include/lockstep/ops/dynload.hpp), never
-// linked: a CPU run of a CUDA-enabled build must not map them (libcublasLt alone made 150 MiB of
-// every rank resident). These run without a GPU: dlopen needs the library files, not a device.
+// cuBLAS, cuBLASLt, cuDNN and NCCL are opened on first GPU use (include/lockstep/ops/dynload.hpp),
+// never linked: a CPU run of a CUDA-enabled build must not map them (libcublasLt alone made 150 MiB
+// of every rank resident). These run without a GPU: dlopen needs the library files, not a device.
 #include <gtest/gtest.h>
 
 #include <fstream>

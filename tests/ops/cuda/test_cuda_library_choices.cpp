@@ -8,8 +8,8 @@
 #ifdef LOCKSTEP_HAVE_CUDA
 #include <vector>
 
-#include "ops/cuda/conv.hpp"
 #include "lockstep/ops/dynload.hpp"
+#include "ops/cuda/conv.hpp"
 
 namespace lockstep::testing {
 namespace {
