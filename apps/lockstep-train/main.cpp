@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
     std::cout << train::to_ini(args.config);
     return 0;
   }
+  // Before MPI starts its threads and before any thread computes: asynchronous signals are taken
+  // by a thread of their own, never by one inside a JIT kernel
+  // (include/lockstep/train/signals.hpp).
+  train::SignalThread signal_thread;
   comm::MpiSession session(&argc, &argv);
   return comm::run_or_abort([&] {
     auto comm = comm::make_mpi_communicator(session, {.timeout_s = args.config.dist_timeout_s});

@@ -1,7 +1,15 @@
 #include "lockstep/train/signals.hpp"
 
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
+#include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "lockstep/core/error.hpp"
 
@@ -41,8 +49,19 @@ StopRequest::StopRequest() {
 }
 
 StopRequest::~StopRequest() {
-  sigaction(SIGTERM, &g_old_term, nullptr);
-  sigaction(SIGUSR1, &g_old_usr1, nullptr);
+  // After a stop, a signal whose replaced disposition would end the process is ignored from now
+  // on: the run is on its way out with kExitRequeue, and a requeue wrapper must see that status.
+  const bool stopped = g_signal.load() != 0;
+  for (auto [signal, old] : {std::pair{SIGTERM, &g_old_term}, std::pair{SIGUSR1, &g_old_usr1}}) {
+    if (stopped && !(old->sa_flags & SA_SIGINFO) && old->sa_handler == SIG_DFL) {
+      struct sigaction ignore = {};
+      ignore.sa_handler = SIG_IGN;
+      sigemptyset(&ignore.sa_mask);
+      sigaction(signal, &ignore, nullptr);
+    } else {
+      sigaction(signal, old, nullptr);
+    }
+  }
   g_installed.store(false);
 }
 
@@ -61,6 +80,72 @@ const char* StopRequest::signal_name(int signal) {
     default:
       return "another signal";
   }
+}
+
+namespace {
+
+constexpr int kRouted[] = {SIGTERM, SIGUSR1, SIGUSR2, SIGINT,   SIGHUP, SIGQUIT,
+                           SIGCHLD, SIGALRM, SIGCONT, SIGWINCH, SIGURG, SIGXCPU};
+
+sigset_t routed_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int signal : kRouted)
+    sigaddset(&set, signal);
+  return set;
+}
+
+}  // namespace
+
+struct SignalThread::State {
+  sigset_t old_mask;
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool quit = false;
+  std::atomic<long> tid{0};
+  std::thread thread;
+};
+
+SignalThread::SignalThread() : state_(std::make_unique<State>()) {
+  const sigset_t set = routed_set();
+  int rc = pthread_sigmask(SIG_BLOCK, &set, &state_->old_mask);
+  LOCKSTEP_CHECK(rc == 0, "SignalThread: pthread_sigmask failed: ", std::strerror(rc));
+  State* state = state_.get();
+  try {
+    // Started with the signals blocked (it inherits the mask); it unblocks them itself.
+    state->thread = std::thread([state, set] {
+      state->tid.store(static_cast<long>(::syscall(SYS_gettid)));
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+      std::unique_lock lock(state->mutex);
+      state->wake.wait(lock, [state] { return state->quit; });
+      // Blocked again before it ends, so that no signal is lost to a thread on its way out: one
+      // that arrives now stays pending for the process.
+      pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    });
+  } catch (const std::system_error& e) {
+    pthread_sigmask(SIG_SETMASK, &state_->old_mask, nullptr);
+    LOCKSTEP_FAIL("SignalThread: cannot start the thread that takes signals: ", e.what());
+  }
+  while (state->tid.load() == 0)
+    std::this_thread::yield();
+}
+
+SignalThread::~SignalThread() {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->quit = true;
+  }
+  state_->wake.notify_all();
+  state_->thread.join();
+  pthread_sigmask(SIG_SETMASK, &state_->old_mask, nullptr);
+}
+
+long SignalThread::thread_id() const {
+  return state_->tid.load();
+}
+
+std::span<const int> SignalThread::routed_signals() {
+  return kRouted;
 }
 
 }  // namespace lockstep::train

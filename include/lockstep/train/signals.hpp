@@ -2,8 +2,22 @@
 // The handler only stores the signal number in a lock-free atomic (async-signal-safe); the loop
 // combines the flag across ranks (allreduce max) so every rank stops at the same step boundary,
 // writes a checkpoint and exits with kExitRequeue. One StopRequest may be alive at a time; the
-// destructor restores the handlers it replaced.
+// destructor restores the handlers it replaced, except that after a stop a default (terminating)
+// disposition becomes "ignore": the process is on its way to kExitRequeue, and a second signal
+// (Slurm's SIGTERM after the SIGUSR1 warning) must not turn that into a death by signal.
+//
+// SignalThread: where those handlers run. oneDNN's JIT sgemm (Debian 12 ships oneDNN 2.7) points
+// rsp into a heap buffer while it computes, and the kernel writes a signal handler's frame below
+// rsp: a signal handled on that thread corrupts the heap ("corrupted size vs. prev_size", a
+// SIGSEGV in dnnl_sgemm). oneDNN issue #4845, fixed upstream by PR #4855 (2026-03). So no thread
+// that computes may take an asynchronous signal: construct a SignalThread first thing in main(),
+// before MPI or anything else starts a thread. It blocks the asynchronous signals (kRoutedSignals)
+// in the calling thread, so every thread created later inherits the block, and starts one thread
+// with them unblocked, which runs their handlers and default actions and nothing else.
 #pragma once
+
+#include <memory>
+#include <span>
 
 namespace lockstep::train {
 
@@ -26,6 +40,29 @@ class StopRequest {
   // "SIGTERM", "SIGUSR1", or "" when none.
   const char* name() const { return signal_name(requested()); }
   static const char* signal_name(int signal);
+};
+
+class SignalThread {
+ public:
+  // Blocks routed_signals() in the calling thread and starts the thread that takes them; throws
+  // lockstep::Error when the thread cannot start.
+  SignalThread();
+  // Stops that thread and restores the calling thread's signal mask.
+  ~SignalThread();
+  SignalThread(const SignalThread&) = delete;
+  SignalThread& operator=(const SignalThread&) = delete;
+
+  // The Linux thread id (gettid) of the thread that takes the signals.
+  long thread_id() const;
+  // The process-directed asynchronous signals it takes: stop requests (SIGTERM, SIGUSR1, SIGUSR2,
+  // SIGINT, SIGHUP, SIGQUIT), SIGCHLD, SIGALRM, SIGCONT, SIGWINCH, SIGURG, SIGXCPU. Not the
+  // synchronous ones (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGPIPE, SIGTRAP), which belong to the
+  // thread that caused them, and not SIGPROF, which a sampling profiler aims at computing threads.
+  static std::span<const int> routed_signals();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace lockstep::train
