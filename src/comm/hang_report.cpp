@@ -70,16 +70,24 @@ std::string step_phrase(std::int64_t step) {
   return step > 0 ? str("at training step ", step) : std::string("before the first training step");
 }
 
+std::string place_host(const std::string& place) {
+  return place.substr(0, place.find(','));
+}
+
 std::string timeout_report(int my_rank, const RankStatus& mine,
                            const std::vector<std::optional<RankStatus>>& peers, double timeout_s,
-                           double grace_s, int first) {
+                           double grace_s, int first, const std::vector<std::string>& places) {
   std::vector<int> missing, arrived;
   std::vector<std::string> lines;
+  auto who = [&](int r) {
+    return r < static_cast<int>(places.size()) ? str("rank ", r, " (", places[r], ")")
+                                               : str("rank ", r);
+  };
   for (int r = 0; r < static_cast<int>(peers.size()); ++r) {
     if (r == my_rank) continue;
     if (!peers[r]) {
       missing.push_back(r);
-      lines.push_back(str("rank ", r, ": no answer within ", seconds(grace_s),
+      lines.push_back(str(who(r), ": no answer within ", seconds(grace_s),
                           ": stopped (SIGSTOP, a debugger), dead, or its communication thread is "
                           "blocked"));
       continue;
@@ -88,11 +96,11 @@ std::string timeout_report(int my_rank, const RankStatus& mine,
     std::string reason = missing_reason(mine, peer);
     if (!reason.empty()) {
       missing.push_back(r);
-      lines.push_back(str("rank ", r, ": ", reason));
+      lines.push_back(str(who(r), ": ", reason));
     } else if (peer.seq == mine.seq && peer.in_flight) {
       arrived.push_back(r);
     } else {
-      lines.push_back(str("rank ", r, ": already past it, ",
+      lines.push_back(str(who(r), ": already past it, ",
                           peer.in_flight ? "in collective " : "finished ", collective(peer)));
     }
   }
@@ -112,6 +120,17 @@ std::string timeout_report(int my_rank, const RankStatus& mine,
   if (!arrived.empty())
     out += prefix + "  waiting in it too: rank" + (arrived.size() > 1 ? "s " : " ") +
            rank_list(arrived) + "\n";
+  std::vector<std::string> hosts;
+  for (int r : missing)
+    if (r < static_cast<int>(places.size())) hosts.push_back(place_host(places[r]));
+  std::sort(hosts.begin(), hosts.end());
+  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+  if (!hosts.empty()) {
+    out += prefix + "  suspect hosts:";
+    for (const std::string& host : hosts)
+      out += " " + host;
+    out += " (of rank" + std::string(missing.size() > 1 ? "s " : " ") + rank_list(missing) + ")\n";
+  }
   return out;
 }
 

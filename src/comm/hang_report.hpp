@@ -58,10 +58,16 @@ std::string step_phrase(std::int64_t step);
 // The report of rank `my_rank`, whose collective (mine.seq) timed out after timeout_s; peers[r]
 // is rank r's answer (nullopt: none within grace_s; peers[my_rank] is ignored). `first` is the rank
 // whose timeout expired and asked this one, or -1 when this rank's own did. Every line starts with
-// "rank <my_rank>: "; the first names the collective, the step and the missing ranks.
+// "rank <my_rank>: "; the first names the collective, the step and the missing ranks. `places[r]`,
+// when given, says where rank r runs ("node2, pid 4242"): each peer line names it, and a last line
+// "suspect hosts: node2" lists the hosts of the missing ranks, for a requeue script to avoid.
 std::string timeout_report(int my_rank, const RankStatus& mine,
                            const std::vector<std::optional<RankStatus>>& peers, double timeout_s,
-                           double grace_s, int first = -1);
+                           double grace_s, int first = -1,
+                           const std::vector<std::string>& places = {});
+
+// The host of a place ("node2" of "node2, pid 4242").
+std::string place_host(const std::string& place);
 
 // What rank `my_rank` (status `mine`) prints when rank `asker` reports that its collective
 // `asked.seq` timed out, which this rank has not reached or is not waiting in.

@@ -1,6 +1,7 @@
 #include "comm/mpi_watch.hpp"
 
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <optional>
@@ -44,6 +45,17 @@ CollectiveWatch::CollectiveWatch(MPI_Comm comm, double timeout_s,
   LOCKSTEP_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   LOCKSTEP_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   LOCKSTEP_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  // Where every rank runs, gathered now while all are alive, so that a report can name the host
+  // and process of a rank that is gone.
+  constexpr int kPlace = 128;
+  char host[kPlace - 32] = {};
+  gethostname(host, sizeof host - 1);
+  std::vector<char> mine(kPlace, '\0'), all(static_cast<std::size_t>(size_) * kPlace, '\0');
+  std::snprintf(mine.data(), kPlace, "%s, pid %ld", host, static_cast<long>(getpid()));
+  LOCKSTEP_CHECK_MPI(
+      MPI_Allgather(mine.data(), kPlace, MPI_CHAR, all.data(), kPlace, MPI_CHAR, comm_));
+  for (int r = 0; r < size_; ++r)
+    places_.emplace_back(&all[static_cast<std::size_t>(r) * kPlace]);
 }
 
 CollectiveWatch::~CollectiveWatch() {
@@ -165,8 +177,9 @@ void CollectiveWatch::time_out(int first) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  std::fputs(timeout_report(rank_, mine, peers, timeout_s_, kReportGraceSeconds, first).c_str(),
-             stderr);
+  std::fputs(
+      timeout_report(rank_, mine, peers, timeout_s_, kReportGraceSeconds, first, places_).c_str(),
+      stderr);
   std::fflush(stderr);
 
   // Peers that wait in the same collective now report too (our query told them); give them the

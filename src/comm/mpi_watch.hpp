@@ -18,6 +18,7 @@
 #include <functional>
 #include <list>
 #include <string>
+#include <vector>
 
 #include "comm/hang_report.hpp"
 
@@ -55,6 +56,7 @@ class CollectiveWatch {
 
   MPI_Comm comm_ = MPI_COMM_NULL;  // our own duplicate: status messages only
   int rank_ = 0, size_ = 1;
+  std::vector<std::string> places_;  // per rank: "host, pid N"
   double timeout_s_;
   std::function<std::int64_t()> current_step_;
   WaitPolicy policy_;

@@ -164,5 +164,23 @@ TEST(DistTimeout, ConfigDefaultIsTheCommunicatorDefault) {
   EXPECT_GE(kDefaultTimeoutSeconds, 60.0) << "the first collective waits for start-up";
 }
 
+TEST(TimeoutReport, NamesTheHostAndPidOfEveryRankAndListsTheSuspectHosts) {
+  RankStatus mine = waiting_in(9, "allreduce(a)", 4, 5.0);
+  std::vector<std::optional<RankStatus>> peers(4);
+  peers[1] = waiting_in(9, "allreduce(a)", 4, 4.0);  // arrived, on node1 with us
+  // ranks 2 and 3 on node2: no answer (the host is gone)
+  const std::vector<std::string> places = {"node1, pid 100", "node1, pid 101", "node2, pid 200",
+                                           "node2, pid 201"};
+  std::string report = timeout_report(0, mine, peers, 5.0, 2.0, -1, places);
+  EXPECT_TRUE(has(report, "rank 0:   rank 2 (node2, pid 200): no answer within 2.0 s")) << report;
+  EXPECT_TRUE(has(report, "rank 0:   rank 3 (node2, pid 201): no answer")) << report;
+  EXPECT_TRUE(has(report, "rank 0:   suspect hosts: node2 (of ranks 2, 3)\n")) << report;
+  EXPECT_FALSE(has(report, "suspect hosts: node1")) << report;
+  // Without places (or with every rank arrived) there is no suspect line.
+  EXPECT_FALSE(has(timeout_report(0, mine, peers, 5.0, 2.0), "suspect")) << report;
+  peers[2] = peers[3] = waiting_in(9, "allreduce(a)", 4, 4.0);
+  EXPECT_FALSE(has(timeout_report(0, mine, peers, 5.0, 2.0, -1, places), "suspect"));
+}
+
 }  // namespace
 }  // namespace lockstep::comm::detail

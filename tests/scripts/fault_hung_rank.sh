@@ -2,7 +2,8 @@
 # A rank stops making progress: under mpirun -np 2, lockstep-train runs with dist.timeout_s=8;
 # once training is under way one rank gets SIGSTOP (as a stuck file system or a debugger would
 # leave it). The job must end, non-zero, within timeout + 10 s, and the live rank must say which
-# rank did not arrive at which collective and training step. While it waits, the live rank must
+# rank did not arrive at which collective and training step, on which host and process (and a
+# "suspect hosts:" line for a requeue script). While it waits, the live rank must
 # not spin: its CPU use over the wait is measured and must stay under 10% of one core.
 # HUNG_RANK_ARGS (words) are added to the training command line: fault_hung_rank_hierarchical.sh
 # runs the same with the gradients in the hierarchical allreduce.
@@ -60,8 +61,11 @@ grep "^rank $survivor_rank: " "$log" | head -n 4
 pattern="^rank $survivor_rank: error: collective #[0-9]+ [a-z_ ]+\(.*\) at training step [0-9]+ did not complete within dist.timeout_s = $TIMEOUT_S s; rank $victim_rank did not arrive"
 grep -Eq "$pattern" "$log" ||
   { show_log "$log"; fail "no report naming rank $victim_rank, the collective and the step"; }
-grep -Eq "^rank $survivor_rank:   rank $victim_rank: no answer within" "$log" ||
-  { show_log "$log"; fail "the report does not say that rank $victim_rank did not answer"; }
+host=$(hostname)
+grep -Eq "^rank $survivor_rank:   rank $victim_rank \($host, pid $victim\): no answer within" "$log" ||
+  { show_log "$log"; fail "the report does not say that rank $victim_rank ($host, pid $victim) did not answer"; }
+grep -q "^rank $survivor_rank:   suspect hosts: $host (of rank $victim_rank)$" "$log" ||
+  { show_log "$log"; fail "the report does not list $host as the suspect host"; }
 awk -v c="$cpu_percent" 'BEGIN { exit !(c < 10) }' ||
   fail "the waiting rank used ${cpu_percent}% of a core while it waited (spinning?)"
 echo "PASS: rank $victim_rank stopped; the job ended ${elapsed}s later naming it; the waiting rank used ${cpu_percent}% CPU"
