@@ -143,6 +143,22 @@ run cli-ranks-read-different-configs mpirun --oversubscribe --bind-to none -np 1
 run ck-resume-2-ranks-written mpirun -np 2 --oversubscribe --bind-to none "$T" --config base.ini --checkpoint.dir=$W/ck2 --train.max_steps=4 --log.progress=none
 tr1 ck-resume-1-rank-from-2 --checkpoint.dir=$W/ck2 --train.resume=auto --log.progress=none
 tr1 ck-every-steps-with-no-dir --checkpoint.every_steps=2
+# ---- stop signals (issue 31): a GPT run stopped by SIGUSR1 (Slurm's preemption warning), alone
+# and followed 30 ms later by a SIGTERM; the status must be 3 (kExitRequeue) with a checkpoint.
+awk 'BEGIN { srand(7); split("the king saw a river and built one city of stone", w);
+  for (p = 0; p < 200; p++) { for (s = 0; s < 20; s++) printf "%s ", w[int(rand() * 11) + 1]; printf "\n\n" } }' > corpus.txt
+$S text --input=corpus.txt --tokenizer=bytes --out=text --name=train --shards=1 --documents=paragraph >/dev/null 2>&1
+signalled() {  # signalled ID SECOND_SIGNAL(none|TERM)
+  local id=$1 ck=$W/ck-$1; rm -rf "$ck"
+  "$T" --config base.ini --data.train=$W/text/train --data.test= --model.spec=gpt-tiny \
+    --train.global_batch=32 --train.max_steps=300 --train.epochs=100 --optim.name=adamw \
+    --checkpoint.dir="$ck" --checkpoint.every_steps=1000 > out.txt 2> err.txt &
+  local pid=$!; sleep 2.5; kill -USR1 $pid
+  [ "$2" = TERM ] && { sleep 0.03; kill -TERM $pid 2>/dev/null; }
+  wait $pid; local rc=$?
+  printf '%s\t%s\t%s\n' "$id" "$rc" "$(msg err.txt | tail -c 400) [checkpoints: $(ls "$ck" 2>/dev/null | tr '\n' ' ')]" >> "$OUT"
+}
+for i in 1 2 3; do signalled sig-gpt-usr1-$i none; signalled sig-gpt-usr1-then-term-$i TERM; done
 # ---- bench
 run bench-unknown-flag timeout 20 "$B" ops --threads=1 --rep=3
 run bench-positional timeout 20 "$B" mlp 256

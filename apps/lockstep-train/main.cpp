@@ -10,6 +10,7 @@
 #include "lockstep/core/error.hpp"
 #include "lockstep/ops/build_info.hpp"
 #include "lockstep/train/config.hpp"
+#include "lockstep/train/doctor.hpp"
 #include "lockstep/train/signals.hpp"
 #include "lockstep/train/trainer.hpp"
 
@@ -21,6 +22,18 @@ int main(int argc, char** argv) {
     if (std::string_view(argv[i]) == "--version") {
       std::cout << ops::build_info();
       return 0;
+    }
+  }
+  // --doctor: the preflight check of include/lockstep/train/doctor.hpp instead of training; the
+  // rest of the command line is the job's own.
+  bool doctor = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--doctor") {
+      doctor = true;
+      for (int j = i; j + 1 < argc; ++j)
+        argv[j] = argv[j + 1];
+      argv[--argc] = nullptr;
+      break;
     }
   }
   // Parse before MPI so --help and config errors need no MPI launch; under mpirun every rank
@@ -35,7 +48,10 @@ int main(int argc, char** argv) {
   if (args.help) {
     std::cout << train::help_text()
               << "  --version  the version and what this build can do here (CUDA, cuDNN, NCCL, "
-                 "GPUs visible, oneDNN, bf16)\n";
+                 "GPUs visible, oneDNN, bf16)\n"
+              << "  --doctor   check the job as launched instead of training: every rank's node "
+                 "(/dev/shm, network, GPUs, libraries, free space, data), the config on every "
+                 "rank, clock skew; exit 1 naming each problem\n";
     return 0;
   }
   if (args.print_config) {
@@ -51,6 +67,12 @@ int main(int argc, char** argv) {
     auto comm = comm::make_mpi_communicator(session, {.timeout_s = args.config.dist_timeout_s});
     if (session.rank() == 0 && args.config.log_progress != "none")
       std::fprintf(stderr, "lockstep-train: %s\n", session.describe().c_str());
+    if (doctor) {
+      for (const train::DoctorFinding& f :
+           train::run_doctor(args.config, *comm, session.describe()))
+        if (f.error) return 1;
+      return 0;
+    }
     train::TrainResult result = train::run_training(args.config, *comm, args.eval_only);
     return result.stopped_by_signal ? train::kExitRequeue : 0;
   });
