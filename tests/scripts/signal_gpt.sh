@@ -69,7 +69,8 @@ for run in $(seq 0 $((RUNS - 1))); do
   sleep "0.$(printf %03d $((RANDOM % 200)))"
   kill -USR1 "$MPIRUN_PID"
   second=
-  if [ $((run % 2)) = 1 ]; then
+  # Every other run, shifted each round of the cases, so that each case gets both.
+  if [ $(((run + run / ${#CASES[@]}) % 2)) = 1 ]; then
     sleep "0.0$((RANDOM % 5 + 1))"
     for pid in $(rank_pids); do kill -TERM "$pid" 2>/dev/null; done
     second=" + SIGTERM"
