@@ -1,5 +1,5 @@
 # Shared by tests/scripts/multinode_*.sh (sourced after tests/scripts/e2e_lib.bash, not run:
-# CTest runs only *.sh): the namespace cluster of scripts/local-slurm/start.sh --hosts=2, started
+# CTest runs only *.sh): the namespace cluster of scripts/local-slurm/start.sh --hosts=${MULTINODE_HOSTS:-2}, started
 # for the test and stopped at its end, and a helper that submits a job and waits for it.
 
 export LOCKSTEP_CLUSTER_BASE=${LOCKSTEP_CLUSTER_BASE:-/tmp/lockstep-cluster}
@@ -29,15 +29,15 @@ multinode_require() {
 multinode_start() {
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-multinode.XXXXXX")
   was_up=0
-  bash "$SOURCE/scripts/local-slurm/start.sh" --hosts=2 --status && was_up=1
+  bash "$SOURCE/scripts/local-slurm/start.sh" --hosts="${MULTINODE_HOSTS:-2}" --status && was_up=1
   trap multinode_cleanup EXIT
   if [ "$was_up" = 0 ]; then
     local t0=$SECONDS rc
-    bash "$SOURCE/scripts/local-slurm/start.sh" --hosts=2
+    bash "$SOURCE/scripts/local-slurm/start.sh" --hosts="${MULTINODE_HOSTS:-2}"
     rc=$?
     [ "$rc" = 77 ] && skip "the namespace cluster cannot run here (reason above)"
-    [ "$rc" = 0 ] || fail "scripts/local-slurm/start.sh --hosts=2 failed (exit $rc)"
-    note "cluster of 2 namespace hosts up in $((SECONDS - t0)) s"
+    [ "$rc" = 0 ] || fail "scripts/local-slurm/start.sh --hosts=${MULTINODE_HOSTS:-2} failed (exit $rc)"
+    note "cluster of ${MULTINODE_HOSTS:-2} namespace hosts up in $((SECONDS - t0)) s"
   fi
   source "$LOCKSTEP_CLUSTER_BASE/env.sh"
 }
