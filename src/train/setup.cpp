@@ -16,6 +16,7 @@
 #include "lockstep/dist/data_parallel.hpp"
 #include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/sgd.hpp"
+#include "lockstep/train/checkpoint_lock.hpp"
 #include "lockstep/train/token_data.hpp"
 
 namespace lockstep::train {
@@ -285,6 +286,16 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
       rethrow_with_context("log.metrics = " + config.log_metrics);
     }
   }
+  // checkpoint.dir is locked before any file in it is touched; the lock's messages wait for the
+  // progress display.
+  std::vector<std::string> lock_notes;
+  if (!options.eval_only && !config.checkpoint_dir.empty()) {
+    on_rank0(control, [&]() -> std::string {
+      r.checkpoint_lock = std::make_unique<CheckpointLock>(
+          config.checkpoint_dir, [&](const std::string& note) { lock_notes.push_back(note); });
+      return "";
+    });
+  }
   check_outputs_writable(config, control, /*writes_checkpoints=*/!options.eval_only);
   r.ctx = std::make_unique<ops::Context>(choose_device(config, control, r.parallel), r.threads);
   r.ctx->set_precision(ops::precision_from_name(config.train_precision));
@@ -344,6 +355,8 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   r.progress = std::make_unique<Progress>(
       r.logs ? parse_progress_mode(config.log_progress) : ProgressMode::None, r.plan.total_steps,
       r.prefix);
+  for (const std::string& note : lock_notes)
+    r.line(note);
 
   // ---- the state: fresh, or from the checkpoint rank 0 chose (every rank reads it: a shared
   // file system is assumed, as for the shards; the DDP engine's broadcast then makes the replicas
