@@ -17,6 +17,7 @@
 #include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/sgd.hpp"
 #include "lockstep/train/checkpoint_lock.hpp"
+#include "lockstep/train/run_files.hpp"
 #include "lockstep/train/token_data.hpp"
 
 namespace lockstep::train {
@@ -278,6 +279,8 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   r.prefix = config.log_rank_prefix ? "[rank " + std::to_string(r.rank) + "] " : "";
   r.replicas = r.parallel == "dp" ? static_cast<int>(config.train_replicas) : 1;
   r.threads = resolve_threads(config, control.local_size(), r.replicas);
+  // No output may name an input: checked before any output is opened (run_files.hpp).
+  check_outputs_are_not_inputs(config, control, options.eval_only);
   // Outputs first: an unwritable metrics path, checkpoint folder or export fails before any work.
   if (r.rank == 0 && !config.log_metrics.empty()) {
     try {

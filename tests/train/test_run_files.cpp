@@ -63,6 +63,66 @@ struct Trained {
 
 }  // namespace
 
+TEST(RunFiles, ExportOntoTheCheckpointBeingEvaluatedIsRefusedAndTheCheckpointKept) {
+  Trained t;
+  const std::string before = bytes_of(t.ckpt4);
+  Config c = t.config;
+  c.train_resume = t.ckpt4;
+  c.checkpoint_export = t.ckpt4;
+  SetupOptions eval;
+  eval.eval_only = true;
+  std::string e = test::setup_error(c, eval);
+  EXPECT_TRUE(has(e, "checkpoint.export") && has(e, "train.resume") && has(e, t.ckpt4)) << e;
+  // The same file under another name (a hard link) is the same file.
+  const std::string link = t.dir / "link.h5";
+  fs::create_hard_link(t.ckpt4, link);
+  c.checkpoint_export = link;
+  e = test::setup_error(c, eval);
+  EXPECT_TRUE(has(e, "checkpoint.export") && has(e, "train.resume") && has(e, link)) << e;
+  EXPECT_TRUE(bytes_of(t.ckpt4) == before) << t.ckpt4 << " changed";
+}
+
+TEST(RunFiles, ExportOntoACheckpointOfTheFolderAutoReadsIsRefused) {
+  Trained t;
+  const std::string before = bytes_of(t.ckpt4);
+  Config c = t.config;
+  c.train_resume = "auto";
+  c.checkpoint_export = t.ckpt4;
+  SetupOptions eval;
+  eval.eval_only = true;
+  const std::string e = test::setup_error(c, eval);
+  EXPECT_TRUE(has(e, "checkpoint.export") && has(e, "checkpoint.dir") && has(e, t.ckpt4)) << e;
+  EXPECT_TRUE(bytes_of(t.ckpt4) == before) << t.ckpt4 << " changed";
+}
+
+TEST(RunFiles, MetricsOntoTheResumedCheckpointIsRefusedBeforeItIsOpened) {
+  Trained t;
+  const std::string before = bytes_of(t.ckpt4);
+  Config c = t.config;
+  c.checkpoint_dir = t.dir / "elsewhere";
+  c.train_resume = t.ckpt4;
+  c.log_metrics = t.ckpt4;
+  const std::string e = test::setup_error(c);
+  EXPECT_TRUE(has(e, "log.metrics") && has(e, "train.resume") && has(e, t.ckpt4)) << e;
+  EXPECT_TRUE(bytes_of(t.ckpt4) == before)
+      << t.ckpt4 << " changed";  // not truncated by opening the metrics file
+}
+
+TEST(RunFiles, AnOutputOntoADataShardOrFolderIsRefused) {
+  Trained t;
+  const std::string before = bytes_of(t.shard0);
+  Config c = t.config;
+  c.checkpoint_dir = "";
+  c.log_metrics = t.shard0;
+  std::string e = test::setup_error(c);
+  EXPECT_TRUE(has(e, "log.metrics") && has(e, "data.train") && has(e, t.shard0)) << e;
+  EXPECT_TRUE(bytes_of(t.shard0) == before) << t.shard0 << " changed";
+  c.log_metrics = "";
+  c.checkpoint_dir = t.dir.path();  // the folder the shards are in
+  e = test::setup_error(c);
+  EXPECT_TRUE(has(e, "checkpoint.dir") && has(e, "data.train")) << e;
+}
+
 TEST(RunFiles, ASecondRunOnTheSameCheckpointFolderStopsNamingTheHolder) {
   Trained t;
   Config c = t.config;
