@@ -38,6 +38,14 @@ std::string bytes_of(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  return lines;
+}
+
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -121,6 +129,39 @@ TEST(RunFiles, AnOutputOntoADataShardOrFolderIsRefused) {
   c.checkpoint_dir = t.dir.path();  // the folder the shards are in
   e = test::setup_error(c);
   EXPECT_TRUE(has(e, "checkpoint.dir") && has(e, "data.train")) << e;
+}
+
+TEST(RunFiles, AResumedRunAppendsItsMetricsAfterARestartRecord) {
+  Trained t;
+  Config c = t.config;
+  c.checkpoint_dir = t.dir / "ck-metrics";
+  c.log_metrics = t.dir / "metrics.jsonl";
+  c.log_every = 1;
+  c.checkpoint_every_steps = 2;
+  c.train_max_steps = 3;
+  EXPECT_EQ(train_run(c).steps, 3);
+  const std::vector<std::string> first = lines_of(c.log_metrics);
+  ASSERT_FALSE(first.empty());
+  c.train_resume = "auto";
+  c.train_max_steps = 5;
+  EXPECT_EQ(train_run(c).steps, 5);
+  const std::vector<std::string> all = lines_of(c.log_metrics);
+  ASSERT_GT(all.size(), first.size());
+  // The first run's records are kept as they were; the resumed run's follow a restart record.
+  EXPECT_EQ(std::vector<std::string>(all.begin(), all.begin() + first.size()), first);
+  EXPECT_TRUE(has(all[first.size()], "\"event\": \"restart\"")) << all[first.size()];
+  EXPECT_TRUE(has(all[first.size()], "\"step\": 3")) << all[first.size()];
+  EXPECT_TRUE(has(all.back(), "\"event\": \"final\"")) << all.back();
+
+  // A fresh start (train.resume = fresh) begins a new file, as before.
+  c.train_resume = "fresh";
+  c.train_max_steps = 2;
+  EXPECT_EQ(train_run(c).steps, 2);
+  const std::vector<std::string> fresh = lines_of(c.log_metrics);
+  ASSERT_FALSE(fresh.empty());
+  EXPECT_TRUE(has(fresh.front(), "\"event\": \"start\"")) << fresh.front();
+  for (const std::string& line : fresh)
+    EXPECT_FALSE(has(line, "restart")) << line;
 }
 
 TEST(RunFiles, ASecondRunOnTheSameCheckpointFolderStopsNamingTheHolder) {
