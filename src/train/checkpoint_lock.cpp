@@ -72,7 +72,8 @@ int open_lock_file(const std::string& dir, const std::string& path) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   LOCKSTEP_CHECK_HINT(!ec, "set checkpoint.dir to a place this user can write",
-                      "checkpoint.dir = ", dir, ": cannot create the folder: ", ec.message());
+                      "checkpoint.dir = ", dir, ": cannot create the folder ", dir, ": ",
+                      ec.message());
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   LOCKSTEP_CHECK_HINT(fd >= 0, "set checkpoint.dir to a place this user can write",
                       "checkpoint.dir = ", dir, ": cannot open its lock file ", path, ": ",
