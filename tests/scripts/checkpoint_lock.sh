@@ -19,10 +19,12 @@ log=$WORK/log.txt
 note "first run: trains for long, checkpointing every 50 steps"
 start_train_bg 1 "$log" --checkpoint.dir="$ck" --checkpoint.every_steps=50 --train.resume=auto \
   --log.metrics="$WORK/first.jsonl"
+# Whatever happens below, the long run does not outlive the test (timeout passes TERM to mpirun).
+trap 'kill -TERM "$TRAIN_JOB" 2>/dev/null; wait "$TRAIN_JOB" 2>/dev/null
+      [ "${LOCKSTEP_KEEP_E2E:-0}" = 1 ] || rm -rf "$WORK"' EXIT
 wait_for_checkpoint "$ck" 50 60 || { show_log "$log"; fail "the first run wrote no checkpoint"; }
 holder=$(rank_pids | head -n1)
 [ -n "$holder" ] || fail "no trainer process under mpirun $MPIRUN_PID"
-grep -q "^pid=$holder\$" "$ck/.lock" || { cat "$ck/.lock" >&2; fail "$ck/.lock does not name pid $holder"; }
 
 note "second run on the same folder, while the first trains"
 second=$WORK/second.txt
@@ -34,6 +36,7 @@ grep -q "is in use by another run (host $(hostname), pid $holder" "$second" ||
   { show_log "$second"; fail "the refusal does not name the first run (host $(hostname), pid $holder)"; }
 grep -o "checkpoint.dir = [^ ]* is in use by another run ([^)]*)" "$second" | head -n1
 kill -0 "$holder" 2>/dev/null || fail "the first run died while the second one was refused"
+grep -q "^pid=$holder\$" "$ck/.lock" || { cat "$ck/.lock" >&2; fail "$ck/.lock does not name pid $holder"; }
 
 note "the first run killed with SIGKILL"
 kill -KILL "$holder"
