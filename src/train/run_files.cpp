@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <vector>
 
 #include "lockstep/core/error.hpp"
@@ -50,12 +51,11 @@ void add_data_inputs(std::vector<RunPath>& files, std::vector<RunPath>& folders,
   } catch (const Error&) {
     return;
   }
+  std::set<std::string> seen;  // one glob's matches share their folder's spelling
   for (const std::string& shard : shards) {
     files.push_back({key, spec, shard});
-    bool known = false;
-    for (const RunPath& f : folders)
-      known = known || (f.key == key && same_path(f.path, folder_of(shard)));
-    if (!known) folders.push_back({key, spec, folder_of(shard)});
+    if (seen.insert(folder_of(shard).string()).second)
+      folders.push_back({key, spec, folder_of(shard)});
   }
 }
 
