@@ -124,6 +124,36 @@ tr1 out-metrics-under-file --log.metrics=$W/afile/m.jsonl
 mkdir -p mdir; tr1 out-metrics-is-folder --log.metrics=$W/mdir
 tr1 out-export-under-file --checkpoint.export=$W/afile/p.h5 --train.epochs=1
 cp -r ck ck-eval; tr1 ck-eval-only-auto --eval-only --checkpoint.dir=$W/ck-eval --train.resume=auto
+# ---- the checkpoint folder and the run's outputs (issue 31)
+hdr() { head -c 21 "$1" | tr -d '\0' | tr -c '[:print:]' '?'; }  # "LOCKSTEP-CHECKPOINT 1", or what replaced it
+cp -r ck ck-newer; newest=$(ls ck-newer/ckpt-*.h5 | tail -1); printf 2 | dd of=$newest bs=1 seek=20 conv=notrunc 2>/dev/null
+tr1 ck-auto-newest-newer-version --checkpoint.dir=$W/ck-newer --train.resume=auto --checkpoint.every_steps=4
+printf '%s\t-\t%s\n' ck-auto-newest-newer-version-after "$(ls ck-newer | tr '\n' ' ')$newest: $(hdr $newest)" >> "$OUT"
+cp -r ck ck-fresh2; now=$(date +%s)
+for s in -1 0 1 2 3; do d=ck-fresh2/replaced-$(date -u -d @$((now + s)) +%Y%m%d-%H%M%S); mkdir -p $d; for f in ck/ckpt-*.h5; do echo "an earlier fresh start's" > $d/${f##*/}; done; done
+tr1 ck-fresh-folder-of-that-second-exists --checkpoint.dir=$W/ck-fresh2 --train.resume=fresh --train.epochs=1
+printf '%s\t-\t%s\n' ck-fresh-folder-of-that-second-exists-after "$(grep -rl "an earlier fresh start's" ck-fresh2 | wc -l) of 10 earlier files intact; $(ls -d ck-fresh2/replaced-* | wc -l) replaced-* folders" >> "$OUT"
+cp -r ck ck-export; ev=$(ls ck-export/ckpt-*.h5 | tail -1)
+tr1 out-export-onto-evaluated-checkpoint --eval-only --train.resume=$W/$ev --checkpoint.export=$W/$ev
+printf '%s\t-\t%s\n' out-export-onto-evaluated-checkpoint-after "$ev: $(hdr $ev)" >> "$OUT"
+cp -r ck ck-mres; mr=$(ls ck-mres/ckpt-*.h5 | tail -1); size=$(stat -c %s $mr)
+tr1 out-metrics-onto-resumed-checkpoint --train.resume=$W/$mr --log.metrics=$W/$mr
+printf '%s\t-\t%s\n' out-metrics-onto-resumed-checkpoint-after "$mr: $(stat -c %s $mr) bytes (was $size)" >> "$OUT"
+cp -r data data-m; size=$(stat -c %s data-m/train-00000-of-00002.h5)
+tr1 out-metrics-onto-shard --data.train=$W/data-m/train --log.metrics=$W/data-m/train-00000-of-00002.h5
+printf '%s\t-\t%s\n' out-metrics-onto-shard-after "$(stat -c %s data-m/train-00000-of-00002.h5) bytes (was $size)" >> "$OUT"
+cp -r data data-ck; tr1 out-checkpoint-dir-is-data-folder --data.train=$W/data-ck/train --data.test= --checkpoint.dir=$W/data-ck --train.epochs=1
+printf '%s\t-\t%s\n' out-checkpoint-dir-is-data-folder-after "$(ls -A data-ck | tr '\n' ' ')" >> "$OUT"
+tr1 ck-metrics-first-run --checkpoint.dir=$W/ck-m --checkpoint.every_steps=4 --train.max_steps=8 --log.metrics=$W/m.jsonl --log.every=4
+n1=$(wc -l < m.jsonl)
+tr1 ck-metrics-resumed-run --checkpoint.dir=$W/ck-m --checkpoint.every_steps=4 --train.resume=auto --log.metrics=$W/m.jsonl --log.every=4
+printf '%s\t-\t%s\n' ck-metrics-resumed-run-after "m.jsonl: $n1 lines after the first run, $(wc -l < m.jsonl) after the resumed one, $(grep -c '"restart"' m.jsonl) restart record(s)" >> "$OUT"
+timeout -k 5 120 "$T" --config notest.ini --checkpoint.dir=$W/ck-lock --checkpoint.every_steps=50 --train.epochs=100000 --log.progress=none --log.metrics=$W/lock.jsonl > lock.out 2>&1 &
+tpid=$!; for i in $(seq 200); do grep -q '"loss"' lock.jsonl 2>/dev/null && break; sleep 0.1; done; lpid=$(pgrep -P $tpid)
+tr1 ck-second-run-on-a-busy-dir --checkpoint.dir=$W/ck-lock --train.resume=auto --train.max_steps=2 --log.progress=none
+printf '%s\t-\t%s\n' ck-second-run-on-a-busy-dir-holder "pid $lpid" >> "$OUT"
+kill -KILL $lpid; wait $tpid 2>/dev/null
+tr1 ck-lock-left-by-a-killed-run --checkpoint.dir=$W/ck-lock --train.resume=auto --train.max_steps=2 --log.progress=lines
 # ---- more
 tr1 cli-resume-auto-without-dir --train.resume=auto
 tr1 cli-every-minutes-negative --checkpoint.every_minutes=-1

@@ -492,8 +492,11 @@ void prune_checkpoints(const std::string& dir, int keep) {
     } catch (const Error&) {
       complete = false;
     }
-    if (kept == 0 && !complete) continue;  // newer than the newest complete: left to report
-    if (complete && kept < keep) {
+    // A file that does not verify is never deleted: newer than the newest complete one it is
+    // left for resume to report; older, it is evidence, or another format version's, not ours to
+    // judge.
+    if (!complete) continue;
+    if (kept < keep) {
       ++kept;
       continue;
     }

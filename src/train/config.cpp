@@ -138,8 +138,8 @@ const std::vector<Key>& keys() {
        {"fp32", "tf32", "bf16"}},
       {"train.resume", &Config::train_resume,
        "empty (start fresh; refused when checkpoint.dir already holds checkpoints), auto (the "
-       "newest checkpoint in checkpoint.dir that reads back; fresh when there is none; an error "
-       "when none reads), fresh (start over: old checkpoints are moved to "
+       "newest checkpoint in checkpoint.dir; fresh when there is none; an error when it does not "
+       "read back), fresh (start over: old checkpoints are moved to a new "
        "checkpoint.dir/replaced-<time>/), or a checkpoint file"},
       {"train.nan_policy",
        &Config::train_nan_policy,
@@ -235,7 +235,8 @@ const std::vector<Key>& keys() {
        1},
       {"log.metrics",
        &Config::log_metrics,
-       "JSON-lines metrics file written by rank 0 (empty = none)",
+       "JSON-lines metrics file written by rank 0 (empty = none); a run that continues "
+       "(train.resume = auto or a file) appends after a restart record",
        {},
        -kInf,
        true},

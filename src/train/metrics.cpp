@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <sstream>
 
@@ -81,17 +82,27 @@ std::string JsonRecord::str() const {
   return out;
 }
 
-MetricsFile::MetricsFile(const std::string& path) : path_(path) {
+MetricsFile::MetricsFile(const std::string& path, Mode mode) : path_(path) {
   std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   LOCKSTEP_CHECK_HINT(!ec, "check log.metrics and the folder's permissions", "metrics file '", path,
                       "': cannot create its folder: ", ec.message());
+  char last = '\n';  // of the earlier records, when appending
+  if (mode == Mode::Append) {
+    std::ifstream earlier(path, std::ios::binary | std::ios::ate);
+    if (earlier && earlier.tellg() > 0) {
+      continues_ = true;
+      earlier.seekg(-1, std::ios::end);
+      earlier.get(last);
+    }
+  }
   errno = 0;
-  out_.open(path, std::ios::trunc);
+  out_.open(path, mode == Mode::Append ? std::ios::app : std::ios::trunc);
   LOCKSTEP_CHECK_HINT(out_.is_open(), "check log.metrics and the folder's permissions",
                       "cannot open metrics file '", path, "' for writing",
                       errno ? str(": ", std::strerror(errno)) : std::string());
+  if (last != '\n') out_ << '\n';  // a record cut short stays one bad line, not two
 }
 
 void MetricsFile::write(const JsonRecord& record) {

@@ -16,6 +16,8 @@
 #include "lockstep/dist/data_parallel.hpp"
 #include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/sgd.hpp"
+#include "lockstep/train/checkpoint_lock.hpp"
+#include "lockstep/train/run_files.hpp"
 #include "lockstep/train/token_data.hpp"
 
 namespace lockstep::train {
@@ -277,13 +279,27 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   r.prefix = config.log_rank_prefix ? "[rank " + std::to_string(r.rank) + "] " : "";
   r.replicas = r.parallel == "dp" ? static_cast<int>(config.train_replicas) : 1;
   r.threads = resolve_threads(config, control.local_size(), r.replicas);
-  // Outputs first: an unwritable metrics path, checkpoint folder or export fails before any work.
-  if (r.rank == 0 && !config.log_metrics.empty()) {
+  // Outputs first, so that a bad one fails before any work: none may name an input (checked
+  // before anything is opened), each must be writable (the metrics file is opened without
+  // truncating it: whether it is continued is known after the resume), and checkpoint.dir is
+  // locked before any file in it is touched. Lock messages wait for the progress display.
+  check_outputs_are_not_inputs(config, control, options.eval_only);
+  auto open_metrics = [&](MetricsFile::Mode mode) {
+    if (r.rank != 0 || config.log_metrics.empty()) return;
     try {
-      r.metrics = MetricsFile(config.log_metrics);
+      r.metrics = MetricsFile(config.log_metrics, mode);
     } catch (const Error&) {
       rethrow_with_context("log.metrics = " + config.log_metrics);
     }
+  };
+  open_metrics(MetricsFile::Mode::Append);
+  std::vector<std::string> lock_notes;
+  if (!options.eval_only && !config.checkpoint_dir.empty()) {
+    on_rank0(control, [&]() -> std::string {
+      r.checkpoint_lock = std::make_unique<CheckpointLock>(
+          config.checkpoint_dir, [&](const std::string& note) { lock_notes.push_back(note); });
+      return "";
+    });
   }
   check_outputs_writable(config, control, /*writes_checkpoints=*/!options.eval_only);
   r.ctx = std::make_unique<ops::Context>(choose_device(config, control, r.parallel), r.threads);
@@ -344,6 +360,8 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   r.progress = std::make_unique<Progress>(
       r.logs ? parse_progress_mode(config.log_progress) : ProgressMode::None, r.plan.total_steps,
       r.prefix);
+  for (const std::string& note : lock_notes)
+    r.line(note);
 
   // ---- the state: fresh, or from the checkpoint rank 0 chose (every rank reads it: a shared
   // file system is assumed, as for the shards; the DDP engine's broadcast then makes the replicas
@@ -372,6 +390,17 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
       !options.eval_only || !r.resumed_from.empty(),
       "train first, or name a checkpoint with --train.resume=FILE",
       "--eval-only found no checkpoint to evaluate in checkpoint.dir = ", config.checkpoint_dir);
+  // Metrics: a run that continues (from a checkpoint, or any start under train.resume = auto, so
+  // a requeued job that died before its first checkpoint keeps its records too) appends, and marks
+  // the seam; a run started anew (train.resume empty or fresh) begins a new file.
+  const bool continues = !r.resumed_from.empty() || config.train_resume == "auto";
+  open_metrics(continues ? MetricsFile::Mode::Append : MetricsFile::Mode::Truncate);
+  if (r.metrics.continues())
+    r.metrics.write(JsonRecord()
+                        .add("event", "restart")
+                        .add("step", r.state->step)
+                        .add("checkpoint", r.resumed_from)
+                        .add("eval_only", options.eval_only));
 
   // ---- how gradients meet: the transport (comm/), then the engine over it; the engine's
   // construction broadcasts rank 0's state, so it comes after the restore.

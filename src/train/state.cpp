@@ -1,6 +1,7 @@
 #include "lockstep/train/state.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,6 +35,20 @@ std::string utc_stamp() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&now));
   return buf;
+}
+
+// A new folder DIR/replaced-<UTC second>[-N] for train.resume = fresh. mkdir fails on an existing
+// folder, so two fresh starts within one second (or a folder left by hand) never share one, and
+// no earlier run's moved checkpoints are overwritten.
+fs::path make_replaced_folder(const std::string& dir) {
+  const std::string base = (fs::path(dir) / ("replaced-" + utc_stamp())).string();
+  for (int n = 1;; ++n) {
+    const std::string path = n == 1 ? base : str(base, "-", n);
+    if (::mkdir(path.c_str(), 0777) == 0) return path;
+    LOCKSTEP_CHECK(
+        errno == EEXIST && n < 1000, path,
+        ": cannot create (train.resume = fresh moves the old checkpoints there): ", errno_text());
+  }
 }
 
 std::string names_of(const std::vector<CheckpointFile>& files, std::size_t shown = 3) {
@@ -163,11 +178,8 @@ std::string choose_resume(const Config& config, comm::Communicator& comm,
     }
     if (resume == "fresh") {
       if (existing.empty() || !writes) return "";
-      const fs::path aside = fs::path(dir) / ("replaced-" + utc_stamp());
+      const fs::path aside = make_replaced_folder(dir);
       std::error_code ec;
-      fs::create_directories(aside, ec);
-      LOCKSTEP_CHECK(!ec, aside.string(), ": cannot create (train.resume = fresh moves the old ",
-                     "checkpoints there): ", ec.message());
       for (const CheckpointFile& f : existing) {
         fs::rename(f.path, aside / fs::path(f.path).filename(), ec);
         LOCKSTEP_CHECK(!ec, f.path, ": cannot move to ", aside.string(), ": ", ec.message());
@@ -179,22 +191,25 @@ std::string choose_resume(const Config& config, comm::Communicator& comm,
     if (resume == "auto") {
       LOCKSTEP_CHECK_HINT(!dir.empty(), "set checkpoint.dir",
                           "train.resume = auto needs checkpoint.dir to look in");
-      std::string reasons;
-      for (const CheckpointFile& f : existing) {
-        try {
-          (void)read_checkpoint(f.path);
-          return f.path;
-        } catch (const Error& e) {
-          warnings.push_back(str(e.message(), ", skipped"));
-          reasons += "\n  " + e.message();
-        }
+      if (existing.empty()) return "";
+      // Only the newest: one that cannot be read is never skipped. A run resumed below it would
+      // write a file of its name over it and prune the rest (a newer format version, or a copy
+      // still arriving, is not damage to step around).
+      const CheckpointFile& newest = existing.front();
+      try {
+        (void)read_checkpoint(newest.path);
+      } catch (const Error& e) {
+        const std::string older =
+            existing.size() > 1 ? fs::path(existing[1].path).filename().string() : "";
+        LOCKSTEP_FAIL_HINT(
+            str("move it out of ", dir, older.empty() ? "" : " to resume from " + older,
+                " (nothing there was written or pruned), or resume another checkpoint with "
+                "--train.resume=FILE and a new checkpoint.dir",
+                e.hint().empty() ? "" : "; " + e.hint()),
+            "train.resume = auto: the newest checkpoint in ", dir,
+            " cannot be read: ", e.message());
       }
-      LOCKSTEP_CHECK_HINT(existing.empty(),
-                          "restore a good copy, or start over with --train.resume=fresh (moves "
-                          "them aside) or another checkpoint.dir",
-                          "train.resume = auto: none of the ", existing.size(),
-                          " checkpoint(s) in ", dir, " can be read:", reasons);
-      return "";
+      return newest.path;
     }
     // A named file: read fully by every rank later; here only the rule about newer files.
     if (writes && !dir.empty()) {

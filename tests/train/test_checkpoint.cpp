@@ -330,7 +330,7 @@ TEST_F(CheckpointTest, PruneKeepsTheNewestCompleteOnes) {
   EXPECT_THROW(prune_checkpoints(dir_.string(), 0), Error);
 }
 
-TEST_F(CheckpointTest, PruneNeverCountsDamagedFilesAsKept) {
+TEST_F(CheckpointTest, PruneNeverCountsNorDeletesDamagedFiles) {
   for (std::int64_t step = 1; step <= 5; ++step) {
     write_checkpoint(checkpoint_path(dir_.string(), step), sample_state(step));
   }
@@ -341,10 +341,10 @@ TEST_F(CheckpointTest, PruneNeverCountsDamagedFilesAsKept) {
   std::set<std::string> left;
   for (const auto& e : fs::directory_iterator(dir_))
     left.insert(e.path().filename().string());
-  // 5 is newer than every complete one, so it stays for find_latest_checkpoint to report;
-  // 4 and 2 are the two newest complete; 3 (damaged) and 1 go.
-  EXPECT_EQ(left,
-            (std::set<std::string>{"ckpt-00000002.h5", "ckpt-00000004.h5", "ckpt-00000005.h5"}));
+  // 4 and 2 are the two newest complete; 1 goes. The damaged ones stay: 5 for resume to report,
+  // 3 as evidence (a file the run cannot read is never deleted).
+  EXPECT_EQ(left, (std::set<std::string>{"ckpt-00000002.h5", "ckpt-00000003.h5", "ckpt-00000004.h5",
+                                         "ckpt-00000005.h5"}));
 }
 
 TEST_F(CheckpointTest, ExportIsPlainHdf5WithNamedDatasetsAndLargeAttributes) {

@@ -62,9 +62,9 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
 std::optional<std::string> find_latest_checkpoint(
     const std::string& dir, const std::function<void(const std::string&)>& warn);
 
-// Deletes every checkpoint older than the newest `keep` (>= 1) complete ones, and stale .tmp-*
-// files. "Complete" here is the cheap check (header present, size matches); files newer than the
-// newest complete one are left alone for find_latest_checkpoint to report.
+// Deletes every complete checkpoint older than the newest `keep` (>= 1) complete ones, and stale
+// .tmp-* files. "Complete" here is the cheap check (header of this format version present, size
+// matches); files that fail it are never deleted (evidence, or another version's files).
 void prune_checkpoints(const std::string& dir, int keep);
 
 // A plain HDF5 file for other tools: datasets /parameters/<name> and /buffers/<name> (their dtype

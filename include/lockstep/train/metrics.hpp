@@ -35,16 +35,24 @@ class JsonRecord {
 
 std::string json_escape(const std::string& text);
 
+// log.metrics. A run that starts from step 0 truncates it; a run that continues from a
+// checkpoint appends (Append), so a requeued job keeps every earlier start's records, and the
+// caller marks the seam with a restart record (docs/CHECKPOINTS.md).
 class MetricsFile {
  public:
+  enum class Mode { Truncate, Append };
   MetricsFile() = default;
-  explicit MetricsFile(const std::string& path);  // creates parent folders; truncates
+  // Creates parent folders. Append completes a last line cut short by a killed writer first.
+  explicit MetricsFile(const std::string& path, Mode mode = Mode::Truncate);
   bool enabled() const { return out_.is_open(); }
+  // Opened with Append onto earlier records (the file was not empty).
+  bool continues() const { return continues_; }
   void write(const JsonRecord& record);  // one line, flushed (a killed job keeps what it logged)
 
  private:
   std::ofstream out_;
   std::string path_;
+  bool continues_ = false;
 };
 
 enum class ProgressMode { Bar, Lines, None };

@@ -20,6 +20,7 @@
 #include "lockstep/optim/flat.hpp"
 #include "lockstep/optim/optimizer.hpp"
 #include "lockstep/optim/schedule.hpp"
+#include "lockstep/train/checkpoint_lock.hpp"
 #include "lockstep/train/config.hpp"
 #include "lockstep/train/metrics.hpp"
 #include "lockstep/train/state.hpp"
@@ -68,8 +69,9 @@ struct Run {
   std::string resumed_from;  // the checkpoint the state came from ("" = fresh)
   std::shared_ptr<comm::Communicator> gradient_comm;
   std::unique_ptr<dist::Engine> engine;
-  std::unique_ptr<data::Loader> loader;  // starts at state->position
-  MetricsFile metrics;                   // rank 0, when log.metrics is set
+  std::unique_ptr<data::Loader> loader;             // starts at state->position
+  MetricsFile metrics;                              // rank 0, when log.metrics is set
+  std::unique_ptr<CheckpointLock> checkpoint_lock;  // rank 0, while it may write checkpoint.dir
   std::unique_ptr<Progress> progress;
 
   Run(const Config& c, comm::Communicator& control) : config(c), comm(control) {}

@@ -71,10 +71,10 @@ class TrainState {
 // The checkpoint a run starts from, "" for a fresh start, decided by rank 0 from train.resume and
 // checkpoint.dir and the same on every rank (an error on rank 0 is thrown on every rank):
 //   ""     a fresh start; an error if checkpoint.dir already holds checkpoints
-//   auto   the newest checkpoint that reads back completely (others skipped with warn()); fresh
-//          when there is none; an error naming each file and why when none of them reads
-//   fresh  a fresh start over existing checkpoints, which are moved to
-//          checkpoint.dir/replaced-<UTC time>/ first (never deleted)
+//   auto   the newest checkpoint; fresh when there is none; an error naming it and why when it
+//          does not read back completely (never skipped: the run would overwrite it by name)
+//   fresh  a fresh start over existing checkpoints, which are moved to a new folder
+//          checkpoint.dir/replaced-<UTC time>[-N]/ first (never deleted, never over another)
 //   FILE   that checkpoint; an error if checkpoint.dir holds newer ones (they would be replaced)
 // `writes` false (--eval-only) skips the rules that protect checkpoints from being overwritten.
 // Collective over `comm`.
