@@ -264,6 +264,9 @@ const std::vector<Key>& keys() {
        {},
        0},
       {"checkpoint.keep", &Config::checkpoint_keep, "keep the newest K checkpoints", {}, 1},
+      {"checkpoint.async", &Config::checkpoint_async,
+       "copy the state to host memory at the step and write the file in the background while "
+       "training goes on (at most one write in flight; costs one host copy of the state)"},
       {"checkpoint.export",
        &Config::checkpoint_export,
        "at the end (and with --eval-only) write the parameters to this plain HDF5 file (empty = "

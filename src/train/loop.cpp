@@ -98,23 +98,47 @@ class Checkpoints {
     run_.comm.allreduce(flags, comm::ReduceOp::Max);
     const bool due =
         flags[1] != 0 || (c.checkpoint_every_steps > 0 && step % c.checkpoint_every_steps == 0);
-    if (flags[0] != 0 || (due && step < run_.plan.total_steps)) save(result);
+    if (flags[0] != 0 || (due && step < run_.plan.total_steps))
+      save(result, /*last=*/flags[0] != 0);
     return static_cast<int>(flags[0]);
   }
   // Every rank takes part (ZeRO-1 gathers the optimizer state); rank 0 writes; every rank
   // restarts the clock.
-  void save(TrainResult& result) {
+  // With checkpoint.async the file is written in the background: `last` (the run's final save or
+  // its stop) waits for it, so the run never ends before its checkpoint is on disk. Rank 0 records
+  // how long training stood still for each save.
+  void save(TrainResult& result, bool last = false) {
+    const Config& c = run_.config;
+    const auto start = Clock::now();
     // The path on every rank: the final save below is skipped on all ranks or none.
-    result.checkpoint =
-        run_.state->save(run_.config.checkpoint_dir, static_cast<int>(run_.config.checkpoint_keep));
-    if (run_.rank == 0) run_.line("checkpoint " + result.checkpoint);
+    if (c.checkpoint_async) {
+      result.checkpoint =
+          background_.save(*run_.state, c.checkpoint_dir, static_cast<int>(c.checkpoint_keep));
+      if (last) background_.wait();
+    } else {
+      result.checkpoint = run_.state->save(c.checkpoint_dir, static_cast<int>(c.checkpoint_keep));
+    }
+    const double stall = seconds_since(start);
+    if (run_.rank == 0) {
+      run_.line("checkpoint " + result.checkpoint +
+                (c.checkpoint_async && !last ? " (writing in the background)" : ""));
+      run_.metrics.write(JsonRecord()
+                             .add("event", "checkpoint")
+                             .add("step", run_.state->step)
+                             .add("path", result.checkpoint)
+                             .add("async", c.checkpoint_async)
+                             .add("stall_s", stall));
+    }
     last_save_ = Clock::now();
   }
+  // Waits for a background write (its error is thrown here).
+  void finish() { background_.wait(); }
 
  private:
   Run& run_;
   std::unique_ptr<StopRequest> stop_;  // without a folder, signals kill as usual
   Clock::time_point last_save_ = Clock::now();
+  BackgroundCheckpoints background_;  // checkpoint.async
 };
 
 // The micro-step losses of one log interval, in one buffer on the engine's device: a copy per
@@ -362,7 +386,8 @@ TrainResult train_loop(Run& run) {
   result.steps = state.step;
   if (checkpoints.enabled() && !stopping &&
       result.checkpoint != checkpoint_path(c.checkpoint_dir, state.step))
-    checkpoints.save(result);
+    checkpoints.save(result, /*last=*/true);
+  checkpoints.finish();
   result.wall_seconds = seconds_since(run_start);
   result.samples_per_second =
       static_cast<double>(state.step * plan.global_batch) / result.wall_seconds;

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <sstream>
+#include <utility>
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/file.hpp"
@@ -137,6 +139,38 @@ std::string TrainState::save(const std::string& dir, int keep) const {
   if (layout_.rank != 0) return path;
   write_checkpoint(path, state);
   prune_checkpoints(dir, keep);
+  return path;
+}
+
+BackgroundCheckpoints::~BackgroundCheckpoints() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lockstep: error: background checkpoint write: %s\n", e.what());
+  }
+}
+
+void BackgroundCheckpoints::wait() {
+  if (writer_.joinable()) writer_.join();
+  if (std::exception_ptr error = std::exchange(error_, nullptr)) std::rethrow_exception(error);
+}
+
+std::string BackgroundCheckpoints::save(const TrainState& state, const std::string& dir, int keep) {
+  wait();
+  const std::string path = checkpoint_path(dir, state.step);
+  CheckpointState snapshot = state.to_checkpoint();  // collective under ZeRO-1
+  if (state.layout().rank != 0) return path;
+  // The tensors share the model's and optimizer's storage, which the next step overwrites.
+  for (auto& [name, tensor] : snapshot.tensors)
+    tensor = tensor.to(Device::cpu());
+  writer_ = std::thread([this, path, dir, keep, snapshot = std::move(snapshot)] {
+    try {
+      write_checkpoint(path, snapshot);
+      prune_checkpoints(dir, keep);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  });
   return path;
 }
 

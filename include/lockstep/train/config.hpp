@@ -76,6 +76,7 @@ struct Config {
   std::int64_t checkpoint_every_steps = 0;
   double checkpoint_every_minutes = 0.0;
   std::int64_t checkpoint_keep = 3;
+  bool checkpoint_async = false;
   std::string checkpoint_export = "";
 
   std::string config_file;  // where it came from ("" = defaults only)

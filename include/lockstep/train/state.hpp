@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "lockstep/comm/communicator.hpp"
 #include "lockstep/nn/model.hpp"
@@ -66,6 +68,30 @@ class TrainState {
   optim::Optimizer& optimizer_;
   RunLayout layout_;
   comm::Communicator* comm_ = nullptr;
+};
+
+// checkpoint.async: TrainState::save split in two. save() runs at the step boundary on every rank
+// (collective under ZeRO-1, like TrainState::save): it copies the state to host memory and
+// returns the path; rank 0's background thread then writes the file and prunes while training
+// goes on. At most one write is in flight: a save() while one is pending first waits for it. A
+// write's error is thrown by the next save() or by wait(). A process killed during a write loses
+// nothing older: the file is written under DIR/.tmp-* and renamed, and pruning runs only after.
+// The price is one host copy of the state (parameters, buffers, optimizer state) while a write
+// runs.
+class BackgroundCheckpoints {
+ public:
+  BackgroundCheckpoints() = default;
+  ~BackgroundCheckpoints();  // waits for the write in flight; an error then goes to stderr
+  BackgroundCheckpoints(const BackgroundCheckpoints&) = delete;
+  BackgroundCheckpoints& operator=(const BackgroundCheckpoints&) = delete;
+
+  std::string save(const TrainState& state, const std::string& dir, int keep);
+  // Waits for the write in flight, if any; throws its error.
+  void wait();
+
+ private:
+  std::thread writer_;
+  std::exception_ptr error_;
 };
 
 // The checkpoint a run starts from, "" for a fresh start, decided by rank 0 from train.resume and
