@@ -759,7 +759,10 @@ std::string help_text() {
          "Keys (INI [section] key = value, or --section.key=value). The command line wins over\n"
          "the file, and a later --key over an earlier one (so a wrapper script can set defaults\n"
          "that its caller's arguments override). A key given twice in one file, or two\n"
-         "--config flags, is an error. --key= sets the empty value.\n";
+         "--config flags, is an error. --key= sets the empty value. In the file a value with\n"
+         "'#', blanks at its ends or a line break goes in double quotes, with \\\" \\\\ \\n \\r "
+         "\\t\n"
+         "and \\xHH escapes (train = \"runs/take#2/train\"); --print-config writes them so.\n";
   for (const Key& k : keys()) {
     std::string def = format_value(defaults, k.field);
     out << "  " << std::left << std::setw(26) << k.name
