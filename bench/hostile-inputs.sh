@@ -192,3 +192,32 @@ for i in 1 2 3; do signalled sig-gpt-usr1-$i none; signalled sig-gpt-usr1-then-t
 # ---- bench
 run bench-unknown-flag timeout 20 "$B" ops --threads=1 --rep=3
 run bench-positional timeout 20 "$B" mlp 256
+# ---- issue 31: --print-config round trip, lockstep-generate's options
+# A value holding '#' or blanks, printed and fed back: the same data set and outputs, or an error.
+mkdir -p 'set#2' other; cp data/train-* 'set#2/'; cp data/test-* other/; ln -s other set
+"$T" --config notest.ini --data.train="$W/set#2" --checkpoint.dir="$W/out#2" --checkpoint.every_steps=8 --print-config > pc.ini 2>/dev/null
+run cfg-print-config-hash-readback "$T" --config pc.ini --train.epochs=1
+printf '%s\t-\t%s\n' cfg-print-config-hash-files-after "$(ls -d out* 2>/dev/null | tr '\n' ' ')" >> "$OUT"
+"$T" --config notest.ini --checkpoint.dir=' ck3 ' --print-config > pc3.ini 2>/dev/null
+printf '%s\t-\t%s\n' cfg-print-config-blanks-readback "$("$T" --config pc3.ini --print-config 2>&1 | grep '^dir')" >> "$OUT"
+G=$BUILD/apps/lockstep-generate
+python3 -c "
+import random; random.seed(5); w='the a king river stone lamp saw kept'.split()
+print('\n\n'.join(' '.join(random.choice(w) for _ in range(30)) for _ in range(40)))" > corpus.txt
+$S text --input=corpus.txt --tokenizer=bytes --out=text --name=train --shards=2 --val-fraction=0.1 --documents=paragraph >/dev/null 2>&1
+"$T" --data.train=$W/text/train --data.test= --model.spec='gpt(layers=1,heads=2,dim=16,ctx=16)' --train.global_batch=4 --train.max_steps=2 --train.threads=1 --train.eval=false --checkpoint.dir=$W/gck --checkpoint.every_steps=2 --log.progress=none >/dev/null 2>&1
+gk=$W/gck/ckpt-00000002.h5
+gen() { run "$1" "$G" --checkpoint=$gk --prompt='the ' --tokens=16 "${@:2}"; }
+gen gen-tokens-inf --tokens=inf
+gen gen-tokens-1e30 --tokens=1e30
+gen gen-seed-1e30 --seed=1e30
+gen gen-seed-inf --seed=inf
+gen gen-threads-huge --threads=100000
+same() {  # same ID ARGS-A -- ARGS-B: whether the two seeds printed the same text
+  local id=$1; shift; local a=() ; while [ "$1" != -- ]; do a+=("$1"); shift; done; shift
+  "$G" --checkpoint=$gk --prompt='the ' --tokens=16 --ids "${a[@]}" > a.txt 2>&1
+  "$G" --checkpoint=$gk --prompt='the ' --tokens=16 --ids "$@" > b.txt 2>&1
+  printf '%s\t-\t%s\n' "$id" "$(cmp -s a.txt b.txt && echo "same text as $*" || echo "differs from $*: ids $(tail -n1 b.txt)")" >> "$OUT"
+}
+same gen-seed-uint64max --seed=18446744073709551615 -- --seed=0
+same gen-seed-2pow53plus1 --seed=9007199254740993 -- --seed=9007199254740992

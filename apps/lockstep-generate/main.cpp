@@ -3,10 +3,10 @@
 //   lockstep-generate --checkpoint=FILE --prompt="..." [--tokens=200] [--temperature=1]
 //                     [--top-k=0] [--seed=1] [--threads=N] [--gpt2-dir=DIR] [--ids]
 // The same checkpoint, prompt and options print the same text on every run (see generate.hpp).
+// Exit status: 0 done, 2 a bad command line, 1 any other error (always a message, never an abort).
 #include <cstdio>
+#include <exception>
 #include <iostream>
-#include <map>
-#include <set>
 #include <string>
 
 #include "lockstep/core/error.hpp"
@@ -18,81 +18,55 @@ using namespace lockstep;
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: lockstep-generate --checkpoint=FILE --prompt=TEXT [--tokens=200] [--temperature=1]\n"
-    "                         [--top-k=0] [--seed=1] [--threads=1] [--gpt2-dir=DIR] [--ids]\n"
-    "  --temperature=0 is greedy (the most likely token each step); --top-k=K samples among the\n"
-    "  K most likely; --ids also prints the generated token ids (one line, after the text).\n";
+std::string usage() {
+  return str(
+      "usage: lockstep-generate --checkpoint=FILE --prompt=TEXT [--tokens=200] [--temperature=1]\n"
+      "                         [--top-k=0] [--seed=1] [--threads=1] [--gpt2-dir=DIR] [--ids]\n"
+      "  --temperature=0 is greedy (the most likely token each step); --top-k=K samples among "
+      "the\n  K most likely; --ids also prints the generated token ids (one line, after the "
+      "text).\n  --tokens, --top-k and --seed are whole numbers (--seed: 0 to 2^64 - 1); "
+      "--threads is 1 to ",
+      ops::kMaxCpuThreads, ",\n  as for lockstep-train's train.threads.\n");
+}
 
-const std::set<std::string> kKeys = {"checkpoint", "prompt",  "tokens",   "temperature", "top-k",
-                                     "seed",       "threads", "gpt2-dir", "ids"};
-
-double number(const std::map<std::string, std::string>& o, const std::string& key, double fallback,
-              double min) {
-  auto it = o.find(key);
-  if (it == o.end()) return fallback;
-  double v = 0;
-  try {
-    std::size_t used = 0;
-    v = std::stod(it->second, &used);
-    LOCKSTEP_CHECK(used == it->second.size(), "");
-  } catch (const std::exception&) {
-    LOCKSTEP_FAIL("--", key, "=", it->second, " is not a number");
-  }
-  LOCKSTEP_CHECK(v >= min, "--", key, "=", it->second, " must be at least ", min);
-  return v;
+int error(const char* what, int status) {
+  std::fprintf(stderr, "lockstep-generate: error: %s\n", what);
+  return status;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    if (s == "--help" || s == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    const auto eq = s.find('=');
-    if (s.rfind("--", 0) != 0) {
-      std::fprintf(stderr, "lockstep-generate: unexpected argument '%s'\n%s", s.c_str(), kUsage);
-      return 2;
-    }
-    o[s.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
-        eq == std::string::npos ? "1" : s.substr(eq + 1);
-  }
+  train::GenerateArgs args;
   try {
-    for (const auto& [key, value] : o)
-      LOCKSTEP_CHECK_HINT(kKeys.count(key), "see lockstep-generate --help", "unknown option --",
-                          key);
-    LOCKSTEP_CHECK_HINT(o.count("checkpoint") && !o["checkpoint"].empty(),
-                        "e.g. --checkpoint=runs/gpt_tiny/ckpt/ckpt-00000500.h5",
-                        "missing --checkpoint=FILE");
-    LOCKSTEP_CHECK_HINT(o.count("prompt") && !o["prompt"].empty(), "e.g. --prompt=\"And God said\"",
-                        "missing --prompt=TEXT (at least one token to continue)");
-    train::SampleOptions so;
-    so.temperature = number(o, "temperature", 1.0, 0.0);
-    so.top_k = static_cast<std::int64_t>(number(o, "top-k", 0, 0));
-    so.seed = static_cast<std::uint64_t>(number(o, "seed", 1, 0));
-    const auto count = static_cast<std::int64_t>(number(o, "tokens", 200, 0));
-    const int threads = static_cast<int>(number(o, "threads", 1, 1));
-
-    ops::Context ctx(Device::cpu(), threads);
-    train::LanguageModel lm = train::load_language_model(ctx, o["checkpoint"]);
-    auto tokenizer = data::make_tokenizer(lm.tokenizer, o.count("gpt2-dir") ? o["gpt2-dir"] : "");
-    std::vector<std::int32_t> tokens = tokenizer->encode(o["prompt"]);
+    args = train::parse_generate_args(argc, argv);
+  } catch (const std::exception& e) {
+    return error(e.what(), 2);
+  }
+  if (args.help) {
+    std::cout << usage();
+    return 0;
+  }
+  // Anything thrown below (lockstep::Error, or std::bad_alloc, std::system_error from a library)
+  // is a message and status 1: an uncaught exception would abort with a core dump instead.
+  try {
+    ops::Context ctx(Device::cpu(), args.threads);
+    train::LanguageModel lm = train::load_language_model(ctx, args.checkpoint);
+    auto tokenizer = data::make_tokenizer(lm.tokenizer, args.gpt2_dir);
+    std::vector<std::int32_t> tokens = tokenizer->encode(args.prompt);
     LOCKSTEP_CHECK(!tokens.empty(), "--prompt encodes to no tokens");
     const std::vector<std::int32_t> made =
-        train::generate_tokens(ctx, *lm.model, tokens, count, so);
-    std::cout << o["prompt"] << tokenizer->decode(made) << '\n';
-    if (o.count("ids")) {
+        train::generate_tokens(ctx, *lm.model, tokens, args.tokens, args.sample);
+    std::cout << args.prompt << tokenizer->decode(made) << '\n';
+    if (args.ids) {
       for (std::size_t i = 0; i < made.size(); ++i)
         std::cout << (i ? " " : "") << made[i];
       std::cout << '\n';
     }
     return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "lockstep-generate: error: %s\n", e.what());
-    return 1;
+  } catch (const std::exception& e) {
+    return error(e.what(), 1);
+  } catch (...) {
+    return error("an unknown exception", 1);
   }
 }

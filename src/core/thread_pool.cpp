@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <system_error>
 
 #include "lockstep/core/error.hpp"
 
@@ -10,11 +11,26 @@ namespace lockstep {
 
 ThreadPool::ThreadPool(int threads) {
   LOCKSTEP_CHECK(threads >= 1, "thread pool needs at least one thread, got ", threads);
-  for (int i = 1; i < threads; ++i)
-    workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < threads; ++i) {
+    try {
+      workers_.emplace_back([this, i] { worker_loop(i); });
+    } catch (const std::system_error& e) {
+      // The workers already started must be joined here: the destructor does not run for a
+      // constructor that throws, and a joinable std::thread destroyed is std::terminate.
+      stop_workers();
+      LOCKSTEP_FAIL_HINT(
+          "ask for fewer threads, or raise the limit on processes/threads "
+          "(ulimit -u) or memory (ulimit -v)",
+          "cannot start thread ", i + 1, " of ", threads, ": ", e.what());
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {
+  stop_workers();
+}
+
+void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -22,6 +38,7 @@ ThreadPool::~ThreadPool() {
   start_cv_.notify_all();
   for (auto& t : workers_)
     t.join();
+  workers_.clear();
 }
 
 void ThreadPool::worker_loop(int index) {

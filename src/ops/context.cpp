@@ -9,7 +9,8 @@
 namespace lockstep::ops {
 
 Context::Context(Device device, int threads) : device_(device), threads_(threads) {
-  LOCKSTEP_CHECK(threads >= 1, "a context needs at least one thread, got ", threads);
+  LOCKSTEP_CHECK(threads >= 1 && threads <= kMaxCpuThreads, "a context needs 1 to ", kMaxCpuThreads,
+                 " threads, got ", threads);
   if (device.is_cpu()) {
     pool_ = std::make_unique<ThreadPool>(threads);
     backend_ = make_cpu_backend(*this);

@@ -1,14 +1,15 @@
 #include "lockstep/train/config.hpp"
 
 #include <algorithm>
-#include <boost/program_options.hpp>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iomanip>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -16,8 +17,7 @@
 
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/core/error.hpp"
-
-namespace po = boost::program_options;
+#include "lockstep/ops/context.hpp"
 
 namespace lockstep::train {
 namespace {
@@ -47,7 +47,7 @@ std::vector<Key> with_limits(std::vector<Key> table) {
       {"data.memory_budget_mb", double(std::int64_t{1} << 30)},  // 1 PiB; << 20 stays in int64
       {"data.prefetch", 4096},
       {"train.replicas", 4096},
-      {"train.threads", 4096},
+      {"train.threads", ops::kMaxCpuThreads},
       {"checkpoint.keep", 1 << 20},
       {"dist.bucket_mb", double(1 << 20)},  // 1 TiB; bytes fit size_t
       {"dist.first_bucket_mb", double(1 << 20)},
@@ -356,41 +356,16 @@ void set_value(Config& c, const Key& key, const std::string& raw, const std::str
             v = false;
           else
             bad("a boolean (true/false)");
-        } else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) {
-          T parsed{};
-          std::size_t used = 0;
-          bool out_of_range = false;
-          try {
-            if constexpr (std::is_same_v<T, double>)
-              parsed = std::stod(raw, &used);
-            else
-              parsed = std::stoll(raw, &used);
-          } catch (const std::out_of_range&) {
-            out_of_range = true;
-          } catch (const std::exception&) {
-            used = 0;
-          }
-          if (out_of_range) {
-            if constexpr (std::is_same_v<T, double>)
-              LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw,
-                            " is out of range for a double");
-            else
-              LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw,
-                            " is out of range (a 64-bit integer is at most ",
-                            std::numeric_limits<std::int64_t>::max(), ")");
-          }
-          if (used == 0 || used != raw.size())
-            bad(std::is_same_v<T, double> ? "a number" : "an integer");
-          if constexpr (std::is_same_v<T, double>) {
-            if (!std::isfinite(parsed)) bad("a finite number");
-          }
-          if (static_cast<double>(parsed) < key.min)
-            LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw, " is below the minimum ",
-                          key.min);
-          if (static_cast<double>(parsed) > key.max)
-            LOCKSTEP_FAIL("key ", key.name, " in ", origin, ": ", raw, " is above the maximum ",
-                          key.max);
-          v = parsed;
+        } else if constexpr (std::is_same_v<T, std::int64_t>) {
+          // The table's bounds are doubles (shared with the real keys); these are whole numbers.
+          constexpr auto lo = std::numeric_limits<std::int64_t>::min();
+          constexpr auto hi = std::numeric_limits<std::int64_t>::max();
+          v = parse_integer(raw, std::isinf(key.min) ? lo : static_cast<std::int64_t>(key.min),
+                            std::isinf(key.max) ? hi : static_cast<std::int64_t>(key.max),
+                            str("key ", key.name, " in ", origin), "see lockstep-train --help");
+        } else if constexpr (std::is_same_v<T, double>) {
+          v = parse_real(raw, key.min, key.max, str("key ", key.name, " in ", origin),
+                         "see lockstep-train --help");
         } else {
           if (!key.choices.empty() &&
               std::find(key.choices.begin(), key.choices.end(), raw) == key.choices.end()) {
@@ -410,25 +385,6 @@ const Key* find_key(const std::string& name) {
   for (const Key& k : keys())
     if (name == k.name) return &k;
   return nullptr;
-}
-
-po::options_description file_options() {
-  po::options_description desc;
-  for (const Key& k : keys())
-    desc.add_options()(k.name, po::value<std::string>());
-  return desc;
-}
-
-// Applies the parsed "section.key" -> text pairs of one source (file or command line).
-void apply(Config& c, const po::parsed_options& parsed, const std::string& origin) {
-  for (const auto& opt : parsed.options) {
-    if (opt.unregistered) continue;
-    const Key* key = find_key(opt.string_key);
-    if (!key) continue;  // non-config options (--config, --help, ...)
-    LOCKSTEP_CHECK(opt.value.size() == 1, "key ", opt.string_key, " in ", origin,
-                   " needs exactly one value");
-    set_value(c, *key, opt.value[0], origin);
-  }
 }
 
 void validate(const Config& c) {
@@ -464,67 +420,236 @@ void validate(const Config& c) {
                       "averages its replicas' gradients in one process, in f32");
 }
 
-// Calls fn(section.key, value, line number) for every "key = value" line of INI text, read as
-// boost's INI parser reads it ('#' starts a comment anywhere, [section] headers, blanks trimmed).
-void for_each_ini_entry(
-    const std::string& text,
-    const std::function<void(const std::string&, const std::string&, int)>& fn) {
+// Note [INI values]
+// A bare value is the text after '=' up to a '#' (a comment, as in boost's INI reader, which
+// lockstep used before, and in every config in this repository), blanks trimmed: right for paths
+// and specs, but it cannot hold a '#', leading or trailing blanks, or a line break. So a value
+// that starts with '"' is quoted: it ends at the next unescaped '"', only blanks and a comment
+// may follow, and inside it \" \\ \n \r \t and \xHH (two hex digits) stand for that character;
+// any other backslash, or a missing closing quote, is an error naming the line. to_ini quotes
+// exactly the values a bare value would change (and those with ';', which other INI readers take
+// for a comment), so --print-config reads back as the same config, whatever the values.
+
+struct IniEntry {
+  std::string name;  // "section.key"
+  std::string value;
+  int line;
+};
+
+std::string trim_blanks(std::string v) {
+  v.erase(0, v.find_first_not_of(" \t\r"));
+  v.erase(v.find_last_not_of(" \t\r") + 1);
+  return v;
+}
+
+// The value of a quoted INI value starting at text[0] == '"'; on a malformed one, "" and `error`
+// set to what is wrong.
+std::string unquote(const std::string& text, std::string& error) {
+  std::string out;
+  std::size_t i = 1;
+  for (; i < text.size() && text[i] != '"'; ++i) {
+    if (text[i] != '\\') {
+      out += text[i];
+      continue;
+    }
+    const char e = ++i < text.size() ? text[i] : '\0';
+    if (e == '"' || e == '\\') {
+      out += e;
+    } else if (e == 'n') {
+      out += '\n';
+    } else if (e == 'r') {
+      out += '\r';
+    } else if (e == 't') {
+      out += '\t';
+    } else if (e == 'x' && i + 2 < text.size() &&
+               std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+               std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      error = str("an unknown escape '\\", e == '\0' ? std::string() : std::string(1, e),
+                  "' in a quoted value (known: \\\" \\\\ \\n \\r \\t \\xHH)");
+      return "";
+    }
+  }
+  if (i >= text.size()) {
+    error = "a quoted value without its closing '\"'";
+    return "";
+  }
+  const std::string rest = trim_blanks(text.substr(i + 1));
+  if (!rest.empty() && rest.front() != '#') {
+    error = str("text after the closing '\"' of a quoted value: '", rest, "'");
+    return "";
+  }
+  return out;
+}
+
+// The "key = value" entries of INI text in order ([section] headers make "section.key"; blank and
+// '#' lines are skipped; values per Note [INI values]). A line that is none of these, or a
+// malformed quoted value, throws naming `origin` and the line when `strict`; else it is skipped
+// (ini_value reads text from other lockstep versions).
+std::vector<IniEntry> read_ini(const std::string& text, const std::string& origin, bool strict) {
+  std::vector<IniEntry> out;
   std::istringstream in(text);
   std::string section;
   int number = 0;
-  auto trim = [](std::string v) {
-    v.erase(0, v.find_first_not_of(" \t\r"));
-    v.erase(v.find_last_not_of(" \t\r") + 1);
-    return v;
-  };
   for (std::string line; std::getline(in, line);) {
     ++number;
-    line = trim(line.substr(0, line.find('#')));
-    if (line.empty()) continue;
-    if (line.front() == '[' && line.back() == ']') {
-      section = trim(line.substr(1, line.size() - 2));
+    const std::string shown = line.size() > 80 ? line.substr(0, 80) + "..." : line;
+    auto malformed = [&](const std::string& what) {
+      LOCKSTEP_CHECK_HINT(!strict,
+                          "write key = value, [section] or # comment; a value that holds '#' or "
+                          "blanks at its ends is written \"quoted\", with \\\" \\\\ \\n \\t "
+                          "\\xHH escapes",
+                          "cannot parse ", origin, ": line ", number, " ", what, ": '", shown, "'");
+    };
+    const std::string head = trim_blanks(line.substr(0, line.find('#')));
+    if (head.empty()) continue;
+    if (head.front() == '[') {
+      if (head.back() == ']')
+        section = trim_blanks(head.substr(1, head.size() - 2));
+      else
+        malformed("is not a [section] header");
       continue;
     }
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) continue;  // the parser reports it
-    fn((section.empty() ? "" : section + ".") + trim(line.substr(0, eq)), trim(line.substr(eq + 1)),
-       number);
+    const auto eq = head.find('=');
+    const std::string key = eq == std::string::npos ? "" : trim_blanks(head.substr(0, eq));
+    if (key.empty()) {
+      malformed("is not key = value");
+      continue;
+    }
+    // The value from the full line: a quoted one may hold '#'.
+    std::string value = trim_blanks(line.substr(line.find('=') + 1));
+    if (!value.empty() && value.front() == '"') {
+      std::string error;
+      value = unquote(value, error);
+      if (!error.empty()) {
+        malformed("has " + error);
+        continue;
+      }
+    } else {
+      value = trim_blanks(value.substr(0, value.find('#')));
+    }
+    out.push_back({(section.empty() ? "" : section + ".") + key, value, number});
   }
+  return out;
 }
 
-// A key given twice in one file is an error naming both lines: which one should win is not
-// obvious to a reader of the file, and taking either silently hides a mistake.
-void check_no_repeated_keys(const std::string& text, const std::string& origin) {
+// Applies INI text to c. A key given twice in one file is an error naming both lines: which one
+// should win is not obvious to a reader of the file, and taking either silently hides a mistake.
+void apply_ini(Config& c, const std::string& text, const std::string& origin) {
+  const std::vector<IniEntry> entries = read_ini(text, origin, /*strict=*/true);
   std::map<std::string, int> first_line;
-  for_each_ini_entry(text, [&](const std::string& name, const std::string&, int number) {
-    auto [it, inserted] = first_line.emplace(name, number);
-    LOCKSTEP_CHECK_HINT(inserted, "keep one of the two lines", "key ", name, " is given twice in ",
-                        origin, ": on line ", it->second, " and on line ", number);
-  });
+  for (const IniEntry& e : entries) {
+    auto [it, inserted] = first_line.emplace(e.name, e.line);
+    LOCKSTEP_CHECK_HINT(inserted, "keep one of the two lines", "key ", e.name,
+                        " is given twice in ", origin, ": on line ", it->second, " and on line ",
+                        e.line);
+  }
+  for (const IniEntry& e : entries) {
+    const Key* key = find_key(e.name);
+    LOCKSTEP_CHECK_HINT(key != nullptr, suggestion(e.name), "unknown key '", e.name, "' in ",
+                        origin);
+    set_value(c, *key, e.value, origin);
+  }
 }
 
-po::parsed_options parse_ini_stream(std::istream& stream, const std::string& origin) {
-  const std::string text((std::istreambuf_iterator<char>(stream)),
-                         std::istreambuf_iterator<char>());
-  check_no_repeated_keys(text, origin);
-  std::istringstream in(text);
-  try {
-    return po::parse_config_file(in, file_options(), /*allow_unregistered=*/false);
-  } catch (const po::unknown_option& e) {
-    std::string name = e.get_option_name();
-    LOCKSTEP_FAIL_HINT(suggestion(name), "unknown key '", name, "' in ", origin);
-  } catch (const po::error& e) {
-    LOCKSTEP_FAIL("cannot parse ", origin, ": ", e.what());
+// A value as to_ini writes it: bare when a bare value reads back as itself, else quoted.
+std::string ini_quote(const std::string& v) {
+  auto special = [](unsigned char ch) {
+    return ch == '#' || ch == ';' || ch == '"' || ch < 0x20 || ch == 0x7f;
+  };
+  const bool bare = std::none_of(v.begin(), v.end(), special) &&
+                    (v.empty() || (v.front() != ' ' && v.back() != ' '));
+  if (bare) return v;
+  std::string out = "\"";
+  for (unsigned char ch : v) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (ch < 0x20 || ch == 0x7f) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", ch);
+      out += hex;
+    } else {
+      out += static_cast<char>(ch);
+    }
   }
+  return out + "\"";
+}
+
+// One reader for both signed and unsigned integers: from_chars reads exactly, never through a
+// double, and takes no blanks, no "0x", no exponent and no fraction.
+template <class T>
+T parse_whole(const std::string& text, T min, T max, const std::string& what,
+              const std::string& hint) {
+  const char* first = text.data();
+  const char* last = first + text.size();
+  const bool negative = first != last && *first == '-';
+  if (first != last && *first == '+' && last - first > 1 && *(first + 1) != '-') ++first;
+  T v{};
+  auto [end, ec] = std::from_chars(first, last, v);
+  const bool digits_only =
+      last - first > negative &&
+      std::all_of(first + negative, last, [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (std::is_unsigned_v<T> && negative && digits_only)  // from_chars refuses "-5" for unsigned
+    LOCKSTEP_FAIL_HINT(hint, what, ": ", text, " is below the minimum ", min);
+  if (ec == std::errc::result_out_of_range) {
+    if (negative && min != std::numeric_limits<T>::min())
+      LOCKSTEP_FAIL_HINT(hint, what, ": ", text, " is below the minimum ", min);
+    if (!negative && max != std::numeric_limits<T>::max())
+      LOCKSTEP_FAIL_HINT(hint, what, ": ", text, " is above the maximum ", max);
+    LOCKSTEP_FAIL_HINT(
+        hint, what, ": ", text, " is out of range (a 64-bit ",
+        std::is_unsigned_v<T> ? "unsigned " : "", "integer is at ", negative ? "least " : "most ",
+        negative ? std::numeric_limits<T>::min() : std::numeric_limits<T>::max(), ")");
+  }
+  if (ec != std::errc() || end != last)
+    LOCKSTEP_FAIL_HINT(hint, what, ": '", text, "' is not an integer");
+  if (v < min) LOCKSTEP_FAIL_HINT(hint, what, ": ", text, " is below the minimum ", min);
+  if (v > max) LOCKSTEP_FAIL_HINT(hint, what, ": ", text, " is above the maximum ", max);
+  return v;
 }
 
 }  // namespace
 
+std::int64_t parse_integer(const std::string& text, std::int64_t min, std::int64_t max,
+                           const std::string& what, const std::string& hint) {
+  return parse_whole<std::int64_t>(text, min, max, what, hint);
+}
+
+std::uint64_t parse_unsigned(const std::string& text, std::uint64_t max, const std::string& what,
+                             const std::string& hint) {
+  return parse_whole<std::uint64_t>(text, 0, max, what, hint);
+}
+
+double parse_real(const std::string& text, double min, double max, const std::string& what,
+                  const std::string& hint) {
+  const char* first = text.data();
+  const char* last = first + text.size();
+  if (first != last && *first == '+' && last - first > 1 && *(first + 1) != '-') ++first;
+  double v = 0;
+  auto [end, ec] = std::from_chars(first, last, v);
+  if (ec == std::errc::result_out_of_range)
+    LOCKSTEP_FAIL_HINT(hint, what, ": ", text, " is out of range for a double");
+  if (ec != std::errc() || end != last)
+    LOCKSTEP_FAIL_HINT(hint, what, ": '", text, "' is not a number");
+  if (!std::isfinite(v)) LOCKSTEP_FAIL_HINT(hint, what, ": '", text, "' is not a finite number");
+  if (v < min) LOCKSTEP_FAIL_HINT(hint, what, ": ", text, " is below the minimum ", min);
+  if (v > max) LOCKSTEP_FAIL_HINT(hint, what, ": ", text, " is above the maximum ", max);
+  return v;
+}
+
 Config parse_config_text(const std::string& ini, const std::vector<std::string>& overrides,
                          const std::string& origin) {
   Config c;
-  std::istringstream in(ini);
-  apply(c, parse_ini_stream(in, origin), origin);
+  apply_ini(c, ini, origin);
   for (const std::string& o : overrides) {
     auto eq = o.find('=');
     LOCKSTEP_CHECK(eq != std::string::npos, "override '", o, "' is not section.key=value");
@@ -603,7 +728,8 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     std::ifstream in(config_path);
     LOCKSTEP_CHECK(in.good(), "cannot read config file '", config_path, "'",
                    errno ? str(": ", std::strerror(errno)) : std::string());
-    apply(out.config, parse_ini_stream(in, config_path), config_path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    apply_ini(out.config, text, config_path);
     out.config.config_file = config_path;
   }
   for (const auto& [key, value] : overrides)  // overrides win over the file
@@ -615,7 +741,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
 std::string to_ini(const Config& c) {
   std::ostringstream out;
   out << "# resolved lockstep config"
-      << (c.config_file.empty() ? "" : " (from " + c.config_file + ")") << "\n";
+      << (c.config_file.empty() ? "" : " (from " + ini_quote(c.config_file) + ")") << "\n";
   std::string section;
   for (const Key& k : keys()) {
     std::string name = k.name;
@@ -624,7 +750,7 @@ std::string to_ini(const Config& c) {
       out << "\n[" << sec << "]\n";
       section = sec;
     }
-    out << name.substr(name.find('.') + 1) << " = " << format_value(c, k.field) << "\n";
+    out << name.substr(name.find('.') + 1) << " = " << ini_quote(format_value(c, k.field)) << "\n";
   }
   return out.str();
 }
@@ -637,7 +763,10 @@ std::string help_text() {
          "Keys (INI [section] key = value, or --section.key=value). The command line wins over\n"
          "the file, and a later --key over an earlier one (so a wrapper script can set defaults\n"
          "that its caller's arguments override). A key given twice in one file, or two\n"
-         "--config flags, is an error. --key= sets the empty value.\n";
+         "--config flags, is an error. --key= sets the empty value. In the file a value with\n"
+         "'#', blanks at its ends or a line break goes in double quotes, with \\\" \\\\ \\n \\r "
+         "\\t\n"
+         "and \\xHH escapes (train = \"runs/take#2/train\"); --print-config writes them so.\n";
   for (const Key& k : keys()) {
     std::string def = format_value(defaults, k.field);
     out << "  " << std::left << std::setw(26) << k.name
@@ -648,9 +777,8 @@ std::string help_text() {
 
 std::string ini_value(const std::string& ini, const std::string& key) {
   std::string value;
-  for_each_ini_entry(ini, [&](const std::string& name, const std::string& v, int) {
-    if (name == key) value = v;
-  });
+  for (const IniEntry& e : read_ini(ini, "", /*strict=*/false))
+    if (e.name == key) value = e.value;
   return value;
 }
 

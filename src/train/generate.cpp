@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <numeric>
 
 #include "lockstep/core/error.hpp"
@@ -78,6 +80,59 @@ std::vector<std::int32_t> generate_tokens(ops::Context& ctx, nn::Model& model,
   return out;
 }
 
+GenerateArgs parse_generate_args(int argc, const char* const* argv) {
+  const std::string hint = "see lockstep-generate --help";
+  GenerateArgs a;
+  std::map<std::string, std::string> o;  // name -> value; a later option wins
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    if (s == "--help" || s == "-h") {
+      a.help = true;
+      return a;
+    }
+    LOCKSTEP_CHECK_HINT(s.rfind("--", 0) == 0 && s.size() > 2, hint, "unexpected argument '", s,
+                        "'");
+    const auto eq = s.find('=');
+    const std::string name = s.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    if (name == "ids") {
+      LOCKSTEP_CHECK_HINT(eq == std::string::npos, hint, "--ids takes no value");
+      a.ids = true;
+      continue;
+    }
+    static const char* const kValued[] = {"checkpoint", "prompt", "tokens",  "temperature",
+                                          "top-k",      "seed",   "threads", "gpt2-dir"};
+    LOCKSTEP_CHECK_HINT(
+        std::find(std::begin(kValued), std::end(kValued), name) != std::end(kValued), hint,
+        "unknown option --", name);
+    LOCKSTEP_CHECK_HINT(eq != std::string::npos, str("write --", name, "=VALUE"), "option --", name,
+                        " needs a value");
+    o[name] = s.substr(eq + 1);
+  }
+  auto given = [&](const char* name) { return o.count(name) ? &o[name] : nullptr; };
+  auto what = [](const char* name) { return str("option --", name); };
+  constexpr auto kInt64Max = std::numeric_limits<std::int64_t>::max();
+  if (auto* v = given("tokens")) a.tokens = parse_integer(*v, 0, kInt64Max, what("tokens"), hint);
+  if (auto* v = given("top-k"))
+    a.sample.top_k = parse_integer(*v, 0, kInt64Max, what("top-k"), hint);
+  if (auto* v = given("seed"))
+    a.sample.seed =
+        parse_unsigned(*v, std::numeric_limits<std::uint64_t>::max(), what("seed"), hint);
+  if (auto* v = given("threads"))
+    a.threads = static_cast<int>(parse_integer(*v, 1, ops::kMaxCpuThreads, what("threads"), hint));
+  if (auto* v = given("temperature"))
+    a.sample.temperature =
+        parse_real(*v, 0, std::numeric_limits<double>::max(), what("temperature"), hint);
+  if (auto* v = given("gpt2-dir")) a.gpt2_dir = *v;
+  if (auto* v = given("checkpoint")) a.checkpoint = *v;
+  if (auto* v = given("prompt")) a.prompt = *v;
+  LOCKSTEP_CHECK_HINT(!a.checkpoint.empty(),
+                      "e.g. --checkpoint=runs/gpt_tiny/ckpt/ckpt-00000500.h5",
+                      "missing --checkpoint=FILE");
+  LOCKSTEP_CHECK_HINT(!a.prompt.empty(), "e.g. --prompt=\"And God said\"",
+                      "missing --prompt=TEXT (at least one token to continue)");
+  return a;
+}
+
 LanguageModel load_language_model(ops::Context& ctx, const std::string& path) {
   const CheckpointState c = read_checkpoint(path);
   auto attr = [&](const std::string& key) {
@@ -90,9 +145,15 @@ LanguageModel load_language_model(ops::Context& ctx, const std::string& path) {
   };
   LanguageModel lm;
   lm.tokenizer = attr("tokenizer");
-  lm.context = std::stoll(attr("context"));
-  lm.eot_token = static_cast<std::int32_t>(std::stoll(attr("eot_token")));
-  const std::int64_t vocab = std::stoll(attr("vocab_size"));
+  // A damaged attribute is an error naming the file, not std::invalid_argument.
+  auto whole = [&](const char* key, std::int64_t min) {
+    return parse_integer(attr(key), min, std::numeric_limits<std::int32_t>::max(),
+                         str("checkpoint ", path, " attribute '", key, "'"));
+  };
+  lm.context = whole("context", 1);
+  lm.eot_token =
+      static_cast<std::int32_t>(whole("eot_token", std::numeric_limits<std::int32_t>::min()));
+  const std::int64_t vocab = whole("vocab_size", 1);
   const std::string spec = ini_value(c.config_ini, "model.spec");
   LOCKSTEP_CHECK(!spec.empty(), "checkpoint ", path, " records no model.spec in its config");
   lm.model = std::make_unique<nn::Model>(

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <sstream>
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/dist/reducer.hpp"
@@ -241,4 +243,123 @@ TEST(CommandLine, DistZeroIsZeroOrOneAndNeedsRanksAndGradientCommunication) {
   EXPECT_EQ(
       rank_invariant_settings(parse({"--data.train=d/x", "--dist.zero=1"}).config).at("dist.zero"),
       "1");
+}
+
+namespace {
+// Values a careless or hostile user may give a free-text key, each of which a bare INI value
+// would read back as something else: a comment sign, blanks at the ends, quotes, backslashes,
+// other INI readers' comment sign, '=', line breaks, control characters, a section header.
+const std::vector<std::string> kNastyValues = {
+    "a#b",         "#start",         "end#",       " lead",      "trail ",
+    "  both  ",    "\ttab",          "semi;colon", ";",          "eq=ual",
+    "=",           "a = b",          "\"quoted\"", "\"",         "'single'",
+    "back\\slash", "\\\"",           "\\x41",      "new\nline",  "\n",
+    "cr\r",        "\r\n",           "[section]",  "x\x01y\x7f", "caf\xc3\xa9",
+    "k = v # c",   "\"unterminated", "a\"#\"b",    "\\",         "\"\"",
+};
+
+// Every key of the table, read from to_ini's output ("name = " lines under [section]).
+std::vector<std::string> every_key() {
+  std::vector<std::string> keys;
+  std::istringstream in(to_ini(Config{}));
+  std::string section;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    keys.push_back(section + "." + line.substr(0, line.find(" = ")));
+  }
+  return keys;
+}
+}  // namespace
+
+TEST(Config, PrintedConfigRoundTripsNastyValuesOfEveryStringKeyExactly) {
+  int accepted = 0;
+  for (const std::string& key : every_key()) {
+    for (const std::string& value : kNastyValues) {
+      Config c;
+      try {
+        c = parse_config_text("", {key + "=" + value});
+      } catch (const Error&) {
+        continue;  // a number, a boolean or a key with a fixed set of values: refused, fine
+      }
+      ++accepted;
+      const std::string ini = to_ini(c);
+      Config back;
+      ASSERT_EQ(error_of([&] { back = parse_config_text(ini, {}, "printed.ini"); }), "")
+          << key << " = [" << value << "] printed as\n"
+          << ini;
+      EXPECT_EQ(ini_value(ini, key), value) << key << " printed as\n" << ini;
+      EXPECT_EQ(to_ini(back), ini) << key << " = [" << value << "]";
+      EXPECT_EQ(rank_invariant_settings(back), rank_invariant_settings(c)) << key;
+    }
+  }
+  // data.train, data.test, model.spec, train.resume, log.metrics, checkpoint.dir and
+  // checkpoint.export take any text.
+  EXPECT_GE(accepted, 7 * static_cast<int>(kNastyValues.size()));
+  // Through the command line and a file, as a user does it: the same data set and outputs.
+  IniFile printed(
+      to_ini(parse({"--data.train=runs/a#b", "--checkpoint.dir= ck ", "--log.metrics=m;x.jsonl"})
+                 .config),
+      "printed.ini");
+  const Config back = parse({"--config", printed.path}).config;
+  EXPECT_EQ(back.data_train, "runs/a#b");
+  EXPECT_EQ(back.checkpoint_dir, " ck ");
+  EXPECT_EQ(back.log_metrics, "m;x.jsonl");
+}
+
+TEST(Config, PrintedConfigOfAConfigFileWithALineBreakInItsNameReadsBack) {
+  IniFile odd("[train]\nepochs = 2\n", "odd\nname#.ini");
+  const std::string ini = to_ini(parse({"--config", odd.path}).config);
+  EXPECT_EQ(error_of([&] { parse_config_text(ini); }), "") << ini;
+}
+
+TEST(Config, QuotedValuesAreReadAndMalformedOnesAreErrorsNamingTheLine) {
+  Config c = parse_config_text(
+      "[data]\ntrain = \"a#b \\\"c\\\" \\\\ \\x41\"   # a comment\ntest = plain # comment\n");
+  EXPECT_EQ(c.data_train, "a#b \"c\" \\ A");
+  EXPECT_EQ(c.data_test, "plain");
+  EXPECT_EQ(parse_config_text("[data]\ntest = \"\"\n").data_test, "");
+  // A backslash in a bare value is itself (Windows-style paths stay as written).
+  EXPECT_EQ(parse_config_text("[data]\ntest = a\\b\n").data_test, "a\\b");
+  for (const char* bad : {"[data]\ntrain = \"abc\n", "[data]\ntrain = \"a\" b\n",
+                          "[data]\ntrain = \"a\\qb\"\n", "[data]\ntrain = \"a\\x4\"\n"}) {
+    const std::string e = error_of([&] { parse_config_text(bad, {}, "q.ini"); });
+    EXPECT_NE(e.find("cannot parse q.ini: line 2"), std::string::npos) << bad << ": " << e;
+  }
+  EXPECT_NE(error_of([] {
+              parse_config_text("[train]\nepochs\n", {}, "n.ini");
+            }).find("cannot parse n.ini: line 2 is not key = value: 'epochs'"),
+            std::string::npos);
+}
+
+TEST(CommandLine, IntegersAreReadExactlyNeverThroughADouble) {
+  EXPECT_EQ(parse({"--train.seed=9007199254740993"}).config.train_seed, 9007199254740993);
+  EXPECT_EQ(parse({"--train.seed=9223372036854775807"}).config.train_seed,
+            std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(parse_unsigned("18446744073709551615", UINT64_MAX, "--seed"), UINT64_MAX);
+  EXPECT_EQ(parse_unsigned("9007199254740993", UINT64_MAX, "--seed"), 9007199254740993u);
+  EXPECT_EQ(parse_integer("+7", 0, 10, "x"), 7);
+  for (const char* text : {"1e30", "inf", "nan", "1.0", "0x10", " 5", "5 ", "", "-", "+", "1e3"}) {
+    std::string e = args_error({std::string("--train.seed=") + text});
+    EXPECT_NE(e.find(str("key train.seed in the command line: '", text, "' is not an integer")),
+              std::string::npos)
+        << text << ": " << e;
+    e = error_of([&] { parse_unsigned(text, UINT64_MAX, "option --seed"); });
+    EXPECT_NE(e.find(str("option --seed: '", text, "' is not an integer")), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of([] { parse_unsigned("18446744073709551616", UINT64_MAX, "--seed"); })
+                .find("18446744073709551616 is out of range (a 64-bit unsigned integer is at "
+                      "most 18446744073709551615)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_unsigned("-1", UINT64_MAX, "--seed");
+            }).find("-1 is below the minimum 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_integer("99999999999999999999", 0, 4096, "--threads");
+            }).find("is above the maximum 4096"),
+            std::string::npos);
 }

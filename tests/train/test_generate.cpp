@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
 
+#include "lockstep/core/error.hpp"
 #include "lockstep/train/generate.hpp"
 
 using namespace lockstep;
@@ -101,4 +105,83 @@ TEST(Generate, TopKDrawsOnlyAmongTheKMostLikely) {
     EXPECT_TRUE(id == order[0] || id == order[1] || id == order[2])
         << "seed " << seed << ": " << id;
   }
+}
+
+namespace {
+// parse_generate_args over a checkpoint and a prompt plus `extra` options.
+GenerateArgs gen_args(std::vector<std::string> extra) {
+  extra.insert(extra.begin(), {"lockstep-generate", "--checkpoint=c.h5", "--prompt=hi"});
+  std::vector<const char*> argv;
+  for (const auto& a : extra)
+    argv.push_back(a.c_str());
+  return parse_generate_args(static_cast<int>(argv.size()), argv.data());
+}
+std::string gen_error(const std::vector<std::string>& extra) {
+  try {
+    gen_args(extra);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(GenerateArgs, IntegersAreReadExactlyOverTheirWholeRange) {
+  EXPECT_EQ(gen_args({"--seed=18446744073709551615"}).sample.seed, UINT64_MAX);
+  // 2^53 + 1: a double would read it as 2^53, and generate 2^53's text.
+  EXPECT_EQ(gen_args({"--seed=9007199254740993"}).sample.seed, 9007199254740993u);
+  EXPECT_EQ(gen_args({"--seed=0"}).sample.seed, 0u);
+  EXPECT_EQ(gen_args({"--tokens=9223372036854775807"}).tokens, INT64_MAX);
+  EXPECT_EQ(gen_args({"--top-k=3", "--tokens=0", "--threads=2"}).sample.top_k, 3);
+  const GenerateArgs d = gen_args({});
+  EXPECT_EQ(d.tokens, 200);
+  EXPECT_EQ(d.sample.seed, 1u);
+  EXPECT_EQ(d.threads, 1);
+  EXPECT_FALSE(d.ids);
+  EXPECT_TRUE(gen_args({"--ids"}).ids);
+  EXPECT_EQ(gen_args({"--seed=3", "--seed=4"}).sample.seed, 4u);  // a later option wins
+}
+
+TEST(GenerateArgs, AValueThatIsNotAnIntegerInRangeIsAnErrorNamingTheOptionAndTheValue) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--tokens=inf", "option --tokens: 'inf' is not an integer"},
+      {"--tokens=1e30", "option --tokens: '1e30' is not an integer"},
+      {"--tokens=-1", "option --tokens: -1 is below the minimum 0"},
+      {"--seed=1e30", "option --seed: '1e30' is not an integer"},
+      {"--seed=inf", "option --seed: 'inf' is not an integer"},
+      {"--seed=1.5", "option --seed: '1.5' is not an integer"},
+      {"--seed=-1", "option --seed: -1 is below the minimum 0"},
+      {"--seed=18446744073709551616", "option --seed: 18446744073709551616 is out of range"},
+      {"--seed=", "option --seed: '' is not an integer"},
+      {"--top-k=2.5", "option --top-k: '2.5' is not an integer"},
+      {"--temperature=nan", "option --temperature: 'nan' is not a finite number"},
+      {"--temperature=-1", "option --temperature: -1 is below the minimum 0"},
+  };
+  for (const auto& [arg, message] : cases) {
+    const std::string e = gen_error({arg});
+    EXPECT_NE(e.find(message), std::string::npos) << arg << ": " << e;
+  }
+}
+
+TEST(GenerateArgs, ThreadsHaveLockstepTrainsBounds) {
+  EXPECT_EQ(gen_args({"--threads=" + std::to_string(ops::kMaxCpuThreads)}).threads,
+            ops::kMaxCpuThreads);
+  std::string e = gen_error({"--threads=100000"});
+  EXPECT_NE(e.find("option --threads: 100000 is above the maximum " +
+                   std::to_string(ops::kMaxCpuThreads)),
+            std::string::npos)
+      << e;
+  EXPECT_NE(gen_error({"--threads=0"}).find("option --threads: 0 is below the minimum 1"),
+            std::string::npos);
+  EXPECT_NE(gen_error({"--threads=4294967297"}).find("is above the maximum"), std::string::npos);
+}
+
+TEST(GenerateArgs, MalformedCommandLinesSayWhatIsWrong) {
+  EXPECT_NE(gen_error({"--tokens"}).find("option --tokens needs a value"), std::string::npos);
+  EXPECT_NE(gen_error({"--ids=1"}).find("--ids takes no value"), std::string::npos);
+  EXPECT_NE(gen_error({"--sed=1"}).find("unknown option --sed"), std::string::npos);
+  EXPECT_NE(gen_error({"extra"}).find("unexpected argument 'extra'"), std::string::npos);
+  EXPECT_NE(gen_error({"--prompt="}).find("missing --prompt"), std::string::npos);
+  const char* help[] = {"lockstep-generate", "--tokens=x", "-h"};
+  EXPECT_TRUE(parse_generate_args(3, help).help);
 }

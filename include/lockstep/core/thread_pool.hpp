@@ -15,7 +15,9 @@ namespace lockstep {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);  // threads >= 1; the caller is one of them
+  // threads >= 1; the caller is one of them. A thread the system refuses is a lockstep::Error
+  // (the threads already started are joined first).
+  explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -32,6 +34,7 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
+  void stop_workers();
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

@@ -24,6 +24,10 @@ class Backend;
 // Threads per CPU replica when nothing else is said: 1, so that `ranks x threads <= cores`
 // holds by default under mpirun -np <cores>. Single-rank runs set it from the config.
 inline constexpr int kDefaultCpuThreads = 1;
+// The most CPU threads one Context takes (train.threads, lockstep-generate --threads): far beyond
+// any node's cores, and a bound that a mistyped count meets as an error naming the option instead
+// of as std::system_error from the thread pool, or a silent truncation to int.
+inline constexpr int kMaxCpuThreads = 4096;
 
 class Context {
  public:

@@ -98,11 +98,29 @@ ParsedArgs parse_args(int argc, const char* const* argv);
 Config parse_config_text(const std::string& ini, const std::vector<std::string>& overrides = {},
                          const std::string& origin = "<text>");
 
-// The resolved config as an INI file that parse_args accepts back.
+// The resolved config as an INI file that parse_args accepts back, every value exactly: a value
+// that a bare INI value cannot hold (one with '#', ';', '"', a control character, or leading or
+// trailing blanks) is written "quoted", with \" \\ \n \r \t and \xHH escapes (Note [INI values]).
 std::string to_ini(const Config& config);
 // The value of "section.key" in INI text (e.g. a checkpoint's recorded config), read without
 // checking the other keys, so text from another lockstep version reads too; "" when absent.
 std::string ini_value(const std::string& ini, const std::string& key);
+// Whole numbers as lockstep's command lines and config files take them: decimal digits after an
+// optional sign, read exactly (never through a double, where 2^53 + 1 becomes 2^53 and "1e30" or
+// "inf" would pass for an integer) and checked against [min, max]. Errors name `what` (an option
+// or a key and where it came from) and the text: "... is not an integer", "... is above the
+// maximum 4096", "... is out of range (a 64-bit integer is at most ...)".
+std::int64_t parse_integer(const std::string& text, std::int64_t min, std::int64_t max,
+                           const std::string& what, const std::string& hint = "");
+// The same over the whole unsigned 64-bit range (seeds): 0 to 18446744073709551615.
+std::uint64_t parse_unsigned(const std::string& text, std::uint64_t max, const std::string& what,
+                             const std::string& hint = "");
+
+// A finite real number ("0.1", "3e-4", "-2"), checked against [min, max]; errors as above ("'nan'
+// is not a finite number", "1e999 is out of range for a double", "... is below the minimum 0").
+double parse_real(const std::string& text, double min, double max, const std::string& what,
+                  const std::string& hint = "");
+
 // Every key with its default and meaning.
 std::string help_text();
 // "section.key" -> value for the settings that must agree across ranks (all but purely local

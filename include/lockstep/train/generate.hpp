@@ -32,6 +32,22 @@ std::vector<std::int32_t> generate_tokens(ops::Context& ctx, nn::Model& model,
                                           std::vector<std::int32_t>& tokens, std::int64_t count,
                                           const SampleOptions& options);
 
+// lockstep-generate's command line: --name=VALUE options, --ids and --help (-h) without one.
+struct GenerateArgs {
+  std::string checkpoint;
+  std::string prompt;
+  std::string gpt2_dir;  // "" = the GPT-2 files' default place (data::make_tokenizer)
+  std::int64_t tokens = 200;
+  int threads = 1;  // CPU threads, 1 to ops::kMaxCpuThreads as for train.threads
+  bool ids = false;
+  bool help = false;
+  SampleOptions sample;
+};
+// Integers are read exactly over their whole range (--seed: 0 to 2^64 - 1), never through a
+// double; a later option wins over an earlier one. Throws lockstep::Error naming the option and
+// its value for anything else: "option --seed: '1e30' is not an integer".
+GenerateArgs parse_generate_args(int argc, const char* const* argv);
+
 // A language model read back from a training checkpoint, with what encoding prompts needs.
 struct LanguageModel {
   std::unique_ptr<nn::Model> model;
