@@ -6,7 +6,8 @@
 //   lockstep-shard text --input=FILE... --out=DIR [--tokenizer=bytes|gpt2] [--name=train]
 //                       [--shards=N] [--val-fraction=F] [--val-name=val] [--val-shards=N]
 //                       [--documents=file|paragraph|line] [--gpt2-dir=DIR] [--deflate=L]
-//   lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR]   (ids of each line)
+//   lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR] [--whole-file]
+//                           (ids of each line, or of the whole file)
 //   lockstep-shard inspect PATH    (a shard, a folder, a glob or DIR/NAME; image or token shards)
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,8 +48,9 @@ constexpr const char* kUsage =
     "                     [--name=train] [--shards=1] [--val-fraction=0] [--val-name=val]\n"
     "                     [--val-shards=1] [--documents=file|paragraph|line] [--gpt2-dir=DIR]\n"
     "                     [--deflate=0]   (--input takes files or a quoted glob)\n"
-    "  lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR]\n"
-    "                     (prints the token ids of each line of FILE, '-' for stdin)\n"
+    "  lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR] [--whole-file]\n"
+    "                     (prints the token ids of each line of FILE, '-' for stdin; with\n"
+    "                     --whole-file, of the whole file, newlines included, on one line)\n"
     "  lockstep-shard inspect PATH   (a shard file, a folder, a glob, or DIR/NAME)\n";
 
 struct Args {
@@ -263,10 +266,12 @@ int cmd_text(Args& a) {
   return 0;
 }
 
-// One line of ids per line of text (its newline excluded): to see how a tokenizer cuts text, and
-// what tests/scripts/gpt2_reference.sh compares with the reference encoder.
+// One line of ids per line of text (its newline excluded), or with --whole-file one line of the
+// ids of the whole text, newlines included: to see how a tokenizer cuts text, and what
+// tests/scripts/gpt2_reference.sh compares with tiktoken.
 int cmd_tokenize(Args& a) {
   const std::string name = a.get("tokenizer", "bytes"), gpt2_dir = a.get("gpt2-dir", "");
+  const bool whole_file = a.get("whole-file", "0") == "1";
   a.check_all_used();
   LOCKSTEP_CHECK_HINT(a.positional.size() == 1, "lockstep-shard tokenize FILE",
                       "tokenize takes one file");
@@ -280,6 +285,21 @@ int cmd_tokenize(Args& a) {
   std::istream& in = path == "-" ? std::cin : file;
   std::string line, out;
   std::vector<std::int32_t> ids;
+  if (whole_file) {
+    std::ostringstream text;
+    text << in.rdbuf();
+    try {
+      tokenizer->encode(text.str(), ids);
+    } catch (const Error& e) {
+      LOCKSTEP_FAIL_HINT(e.hint(), path, ": ", e.message());
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (i) out += ' ';
+      out += std::to_string(ids[i]);
+    }
+    std::puts(out.c_str());
+    return 0;
+  }
   for (std::int64_t n = 1; std::getline(in, line); ++n) {
     ids.clear();
     try {
