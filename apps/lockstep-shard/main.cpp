@@ -6,12 +6,14 @@
 //   lockstep-shard text --input=FILE... --out=DIR [--tokenizer=bytes|gpt2] [--name=train]
 //                       [--shards=N] [--val-fraction=F] [--val-name=val] [--val-shards=N]
 //                       [--documents=file|paragraph|line] [--gpt2-dir=DIR] [--deflate=L]
+//                       [--overwrite]
 //   lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR] [--whole-file]
 //                           (ids of each line, or of the whole file)
 //   lockstep-shard inspect PATH    (a shard, a folder, a glob or DIR/NAME; image or token shards)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -24,6 +26,7 @@
 #include "lockstep/core/error.hpp"
 #include "lockstep/data/dataset.hpp"
 #include "lockstep/data/importers.hpp"
+#include "lockstep/data/shard.hpp"
 #include "lockstep/data/text_corpus.hpp"
 #include "lockstep/data/token_dataset.hpp"
 #include "lockstep/data/token_shard.hpp"
@@ -47,7 +50,9 @@ constexpr const char* kUsage =
     "  lockstep-shard text --input=FILE [--input=FILE ...] --out=DIR [--tokenizer=bytes|gpt2]\n"
     "                     [--name=train] [--shards=1] [--val-fraction=0] [--val-name=val]\n"
     "                     [--val-shards=1] [--documents=file|paragraph|line] [--gpt2-dir=DIR]\n"
-    "                     [--deflate=0]   (--input takes files or a quoted glob)\n"
+    "                     [--deflate=0] [--overwrite]   (--input takes files or a quoted glob;\n"
+    "                     shards of the two names that this run would not replace are an\n"
+    "                     error, or with --overwrite removed)\n"
     "  lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR] [--whole-file]\n"
     "                     (prints the token ids of each line of FILE, '-' for stdin; with\n"
     "                     --whole-file, of the whole file, newlines included, on one line)\n"
@@ -236,9 +241,29 @@ int cmd_text(Args& a) {
   options.val_fraction = a.get_double("val-fraction", 0);
   options.documents = document_split_from_name(a.get("documents", "file"));
   const int deflate = static_cast<int>(a.get_int("deflate", kDefaultDeflateLevel));
+  const bool overwrite = a.get("overwrite", "0") == "1";
   a.check_all_used();
   LOCKSTEP_CHECK_HINT(options.val_fraction == 0 || val_name != name, "give another --val-name",
                       "--val-name=", val_name, " is the name of the training split");
+  // Shards of an earlier run into the same folder that this run would not overwrite (another
+  // shard count, or a validation split this run does not make) would be read with the new ones
+  // by DIR and DIR/NAME: refused before any work, or with --overwrite removed once the new set
+  // is written.
+  std::vector<std::string> planned;
+  for (std::int64_t s = 0; s < shards; ++s)
+    planned.push_back(shard_file_name(name, s, shards));
+  for (std::int64_t s = 0; options.val_fraction > 0 && s < val_shards; ++s)
+    planned.push_back(shard_file_name(val_name, s, val_shards));
+  const auto stale = stale_shard_files(out, {name, val_name}, planned);
+  if (!stale.empty() && !overwrite) {
+    std::string list;
+    for (const auto& f : stale)
+      list += (list.empty() ? "" : ", ") + f;
+    LOCKSTEP_FAIL_HINT("remove them, or pass --overwrite to have them removed", "--out=", out,
+                       " holds ", stale.size(), " shard file(s) of an earlier run that this run ",
+                       "would not replace, which readers of the folder would mix with the new ",
+                       "ones: ", list);
+  }
 
   auto tokenizer = make_tokenizer(tokenizer_name, gpt2_dir);
   const TokenSplits splits = tokenize_corpus(files, *tokenizer, options);
@@ -263,6 +288,11 @@ int cmd_text(Args& a) {
   };
   write(splits.train, name, shards, splits.train_documents);
   if (options.val_fraction > 0) write(splits.val, val_name, val_shards, splits.val_documents);
+  for (const auto& f : stale) {
+    std::error_code ec;
+    LOCKSTEP_CHECK(std::filesystem::remove(f, ec) || !ec, "cannot remove ", f, ": ", ec.message());
+    std::printf("removed %s (--overwrite: a shard of an earlier run)\n", f.c_str());
+  }
   return 0;
 }
 
