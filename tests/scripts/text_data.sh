@@ -38,7 +38,7 @@ awk -v h="$h" 'BEGIN { exit !(h > 2.5 && h < 3.5) }' || fail "unigram entropy $h
 
 # ---- GPT-2's shards, from gpt2.tiktoken (scripts/install-deps.sh --gpt2), when it is there.
 GPT2=${LOCKSTEP_GPT2_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/gpt2}
-if [ -f "$GPT2/gpt2.tiktoken" ] || [ -f "$GPT2/encoder.json" ]; then
+if [ -f "$GPT2/gpt2.tiktoken" ] || { [ -f "$GPT2/encoder.json" ] && [ -f "$GPT2/vocab.bpe" ]; }; then
   "$SHARD" inspect "$WORK/data/kjv-gpt2/val" >"$WORK/inspect-gpt2.log" 2>&1 ||
     { cat "$WORK/make.log" "$WORK/inspect-gpt2.log"; fail "make-text-data.sh made no kjv-gpt2 with the vocabulary in $GPT2"; }
   cat "$WORK/inspect-gpt2.log"
