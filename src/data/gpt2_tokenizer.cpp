@@ -420,8 +420,8 @@ class Gpt2Tokenizer final : public Tokenizer {
   // tiktoken's byte_pair_encode: a piece that is a token is that token; else, starting from its
   // bytes, merge the leftmost adjacent pair whose union is the lowest-ranked token, one pair at a
   // time, until no pair is a token. (encoder.py merges every occurrence of the best pair at once
-  // and knows only vocab.bpe's pairs; on GPT-2's vocabulary the two agree on the text we tried,
-  // and tiktoken is the reference here: tests/scripts/gpt2_reference.sh.)
+  // and knows only vocab.bpe's pairs; the encodings of tests/data/gpt2_known_encodings.inc, made
+  // by a port of it, agree, but tiktoken is the reference: tests/scripts/gpt2_reference.sh.)
   std::vector<std::int32_t> bpe(std::string_view piece) const {
     if (auto it = id_of_.find(piece); it != id_of_.end()) return {it->second};
     std::vector<std::int32_t> word;
