@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -47,6 +48,12 @@ bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+std::string this_host() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
 TEST(AbortJob, EndsEveryRankWhenOneThrows) {
   auto job = run_test_mpi(2, "--lockstep-abort-demo", 60);
   if (!job) GTEST_SKIP() << "LOCKSTEP_BUILD_DIR/tests/test_mpi not available (run through ctest)";
@@ -78,7 +85,11 @@ TEST(HungRank, AnIdleRankIsNamedWithWhereItStandsAndTheJobEnds) {
                   "(rank 0's expired first; this rank waited"))
       << job->output;
   EXPECT_TRUE(has(job->output, "rank 2 did not arrive")) << job->output;
-  EXPECT_TRUE(has(job->output, "rank 2: not in a collective: finished #3 barrier()"))
+  // Every peer line names where the rank runs; the last line lists the suspect host.
+  const std::string host = this_host();
+  EXPECT_TRUE(has(job->output, "rank 2 (" + host + ", pid ")) << job->output;
+  EXPECT_TRUE(has(job->output, "): not in a collective: finished #3 barrier()")) << job->output;
+  EXPECT_TRUE(has(job->output, "rank 0:   suspect hosts: " + host + " (of rank 2)\n"))
       << job->output;
   EXPECT_TRUE(has(job->output, "waiting in it too: rank")) << job->output;
   // The idle rank says so itself.
@@ -99,7 +110,10 @@ TEST(HungRank, AStoppedRankIsNamedAsNotAnsweringAndTheJobEnds) {
                   "training step 7 did not complete within dist.timeout_s = 5 s; "
                   "rank 1 did not arrive"))
       << job->output;
-  EXPECT_TRUE(has(job->output, "rank 0:   rank 1: no answer within 2.0 s")) << job->output;
+  EXPECT_TRUE(has(job->output, "rank 0:   rank 1 (" + this_host() + ", pid ")) << job->output;
+  EXPECT_TRUE(has(job->output, "): no answer within 2.0 s")) << job->output;
+  EXPECT_TRUE(has(job->output, "rank 0:   suspect hosts: " + this_host() + " (of rank 1)\n"))
+      << job->output;
 }
 
 }  // namespace

@@ -12,7 +12,8 @@
 BUILD=$(cd "${1:?usage: checkpoint_async.sh BUILD_DIR}" && pwd)
 source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.bash"
 e2e_require_trainer
-"$TRAIN" --help 2>/dev/null | grep -q "checkpoint.async" || skip "this lockstep-train has no checkpoint.async"
+help=$("$TRAIN" --help 2>/dev/null)  # captured: grep -q would end the pipe early (pipefail)
+grep -q "checkpoint.async" <<<"$help" || skip "this lockstep-train has no checkpoint.async"
 e2e_workdir checkpoint-async
 e2e_make_data
 e2e_write_config

@@ -13,7 +13,8 @@
 BUILD=$(cd "${1:?usage: doctor.sh BUILD_DIR}" && pwd)
 source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.bash"
 e2e_require_trainer
-"$TRAIN" --help 2>/dev/null | grep -q -- "--doctor" || skip "this lockstep-train has no --doctor"
+help=$("$TRAIN" --help 2>/dev/null)  # captured: grep -q would end the pipe early (pipefail)
+grep -q -- "--doctor" <<<"$help" || skip "this lockstep-train has no --doctor"
 e2e_workdir doctor
 e2e_make_data
 e2e_write_config
