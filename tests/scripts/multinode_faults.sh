@@ -84,19 +84,7 @@ done
 
 # ---- 2. a requeued 2-host job resumes from its checkpoint.
 ck=$WORK/ck
-cat >"$WORK/train-wrapper.sh" <<WRAP
-#!/bin/bash
-# A resumed start runs 16-20 more steps; the first runs until signalled (as fault_slurm_requeue.sh).
-last=\$(ls "$ck"/ckpt-*.h5 2>/dev/null | sort | tail -n1)
-extra=()
-if [ -n "\$last" ]; then
-  s=\$(basename "\$last" .h5 | sed 's/^ckpt-0*//; s/^\$/0/')
-  extra=(--train.max_steps=\$(((s / 5 + 4) * 5)))
-fi
-exec "$TRAIN" "\$@" "\${extra[@]}" --log.metrics="$WORK/requeue-\${SLURM_RESTART_COUNT:-0}.jsonl" \
-  --checkpoint.every_steps=5 --checkpoint.keep=3 --log.every=1
-WRAP
-chmod +x "$WORK/train-wrapper.sh"
+write_requeue_wrapper "$WORK/train-wrapper.sh" "$ck" "$WORK/requeue"
 note "slurm/train-requeue.sbatch on 2 hosts x 2 ranks"
 TRAIN=$WORK/train-wrapper.sh LOCKSTEP_CHECKPOINT_DIR=$ck submit_job requeue -N2 \
   --ntasks-per-node=2 --open-mode=append "$SOURCE/slurm/train-requeue.sbatch" "$WORK/tiny.ini" \

@@ -91,3 +91,24 @@ submit_and_wait() {
     fail "$1 (job $JOB) ended $state, ExitCode $code"
   fi
 }
+
+# write_requeue_wrapper FILE CHECKPOINT_DIR METRICS_PREFIX [ARGS...]: a lockstep-train wrapper for
+# slurm/train-requeue.sbatch jobs (LOCKSTEP_TRAIN=FILE): the first start runs until stopped; a
+# start that finds a checkpoint runs to the 4th multiple of 5 after it (16-20 more steps). Each
+# start logs to METRICS_PREFIX-<SLURM_RESTART_COUNT>.jsonl, checkpoints every 5 steps, and gets ARGS.
+write_requeue_wrapper() {
+  local file=$1 ck=$2 metrics=$3
+  shift 3
+  cat >"$file" <<WRAP
+#!/bin/bash
+last=\$(ls "$ck"/ckpt-*.h5 2>/dev/null | sort | tail -n1)
+extra=()
+if [ -n "\$last" ]; then
+  s=\$(basename "\$last" .h5 | sed 's/^ckpt-0*//; s/^\$/0/')
+  extra=(--train.max_steps=\$(((s / 5 + 4) * 5)))
+fi
+exec "$TRAIN" "\$@" "\${extra[@]}" --log.metrics="$metrics-\${SLURM_RESTART_COUNT:-0}.jsonl" \
+  --checkpoint.every_steps=5 --checkpoint.keep=3 --log.every=1 $*
+WRAP
+  chmod +x "$file"
+}

@@ -22,19 +22,7 @@ E2E_EPOCHS=100000 e2e_write_config
 
 for case in stalled dead; do
   ck=$WORK/ck-$case
-  # Runs until node2 goes bad; a resumed start runs 16-20 more steps (as multinode_faults.sh).
-  cat >"$WORK/wrapper-$case.sh" <<WRAP
-#!/bin/bash
-last=\$(ls "$ck"/ckpt-*.h5 2>/dev/null | sort | tail -n1)
-extra=()
-if [ -n "\$last" ]; then
-  s=\$(basename "\$last" .h5 | sed 's/^ckpt-0*//; s/^\$/0/')
-  extra=(--train.max_steps=\$(((s / 5 + 4) * 5)))
-fi
-exec "$TRAIN" "\$@" "\${extra[@]}" --log.metrics="$WORK/$case-\${SLURM_RESTART_COUNT:-0}.jsonl" \
-  --checkpoint.every_steps=5 --checkpoint.keep=3 --log.every=1 --dist.timeout_s=8
-WRAP
-  chmod +x "$WORK/wrapper-$case.sh"
+  write_requeue_wrapper "$WORK/wrapper-$case.sh" "$ck" "$WORK/$case" --dist.timeout_s=8
   note "$case: slurm/train-requeue.sbatch, 2 of 3 hosts x 2 ranks"
   TRAIN=$WORK/wrapper-$case.sh LOCKSTEP_CHECKPOINT_DIR=$ck submit_job "avoid-$case" -N2 \
     --ntasks-per-node=2 --open-mode=append \
@@ -83,7 +71,8 @@ WRAP
   [ "$(latest_step "$ck")" = $(((stop / 5 + 4) * 5)) ] || fail "$case: the second start did not finish"
   if [ $case = stalled ]; then
     grep -q "suspect hosts: node2 (of ranks 2, 3)" "$OUT" || { cat "$OUT"; fail "no report naming node2"; }
-    grep -q "lockstep-requeue: ranks on node2 stalled (status 1); the newest checkpoint is at step $stop; requeuing job $JOB, excluding node2" "$OUT" ||
+    grep -q "lockstep-requeue: ranks on node2 stalled (status 1); the newest checkpoint is at step $stop; requeuing job $JOB, excluding node2" "$OUT" &&
+      grep -q "lockstep-requeue: job $JOB excludes node2" "$OUT" ||
       { cat "$OUT"; fail "the job script did not say that it requeues without node2"; }
   fi
   grep "lockstep-requeue\|suspect\|resumed from" "$OUT"
