@@ -67,14 +67,15 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> space(const std::string& 
                    static_cast<std::uint64_t>(s.f_blocks) * s.f_frsize};
 }
 
-// "eth0 10.0.0.5, ib0 10.1.0.5": the IPv4 interfaces that are up, loopback excluded.
+// "eth0 10.0.0.5, ib0 10.1.0.5": the IPv4 interfaces that are up with a link (running),
+// loopback excluded.
 std::string interfaces() {
   struct ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return "";
   std::string out;
   for (struct ifaddrs* a = list; a; a = a->ifa_next) {
     if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || (a->ifa_flags & IFF_LOOPBACK) ||
-        !(a->ifa_flags & IFF_UP))
+        !(a->ifa_flags & IFF_UP) || !(a->ifa_flags & IFF_RUNNING))
       continue;
     char address[INET_ADDRSTRLEN] = {};
     inet_ntop(AF_INET, &reinterpret_cast<struct sockaddr_in*>(a->ifa_addr)->sin_addr, address,
@@ -82,6 +83,20 @@ std::string interfaces() {
     out += (out.empty() ? "" : ", ") + std::string(a->ifa_name) + " " + address;
   }
   freeifaddrs(list);
+  return out;
+}
+
+// "ib0 eth1": the interfaces that exist but are down (a cable out, a port disabled).
+std::string interfaces_down() {
+  struct ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::set<std::string> down;
+  for (struct ifaddrs* a = list; a; a = a->ifa_next)
+    if (!(a->ifa_flags & IFF_UP) || !(a->ifa_flags & IFF_RUNNING)) down.insert(a->ifa_name);
+  freeifaddrs(list);
+  std::string out;
+  for (const std::string& name : down)
+    out += (out.empty() ? "" : " ") + name;
   return out;
 }
 
@@ -133,6 +148,7 @@ Record probe(const Config& config, comm::Communicator& comm, const std::string& 
     r["shm_total"] = std::to_string(shm->second);
   }
   r["interfaces"] = interfaces();
+  r["interfaces_down"] = interfaces_down();
   r["infiniband"] = std::to_string(infiniband_devices());
   for (const char* variable :
        {"NCCL_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include",
@@ -225,7 +241,9 @@ std::vector<DoctorFinding> run_doctor(const Config& config, comm::Communicator& 
         if (!name.empty() && name.find('/') == std::string::npos &&
             !has_interface(a["interfaces"], name))
           error(str(who(r), ": ", variable, "=", it->second, " names interface '", name,
-                    "', which this host does not have (it has: ",
+                    (" " + a["interfaces_down"] + " ").find(" " + name + " ") != std::string::npos
+                        ? "', which is down on this host (its interfaces that are up: "
+                        : "', which this host does not have (it has: ",
                     a["interfaces"].empty() ? "none" : a["interfaces"], ")"));
     }
     if (a.count("gpu_error")) error(str(who(r), ": ", a["gpu_error"]));
