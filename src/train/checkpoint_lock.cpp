@@ -16,10 +16,10 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/train/config.hpp"
 
 namespace fs = std::filesystem;
 
@@ -40,12 +40,7 @@ std::string read_all(int fd) {
 
 // "host H, pid P, Slurm job J, since T" from the file's key=value lines; "" when it is empty.
 std::string describe_holder(const std::string& text) {
-  std::map<std::string, std::string> fields;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) fields[line.substr(0, eq)] = line.substr(eq + 1);
-  }
+  std::map<std::string, std::string> fields = parse_key_value_lines(text);
   if (fields.empty()) return "";
   auto field = [&](const char* key) {
     auto it = fields.find(key);
@@ -64,8 +59,10 @@ std::string holder_record() {
   const std::time_t now = std::time(nullptr);
   char since[32];
   std::strftime(since, sizeof since, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return str("host=", host, "\npid=", ::getpid(), "\nslurm_job_id=", job ? job : "",
-             "\nsince=", since, "\n");
+  return key_value_lines({{"host", host},
+                          {"pid", std::to_string(::getpid())},
+                          {"slurm_job_id", job ? job : ""},
+                          {"since", since}});
 }
 
 int open_lock_file(const std::string& dir, const std::string& path) {

@@ -789,4 +789,37 @@ std::map<std::string, std::string> rank_invariant_settings(const Config& c) {
   return out;
 }
 
+std::string key_value_lines(const std::map<std::string, std::string>& values) {
+  std::string out;
+  for (const auto& [key, value] : values) {
+    out += key + '=';
+    for (char ch : value)
+      out += ch == '\n'   ? std::string("\\n")
+             : ch == '\\' ? std::string("\\\\")
+                          : std::string(1, ch);
+    out += '\n';
+  }
+  return out;
+}
+
+std::map<std::string, std::string> parse_key_value_lines(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string value;
+    for (std::size_t i = eq + 1; i < line.size(); ++i) {
+      if (line[i] == '\\' && i + 1 < line.size()) {
+        ++i;
+        value += line[i] == 'n' ? '\n' : line[i];
+      } else {
+        value += line[i];
+      }
+    }
+    out[line.substr(0, eq)] = std::move(value);
+  }
+  return out;
+}
+
 }  // namespace lockstep::train

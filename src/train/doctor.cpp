@@ -28,36 +28,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// One rank's answers, as "key=value" lines (values hold no newline).
+// One rank's answers, gathered as key_value_lines.
 using Record = std::map<std::string, std::string>;
-
-std::string one_line(std::string s) {
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  return s;
-}
-
-std::string serialize(const Record& record) {
-  std::string out;
-  for (const auto& [key, value] : record)
-    out += key + "=" + one_line(value) + "\n";
-  return out;
-}
-
-Record parse(const std::string& text) {
-  Record record;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    auto eq = line.find('=');
-    if (eq != std::string::npos) record[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return record;
-}
-
-std::string mib(std::uint64_t bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.0f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buffer;
-}
 
 // Free and total bytes of the file system holding `path`, or nullopt when it does not exist.
 std::optional<std::pair<std::uint64_t, std::uint64_t>> space(const std::string& path) {
@@ -205,8 +177,8 @@ std::vector<DoctorFinding> run_doctor(const Config& config, comm::Communicator& 
   mine["clock"] = str(
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   std::vector<Record> all;
-  for (const std::string& text : comm.allgather(serialize(mine)))
-    all.push_back(parse(text));
+  for (const std::string& text : comm.allgather(key_value_lines(mine)))
+    all.push_back(parse_key_value_lines(text));
 
   auto who = [&](std::size_t r) { return str("rank ", r, " (", all[r]["host"], ")"); };
   std::set<std::string> hosts;
@@ -223,9 +195,9 @@ std::vector<DoctorFinding> run_doctor(const Config& config, comm::Communicator& 
                 ": /dev/shm is missing; Open MPI and NCCL keep shared-memory segments "
                 "there"));
     } else if (std::stoull(a["shm_free"]) < shm_bytes_needed(local_size)) {
-      error(str(who(r), ": /dev/shm has ", mib(std::stoull(a["shm_free"])), " free of ",
-                mib(std::stoull(a["shm_total"])), ", but ", local_size,
-                " rank(s) on this node need at least ", mib(shm_bytes_needed(local_size)),
+      error(str(who(r), ": /dev/shm has ", format_bytes(std::stoull(a["shm_free"])), " free of ",
+                format_bytes(std::stoull(a["shm_total"])), ", but ", local_size,
+                " rank(s) on this node need at least ", format_bytes(shm_bytes_needed(local_size)),
                 " (hint: a container needs --shm-size, e.g. docker run --shm-size=1g)"));
     }
     for (const char* variable :
@@ -255,7 +227,7 @@ std::vector<DoctorFinding> run_doctor(const Config& config, comm::Communicator& 
                   " is not writable by this user"));
       else if (a.count("ckpt_free") && std::stoull(a["ckpt_free"]) < (1ull << 30))
         warn(str(who(r), ": checkpoint.dir = ", config.checkpoint_dir, ": only ",
-                 mib(std::stoull(a["ckpt_free"])), " free in ", a["ckpt_folder"]));
+                 format_bytes(std::stoull(a["ckpt_free"])), " free in ", a["ckpt_folder"]));
     }
     for (const char* key : {"data.train", "data.test"})
       if (a.count(key) && !a[key].empty())
@@ -306,10 +278,12 @@ std::vector<DoctorFinding> run_doctor(const Config& config, comm::Communicator& 
       Record& a = all[r];
       out += str(
           "  rank ", r, ": ", a["host"], " pid ", a["pid"], ", local ", a["local"], ", /dev/shm ",
-          a.count("shm_free") ? mib(std::stoull(a["shm_free"])) + " free" : "missing", ", net ",
-          a["interfaces"].empty() ? "none" : a["interfaces"], ", infiniband ", a["infiniband"],
-          ", GPUs ", a["gpus"], a.count("gpu") ? " (drives " + a["gpu"] + ")" : "",
-          a.count("ckpt_free") ? ", checkpoint.dir free " + mib(std::stoull(a["ckpt_free"])) : "",
+          a.count("shm_free") ? format_bytes(std::stoull(a["shm_free"])) + " free" : "missing",
+          ", net ", a["interfaces"].empty() ? "none" : a["interfaces"], ", infiniband ",
+          a["infiniband"], ", GPUs ", a["gpus"], a.count("gpu") ? " (drives " + a["gpu"] + ")" : "",
+          a.count("ckpt_free")
+              ? ", checkpoint.dir free " + format_bytes(std::stoull(a["ckpt_free"]))
+              : "",
           ", data ",
           a["data.train"].empty() && (!a.count("data.test") || a["data.test"].empty())
               ? "readable"

@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "lockstep/comm/bootstrap.hpp"
@@ -201,23 +200,11 @@ const data::Dataset* Run::test_data() const {
 }
 
 void check_config_agrees(comm::Communicator& comm, const Config& config) {
-  std::ostringstream text;
-  for (const auto& [key, value] : rank_invariant_settings(config))
-    text << key << '=' << value << '\n';
-  std::vector<std::string> all = comm.allgather(text.str());
-  auto parse = [](const std::string& s) {
-    std::map<std::string, std::string> m;
-    std::istringstream in(s);
-    for (std::string line; std::getline(in, line);) {
-      auto eq = line.find('=');
-      if (eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 1);
-    }
-    return m;
-  };
-  auto reference = parse(all[0]);
+  std::vector<std::string> all = comm.allgather(key_value_lines(rank_invariant_settings(config)));
+  auto reference = parse_key_value_lines(all[0]);
   for (std::size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
-    auto other = parse(all[r]);
+    auto other = parse_key_value_lines(all[r]);
     std::string diff;
     for (const auto& [key, value] : reference) {
       if (other[key] == value) continue;

@@ -3,7 +3,8 @@
 # background thread while training goes on (include/lockstep/train/state.hpp).
 #   1. The files are the synchronous ones: the same steps, and each file's tensors_crc32 equal to
 #      the synchronous run's at that step (1 rank, and ZeRO-1 on 2 ranks, whose optimizer state is
-#      gathered at the step).
+#      gathered at the step); and on the emulated GPU (train.device = emu), where the state is
+#      copied from device memory the host cannot read, equal to the CPU's synchronous files.
 #   2. A SIGKILL while a background write is in flight (a DIR/.tmp-* file exists) loses nothing
 #      older: every checkpoint complete before the kill is still there and reads back, and
 #      train.resume=auto continues from the newest and finishes.
@@ -44,6 +45,18 @@ for case in "1-rank|1|" "zero1-2-ranks|2|--dist.zero=1 --optim.name=adamw --opti
   [ "$(grep -c '"event": "checkpoint".*"async": true' "$WORK/$name-async.jsonl")" = 5 ] ||
     fail "$name: expected 5 checkpoint records marked async"
 done
+
+if grep -q "emu" <<<"$help"; then
+  run_train 1 "$log" --train.device=emu --checkpoint.dir="$WORK/emu-async" --checkpoint.every_steps=4 \
+    --checkpoint.keep=100 --train.max_steps=20 --checkpoint.async=true --log.metrics="$WORK/emu.jsonl" ||
+    { show_log "$log"; fail "emu async: the run failed"; }
+  a=$(crcs "$WORK/1-rank-sync")
+  b=$(crcs "$WORK/emu-async")
+  echo "emu: async $b"
+  [ "$a" = "$b" ] || fail "emu: the asynchronous checkpoints differ from the CPU's synchronous ones"
+else
+  echo "emu: not run (this lockstep-train has no emulated device, -DLOCKSTEP_EMU=OFF)"
+fi
 
 note "2. SIGKILL during a background write"
 # A model large enough (2 x 1024^2 parameters + Adam state: ~25 MB a file) that the write takes

@@ -53,7 +53,7 @@ if [ "$(id -u)" = 0 ] && unshare -m --propagation private true 2>/dev/null; then
   "${MPI[@]}" -np 1 "${DOCTOR[@]}" : -np 1 unshare -m --propagation private sh -c \
     "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec $(printf '%q ' "${DOCTOR[@]}")" >"$out" 2>&1
   expect_error "a 1 MiB /dev/shm on rank 1" \
-    "^error: rank 1 \($HOST\): /dev/shm has 1 MiB free of 1 MiB, but 2 rank\(s\) on this node need at least 128 MiB"
+    "^error: rank 1 \($HOST\): /dev/shm has 1\.0 MiB free of 1\.0 MiB, but 2 rank\(s\) on this node need at least 128\.0 MiB"
 else
   echo "data missing on one host, tiny /dev/shm: not run (need root and unshare -m)"
 fi

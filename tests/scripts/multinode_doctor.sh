@@ -55,7 +55,7 @@ note "a tiny /dev/shm on node2"
 "${MPI[@]}" -np 2 --host node1:2 "${DOCTOR[@]}" : -np 2 --host node2:2 unshare -m --propagation private \
   sh -c "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec $(printf '%q ' "${DOCTOR[@]}")" >"$out" 2>&1
 expect_error "tiny /dev/shm" \
-  "^error: rank [23] \(node2\): /dev/shm has 1 MiB free of 1 MiB, but 2 rank\(s\) on this node need at least 128 MiB"
+  "^error: rank [23] \(node2\): /dev/shm has 1\.0 MiB free of 1\.0 MiB, but 2 rank\(s\) on this node need at least 128\.0 MiB"
 
 note "the data missing on node2"
 "${MPI[@]}" -np 2 --host node1:2 "${DOCTOR[@]}" : -np 2 --host node2:2 unshare -m --propagation private \

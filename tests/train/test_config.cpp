@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "lockstep/core/error.hpp"
@@ -362,4 +364,14 @@ TEST(CommandLine, IntegersAreReadExactlyNeverThroughADouble) {
               parse_integer("99999999999999999999", 0, 4096, "--threads");
             }).find("is above the maximum 4096"),
             std::string::npos);
+}
+
+TEST(KeyValueLines, RoundTripValuesWithLineBreaksBackslashesAndEqualSigns) {
+  const std::map<std::string, std::string> values = {
+      {"a", ""}, {"b", "x=y"}, {"c", "two\nlines"}, {"d", "back\\slash\\n"}, {"e", " blanks "}};
+  const std::string text = key_value_lines(values);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 5) << "one line per key:\n" << text;
+  EXPECT_EQ(parse_key_value_lines(text), values);
+  EXPECT_EQ(parse_key_value_lines("no equal sign\nk=v\n"),
+            (std::map<std::string, std::string>{{"k", "v"}}));
 }

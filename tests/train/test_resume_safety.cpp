@@ -26,12 +26,7 @@ TrainResult train_run(const Config& c) {
   return train_loop(*run);
 }
 
-// The text of the Error setup_run throws, or "" (and a test failure) when it succeeds.
-
-std::string bytes_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test::file_bytes;
 
 // A run that leaves ckpt-2 and ckpt-4 in DIR/ckpt.
 struct Fixture {
@@ -61,14 +56,14 @@ TEST(ResumeSafety, AutoOverOnlyUnreadableCheckpointsIsAnErrorNamingTheNewestAndW
     io.seekp(static_cast<std::streamoff>(fs::file_size(f.ckpt2) / 2));
     io.put('\x5a');  // one byte of damage
   }
-  const std::string damaged2 = bytes_of(f.ckpt2), damaged4 = bytes_of(f.ckpt4);
+  const std::string damaged2 = file_bytes(f.ckpt2), damaged4 = file_bytes(f.ckpt4);
   Config c = f.config;
   c.train_resume = "auto";
   const std::string error = test::setup_error(c);
   EXPECT_NE(error.find(f.ckpt4 + ": truncated"), std::string::npos) << error;
   // The damaged files are evidence and maybe recoverable: untouched.
-  EXPECT_TRUE(bytes_of(f.ckpt2) == damaged2) << f.ckpt2 << " changed";
-  EXPECT_TRUE(bytes_of(f.ckpt4) == damaged4) << f.ckpt4 << " changed";
+  EXPECT_TRUE(file_bytes(f.ckpt2) == damaged2) << f.ckpt2 << " changed";
+  EXPECT_TRUE(file_bytes(f.ckpt4) == damaged4) << f.ckpt4 << " changed";
 }
 
 // A newest checkpoint auto cannot read (here: of a newer format version) is not skipped: a run
@@ -80,31 +75,31 @@ TEST(ResumeSafety, AutoStopsAtAnUnreadableNewestCheckpointInsteadOfResumingBelow
     io.seekp(static_cast<std::streamoff>(std::string("LOCKSTEP-CHECKPOINT ").size()));
     io.put('2');  // "LOCKSTEP-CHECKPOINT 2": the header is outside the file checksum
   }
-  const std::string newer = bytes_of(f.ckpt4), older = bytes_of(f.ckpt2);
+  const std::string newer = file_bytes(f.ckpt4), older = file_bytes(f.ckpt2);
   Config c = f.config;
   c.train_resume = "auto";
   c.train_max_steps = 6;
   const std::string error = test::setup_error(c);
   EXPECT_NE(error.find(f.ckpt4 + ": checkpoint format version 2"), std::string::npos) << error;
   EXPECT_NE(error.find("ckpt-00000002.h5"), std::string::npos) << error;  // the way out
-  EXPECT_TRUE(bytes_of(f.ckpt4) == newer) << f.ckpt4 << " changed";
-  EXPECT_TRUE(bytes_of(f.ckpt2) == older) << f.ckpt2 << " changed";
+  EXPECT_TRUE(file_bytes(f.ckpt4) == newer) << f.ckpt4 << " changed";
+  EXPECT_TRUE(file_bytes(f.ckpt2) == older) << f.ckpt2 << " changed";
 }
 
 TEST(ResumeSafety, FreshStartOverExistingCheckpointsNeedsAnExplicitChoice) {
   Fixture f;
-  const std::string before = bytes_of(f.ckpt4);
+  const std::string before = file_bytes(f.ckpt4);
   Config c = f.config;  // train.resume empty
   const std::string error = test::setup_error(c);
   EXPECT_NE(error.find("already holds 2 checkpoint(s)"), std::string::npos) << error;
   EXPECT_NE(error.find("--train.resume=auto"), std::string::npos) << error;
   EXPECT_NE(error.find("--train.resume=fresh"), std::string::npos) << error;
-  EXPECT_TRUE(bytes_of(f.ckpt4) == before) << f.ckpt4 << " changed";
+  EXPECT_TRUE(file_bytes(f.ckpt4) == before) << f.ckpt4 << " changed";
 }
 
 TEST(ResumeSafety, ResumeFreshMovesTheOldCheckpointsAsideAndStartsFromStepZero) {
   Fixture f;
-  const std::string old4 = bytes_of(f.ckpt4);
+  const std::string old4 = file_bytes(f.ckpt4);
   Config c = f.config;
   c.train_resume = "fresh";
   c.train_max_steps = 3;
@@ -118,7 +113,7 @@ TEST(ResumeSafety, ResumeFreshMovesTheOldCheckpointsAsideAndStartsFromStepZero) 
     if (e.is_directory() && e.path().filename().string().rfind("replaced-", 0) == 0)
       aside.push_back(e.path());
   ASSERT_EQ(aside.size(), 1u);
-  EXPECT_TRUE(bytes_of((aside[0] / "ckpt-00000004.h5").string()) == old4)
+  EXPECT_TRUE(file_bytes((aside[0] / "ckpt-00000004.h5").string()) == old4)
       << (aside[0] / "ckpt-00000004.h5").string() << " changed";
   EXPECT_TRUE(fs::exists(aside[0] / "ckpt-00000002.h5"));
 }
@@ -127,7 +122,7 @@ TEST(ResumeSafety, ResumeFreshMovesTheOldCheckpointsAsideAndStartsFromStepZero) 
 // not move its checkpoints over the first's.
 TEST(ResumeSafety, ResumeFreshNeverOverwritesAnEarlierReplacedFolder) {
   Fixture f;
-  const std::string old2 = bytes_of(f.ckpt2), old4 = bytes_of(f.ckpt4);
+  const std::string old2 = file_bytes(f.ckpt2), old4 = file_bytes(f.ckpt4);
   // Folders of the seconds the run may start in, each holding an earlier run's checkpoints.
   std::vector<fs::path> earlier;
   const std::time_t now = std::time(nullptr);
@@ -146,17 +141,17 @@ TEST(ResumeSafety, ResumeFreshNeverOverwritesAnEarlierReplacedFolder) {
   EXPECT_EQ(train_run(c).steps, 1);
   for (const fs::path& folder : earlier)
     for (const char* name : {"ckpt-00000002.h5", "ckpt-00000004.h5"})
-      EXPECT_EQ(bytes_of((folder / name).string()),
+      EXPECT_EQ(file_bytes((folder / name).string()),
                 "earlier run " + folder.filename().string().substr(9))
           << folder / name << " was overwritten";
   // This run's old checkpoints are in a folder of their own.
   std::vector<fs::path> holding;
   for (const auto& e : fs::directory_iterator(c.checkpoint_dir))
-    if (e.is_directory() && bytes_of((e.path() / "ckpt-00000004.h5").string()) == old4)
+    if (e.is_directory() && file_bytes((e.path() / "ckpt-00000004.h5").string()) == old4)
       holding.push_back(e.path());
   ASSERT_EQ(holding.size(), 1u);
   EXPECT_EQ(holding[0].filename().string().rfind("replaced-", 0), 0u) << holding[0];
-  EXPECT_TRUE(bytes_of((holding[0] / "ckpt-00000002.h5").string()) == old2)
+  EXPECT_TRUE(file_bytes((holding[0] / "ckpt-00000002.h5").string()) == old2)
       << (holding[0] / "ckpt-00000002.h5").string() << " changed";
 }
 

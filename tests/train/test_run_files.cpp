@@ -33,10 +33,7 @@ TrainResult train_run(const Config& c) {
   return run_training(c, *comm);
 }
 
-std::string bytes_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test::file_bytes;
 
 std::vector<std::string> lines_of(const std::string& path) {
   std::vector<std::string> lines;
@@ -73,7 +70,7 @@ struct Trained {
 
 TEST(RunFiles, ExportOntoTheCheckpointBeingEvaluatedIsRefusedAndTheCheckpointKept) {
   Trained t;
-  const std::string before = bytes_of(t.ckpt4);
+  const std::string before = file_bytes(t.ckpt4);
   Config c = t.config;
   c.train_resume = t.ckpt4;
   c.checkpoint_export = t.ckpt4;
@@ -87,12 +84,12 @@ TEST(RunFiles, ExportOntoTheCheckpointBeingEvaluatedIsRefusedAndTheCheckpointKep
   c.checkpoint_export = link;
   e = test::setup_error(c, eval);
   EXPECT_TRUE(has(e, "checkpoint.export") && has(e, "train.resume") && has(e, link)) << e;
-  EXPECT_TRUE(bytes_of(t.ckpt4) == before) << t.ckpt4 << " changed";
+  EXPECT_TRUE(file_bytes(t.ckpt4) == before) << t.ckpt4 << " changed";
 }
 
 TEST(RunFiles, ExportOntoACheckpointOfTheFolderAutoReadsIsRefused) {
   Trained t;
-  const std::string before = bytes_of(t.ckpt4);
+  const std::string before = file_bytes(t.ckpt4);
   Config c = t.config;
   c.train_resume = "auto";
   c.checkpoint_export = t.ckpt4;
@@ -100,31 +97,31 @@ TEST(RunFiles, ExportOntoACheckpointOfTheFolderAutoReadsIsRefused) {
   eval.eval_only = true;
   const std::string e = test::setup_error(c, eval);
   EXPECT_TRUE(has(e, "checkpoint.export") && has(e, "checkpoint.dir") && has(e, t.ckpt4)) << e;
-  EXPECT_TRUE(bytes_of(t.ckpt4) == before) << t.ckpt4 << " changed";
+  EXPECT_TRUE(file_bytes(t.ckpt4) == before) << t.ckpt4 << " changed";
 }
 
 TEST(RunFiles, MetricsOntoTheResumedCheckpointIsRefusedBeforeItIsOpened) {
   Trained t;
-  const std::string before = bytes_of(t.ckpt4);
+  const std::string before = file_bytes(t.ckpt4);
   Config c = t.config;
   c.checkpoint_dir = t.dir / "elsewhere";
   c.train_resume = t.ckpt4;
   c.log_metrics = t.ckpt4;
   const std::string e = test::setup_error(c);
   EXPECT_TRUE(has(e, "log.metrics") && has(e, "train.resume") && has(e, t.ckpt4)) << e;
-  EXPECT_TRUE(bytes_of(t.ckpt4) == before)
+  EXPECT_TRUE(file_bytes(t.ckpt4) == before)
       << t.ckpt4 << " changed";  // not truncated by opening the metrics file
 }
 
 TEST(RunFiles, AnOutputOntoADataShardOrFolderIsRefused) {
   Trained t;
-  const std::string before = bytes_of(t.shard0);
+  const std::string before = file_bytes(t.shard0);
   Config c = t.config;
   c.checkpoint_dir = "";
   c.log_metrics = t.shard0;
   std::string e = test::setup_error(c);
   EXPECT_TRUE(has(e, "log.metrics") && has(e, "data.train") && has(e, t.shard0)) << e;
-  EXPECT_TRUE(bytes_of(t.shard0) == before) << t.shard0 << " changed";
+  EXPECT_TRUE(file_bytes(t.shard0) == before) << t.shard0 << " changed";
   c.log_metrics = "";
   c.checkpoint_dir = t.dir.path();  // the folder the shards are in
   e = test::setup_error(c);
@@ -210,7 +207,7 @@ TEST(CheckpointLock, ALockLeftByAKilledProcessIsTakenOverWithANoteNamingIt) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
-  ASSERT_TRUE(has(bytes_of(file), "pid=" + std::to_string(child) + "\n")) << bytes_of(file);
+  ASSERT_TRUE(has(file_bytes(file), "pid=" + std::to_string(child) + "\n")) << file_bytes(file);
 
   std::vector<std::string> notes;
   {
@@ -219,10 +216,10 @@ TEST(CheckpointLock, ALockLeftByAKilledProcessIsTakenOverWithANoteNamingIt) {
     EXPECT_TRUE(has(notes[0], "pid " + std::to_string(child)) &&
                 has(notes[0], "no longer holds it"))
         << notes[0];
-    EXPECT_TRUE(has(bytes_of(file), "pid=" + std::to_string(::getpid()) + "\n"));
+    EXPECT_TRUE(has(file_bytes(file), "pid=" + std::to_string(::getpid()) + "\n"));
   }
   // A run that ends releases it and leaves the file empty: the next one has nothing to report.
-  EXPECT_EQ(bytes_of(file), "");
+  EXPECT_EQ(file_bytes(file), "");
   notes.clear();
   CheckpointLock again(dir.path(), [&](const std::string& n) { notes.push_back(n); });
   EXPECT_TRUE(notes.empty()) << notes[0];

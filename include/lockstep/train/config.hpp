@@ -123,6 +123,12 @@ double parse_real(const std::string& text, double min, double max, const std::st
 
 // Every key with its default and meaning.
 std::string help_text();
+
+// A map as "key=value" lines and back: the text form of what ranks compare or gather
+// (check_config_agrees, the doctor) and of the checkpoint folder's lock file. A value keeps a line
+// break or backslash exactly (written \n and \\); reading skips lines without '='.
+std::string key_value_lines(const std::map<std::string, std::string>& values);
+std::map<std::string, std::string> parse_key_value_lines(const std::string& text);
 // "section.key" -> value for the settings that must agree across ranks (all but purely local
 // ones such as log.rank_prefix), for the cross-rank consistency check.
 std::map<std::string, std::string> rank_invariant_settings(const Config& config);
