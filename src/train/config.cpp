@@ -240,6 +240,14 @@ const std::vector<Key>& keys() {
        {},
        -kInf,
        true},
+      {"log.tensorboard",
+       &Config::log_tensorboard,
+       "folder for TensorBoard event files written by rank 0 (empty = none): the metrics "
+       "records' numbers as scalars (train/loss, train/lr, eval/val_loss, ...); a continued run "
+       "adds a file (docs/METRICS.md)",
+       {},
+       -kInf,
+       true},
       {"log.rank_prefix",
        &Config::log_rank_prefix,
        "every rank logs, lines prefixed with [rank R]",

@@ -40,6 +40,7 @@ struct Interval {
   explicit Interval(Device device) : counters(ops::device_counters(device)) {}
 
   double compute = 0, comm = 0, copy = 0, gather = 0;
+  double grad_norm = 0;  // summed over the steps, when the gradient check computes it
   std::int64_t steps = 0;
   Clock::time_point start = Clock::now();
   // Counters at the interval's start: host reads of tensor values (each a wait on a device), and
@@ -48,7 +49,9 @@ struct Interval {
   std::uint64_t host_reads = Tensor::host_reads();
   ops::DeviceCounters counters;
 
-  void add(const dist::StepTimes& t) {
+  void add(const dist::StepTimes& t, TimeShares& total) {
+    total.compute += t.compute + t.param_copy + t.grad_gather;
+    total.comm_exposed += t.comm_exposed;
     compute += t.compute;
     comm += t.comm_exposed;
     copy += t.param_copy;
@@ -119,15 +122,16 @@ class Checkpoints {
       result.checkpoint = run_.state->save(c.checkpoint_dir, static_cast<int>(c.checkpoint_keep));
     }
     const double stall = seconds_since(start);
+    result.time.checkpoint += stall;
     if (run_.rank == 0) {
       run_.line("checkpoint " + result.checkpoint +
                 (c.checkpoint_async && !last ? " (writing in the background)" : ""));
-      run_.metrics.write(JsonRecord()
-                             .add("event", "checkpoint")
-                             .add("step", run_.state->step)
-                             .add("path", result.checkpoint)
-                             .add("async", c.checkpoint_async)
-                             .add("stall_s", stall));
+      run_.record(JsonRecord()
+                      .add("event", "checkpoint")
+                      .add("step", run_.state->step)
+                      .add("path", result.checkpoint)
+                      .add("async", c.checkpoint_async)
+                      .add("stall_s", stall));
     }
     last_save_ = Clock::now();
   }
@@ -212,6 +216,9 @@ TrainResult train_loop(Run& run) {
   const std::int64_t start_epoch = state.position.epoch;
   const std::int64_t start_step_in_epoch = state.position.batch_in_epoch / plan.accumulation;
   bool stopping = false;
+  // The global gradient norm costs a multiply-add per gradient over the finiteness check: taken
+  // when clipping needs it, or for log.tensorboard's train/grad_norm.
+  const bool with_norm = c.optim_clip_norm > 0 || !c.log_tensorboard.empty();
   std::vector<data::Batch> batches;  // the current step's micro-batches
 
   std::int64_t evaluated_at = -1;  // the step of the last evaluation (one per step at most)
@@ -246,15 +253,16 @@ TrainResult train_loop(Run& run) {
                    ev.samples, " samples)"));
       record.add("test_loss", ev.loss).add("test_accuracy", ev.accuracy);
     }
-    run.metrics.write(record);
+    run.record(record);
     // Evaluation time is not training time: shift the interval's start past it.
     interval.start += Clock::now() - eval_start;
+    result.time.evaluation += seconds_since(eval_start);
   };
   if (run.unigram_nats > 0) {
     run.line(str("unigram baseline: ", run.unigram_nats, " nats/token (perplexity ",
                  std::exp(run.unigram_nats),
                  "), the loss of predicting each token by its frequency"));
-    run.metrics.write(JsonRecord().add("event", "baseline").add("unigram_loss", run.unigram_nats));
+    run.record(JsonRecord().add("event", "baseline").add("unigram_loss", run.unigram_nats));
   }
 
   for (std::int64_t epoch = start_epoch;
@@ -286,8 +294,8 @@ TrainResult train_loop(Run& run) {
       // The same answer on every rank: after an allreduce every rank holds the same gradients
       // (one pass over the flat gradients, one readback); under ZeRO-1 the engine adds its
       // shard's partial sums over the ranks (the global norm when clipping needs it).
-      const optim::GradientCheck grads =
-          engine.check_gradients(*run.flat, /*with_norm=*/c.optim_clip_norm > 0);
+      const auto update_start = Clock::now();
+      const optim::GradientCheck grads = engine.check_gradients(*run.flat, with_norm);
       if (!grads.finite()) {
         // Bad data is not a learning-rate problem: name the samples. Every rank is here (the
         // averaged gradients are the same everywhere), so the ranks agree on whose data it was.
@@ -317,8 +325,10 @@ TrainResult train_loop(Run& run) {
                                 grads.norm());
         run.optimizer->set_lr(static_cast<float>(lr));
         engine.step(*run.optimizer);  // ZeRO-1: the shard's update, then parameters allgathered
+        result.time.optimizer += seconds_since(update_start);
         losses.commit();
-        interval.add(engine.times());
+        interval.add(engine.times(), result.time);
+        if (with_norm) interval.grad_norm += grads.norm();
       }
 
       // ---- the log record: collective at the same steps on every rank (mean loss over ranks)
@@ -345,23 +355,25 @@ TrainResult train_loop(Run& run) {
         const double sps = n * static_cast<double>(plan.global_batch) / elapsed;
         result.final_train_loss = loss;
         if (run.logs) run.progress->step(state.step, epoch, loss, lr, sps);
-        run.metrics.write(JsonRecord()
-                              .add("step", state.step)
-                              .add("epoch", epoch)
-                              .add("loss", loss)
-                              .add("lr", lr)
-                              .add("samples_per_s", sps)
-                              .add("step_time_s", elapsed / n)
-                              .add("compute_s", interval.compute / n)
-                              .add("comm_exposed_s", interval.comm / n)
-                              .add("param_copy_s", interval.copy / n)
-                              .add("grad_gather_s", interval.gather / n)
-                              .add("data_wait_s", loader.data_wait_seconds() / n)
-                              .add("host_reads_per_step", reads)
-                              .add("host_syncs_per_step", syncs)
-                              .add("device_mallocs_per_step", mallocs)
-                              .add("pageable_copies_per_step", copies));
+        JsonRecord record;
+        record.add("step", state.step)
+            .add("epoch", epoch)
+            .add("loss", loss)
+            .add("lr", lr)
+            .add("samples_per_s", sps);
+        if (with_norm) record.add("grad_norm", interval.grad_norm / n);
+        run.record(record.add("step_time_s", elapsed / n)
+                       .add("compute_s", interval.compute / n)
+                       .add("comm_exposed_s", interval.comm / n)
+                       .add("param_copy_s", interval.copy / n)
+                       .add("grad_gather_s", interval.gather / n)
+                       .add("data_wait_s", loader.data_wait_seconds() / n)
+                       .add("host_reads_per_step", reads)
+                       .add("host_syncs_per_step", syncs)
+                       .add("device_mallocs_per_step", mallocs)
+                       .add("pageable_copies_per_step", copies));
         interval = Interval(device);
+        result.time.data_wait += loader.data_wait_seconds();
         loader.reset_data_wait();
       }
 
@@ -388,6 +400,7 @@ TrainResult train_loop(Run& run) {
       result.checkpoint != checkpoint_path(c.checkpoint_dir, state.step))
     checkpoints.save(result, /*last=*/true);
   checkpoints.finish();
+  result.time.data_wait += loader.data_wait_seconds();  // since the last log record
   result.wall_seconds = seconds_since(run_start);
   result.samples_per_second =
       static_cast<double>(state.step * plan.global_batch) / result.wall_seconds;

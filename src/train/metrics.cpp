@@ -47,15 +47,18 @@ std::string json_escape(const std::string& text) {
 }
 
 JsonRecord& JsonRecord::add(const std::string& key, double value) {
+  numbers_.emplace_back(key, value);
   if (!std::isfinite(value)) return add_raw(key, "null");  // JSON has no NaN/Inf
   std::ostringstream s;
   s << std::setprecision(7) << value;
   return add_raw(key, s.str());
 }
 JsonRecord& JsonRecord::add(const std::string& key, std::int64_t value) {
+  numbers_.emplace_back(key, static_cast<double>(value));
   return add_raw(key, std::to_string(value));
 }
 JsonRecord& JsonRecord::add(const std::string& key, const std::string& value) {
+  texts_.emplace_back(key, value);
   // Built by appending: GCC 12 warns falsely (-Wrestrict, PR105329) on "lit" + std::string&&.
   std::string quoted(1, '"');
   quoted += json_escape(value);
@@ -68,6 +71,11 @@ JsonRecord& JsonRecord::add(const std::string& key, bool value) {
 JsonRecord& JsonRecord::add_raw(const std::string& key, const std::string& json) {
   fields_.emplace_back(key, json);
   return *this;
+}
+std::string JsonRecord::text(const std::string& key) const {
+  for (const auto& [k, v] : texts_)
+    if (k == key) return v;
+  return "";
 }
 std::string JsonRecord::str() const {
   std::string out = "{";

@@ -382,6 +382,14 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   // the seam; a run started anew (train.resume empty or fresh) begins a new file.
   const bool continues = !r.resumed_from.empty() || config.train_resume == "auto";
   open_metrics(continues ? MetricsFile::Mode::Append : MetricsFile::Mode::Truncate);
+  if (!config.log_tensorboard.empty() && !options.eval_only) {
+    // A new event file per start: a continued run marks its first step, so TensorBoard shows
+    // each step once (tensorboard.hpp). An unwritable folder stops every rank here.
+    on_rank0(control, [&]() -> std::string {
+      r.tensorboard = TensorBoardFile(config.log_tensorboard, continues ? r.state->step : 0);
+      return "";
+    });
+  }
   if (r.metrics.continues())
     r.metrics.write(JsonRecord()
                         .add("event", "restart")

@@ -35,6 +35,19 @@ std::string json_list(const std::vector<std::string>& items) {
   return list + "]";
 }
 
+// Where the wall time went, as shares of it: (name, fraction), in the order the summary prints.
+std::vector<std::pair<std::string, double>> time_shares(const TrainResult& r) {
+  const double wall = r.wall_seconds > 0 ? r.wall_seconds : 1;
+  const TimeShares& t = r.time;
+  return {{"compute", t.compute / wall},
+          {"comm_exposed", t.comm_exposed / wall},
+          {"data_wait", t.data_wait / wall},
+          {"optimizer", t.optimizer / wall},
+          {"checkpoint", t.checkpoint / wall},
+          {"eval", t.evaluation / wall},
+          {"other", t.other(r.wall_seconds) / wall}};
+}
+
 // checkpoint.export: the parameters as a plain HDF5 file, written by rank 0.
 void export_if_asked(Run& run) {
   if (run.rank != 0 || run.config.checkpoint_export.empty()) return;
@@ -62,7 +75,7 @@ TrainResult evaluate_only(Run& run) {
       .add("test_loss", ev.loss)
       .add("steps", result.steps);
   if (run.test_tokens) record.add("val_perplexity", std::exp(ev.loss));
-  run.metrics.write(record);
+  run.record(record);
   export_if_asked(run);
   return result;
 }
@@ -77,6 +90,8 @@ void write_final_record(Run& run, const TrainResult& result) {
       .add("samples_per_s", result.samples_per_second)
       .add("train_loss", result.final_train_loss)
       .add("skipped_steps", result.skipped_steps);
+  for (const auto& [name, share] : time_shares(result))
+    record.add(name + "_share", share);
   if (result.test_accuracy >= 0)
     record.add("test_accuracy", result.test_accuracy).add("test_loss", result.test_loss);
   // Memory balance: every rank's peak resident set, and for DataParallel the tensor bytes each
@@ -94,7 +109,7 @@ void write_final_record(Run& run, const TrainResult& result) {
       bytes.push_back(std::to_string(b));
     record.add_raw("replica_tensor_bytes", json_list(bytes));
   }
-  run.metrics.write(record);
+  run.record(record);
 }
 
 }  // namespace
@@ -114,16 +129,16 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
                 plan.total_steps, " steps"));
   if (run->ctx->precision() != ops::Precision::FP32)
     run->line("precision " + run->ctx->precision_info());
-  run->metrics.write(JsonRecord()
-                         .add("event", "start")
-                         .add("world_size", run->world)
-                         .add("threads", run->threads)
-                         .add("parallel", run->parallel)
-                         .add("device", run->ctx->device().str())
-                         .add("parameters", run->model->num_parameters())
-                         .add("global_batch", plan.global_batch)
-                         .add("steps", plan.total_steps)
-                         .add("start_step", run->state->step));
+  run->record(JsonRecord()
+                  .add("event", "start")
+                  .add("world_size", run->world)
+                  .add("threads", run->threads)
+                  .add("parallel", run->parallel)
+                  .add("device", run->ctx->device().str())
+                  .add("parameters", run->model->num_parameters())
+                  .add("global_batch", plan.global_batch)
+                  .add("steps", plan.total_steps)
+                  .add("start_step", run->state->step));
 
   TrainResult result = train_loop(*run);
   write_final_record(*run, result);
@@ -132,6 +147,12 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
   run->line(str(result.stopped_by_signal ? "stopped: " : "done: ", result.steps, " steps in ",
                 format_duration(result.wall_seconds), " (",
                 static_cast<long long>(result.samples_per_second), " samples/s)", acc));
+  std::string shares = "time:";
+  for (const auto& [name, share] : time_shares(result))
+    shares += str(" ", name, " ", std::lround(share * 1000) / 10.0, "%");
+  run->line(shares + " of " +
+            (result.wall_seconds < 60 ? str(std::lround(result.wall_seconds * 100) / 100.0, "s")
+                                      : format_duration(result.wall_seconds)));
   // No rank may exit while rank 0 still writes (mpirun ends the job on the first exit).
   comm.barrier();
   return result;

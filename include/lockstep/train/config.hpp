@@ -69,6 +69,7 @@ struct Config {
   // [log]
   std::int64_t log_every = 50;
   std::string log_metrics = "";
+  std::string log_tensorboard = "";
   bool log_rank_prefix = false;
   std::string log_progress = "auto";
   // [checkpoint]

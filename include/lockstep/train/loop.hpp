@@ -11,6 +11,19 @@
 
 namespace lockstep::train {
 
+// Where a run's wall time went, in seconds on this rank (rank 0's are reported). compute holds
+// forward and backward (with the communication they overlap) and DataParallel's replica copies;
+// comm_exposed the wait for gradients after backward; optimizer the gradient check, clipping and
+// the update; checkpoint the time training stood still for saves; other the rest (logging,
+// the loss reads, the loop itself). On a GPU these are host times of asynchronous work.
+struct TimeShares {
+  double compute = 0, comm_exposed = 0, data_wait = 0, optimizer = 0, checkpoint = 0,
+         evaluation = 0;
+  double other(double wall) const {
+    return wall - compute - comm_exposed - data_wait - optimizer - checkpoint - evaluation;
+  }
+};
+
 struct TrainResult {
   std::int64_t steps = 0;
   std::int64_t epochs = 0;
@@ -24,6 +37,7 @@ struct TrainResult {
   // with kExitRequeue (signals.hpp).
   bool stopped_by_signal = false;
   std::string checkpoint;  // the last checkpoint written ("" if none)
+  TimeShares time;
 };
 
 TrainResult train_loop(Run& run);

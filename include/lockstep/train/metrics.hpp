@@ -29,8 +29,15 @@ class JsonRecord {
   JsonRecord& add_raw(const std::string& key, const std::string& json);  // an already-JSON value
   std::string str() const;
 
+  // The numeric fields (finite or not) in order, and a string field's text ("" if none): what
+  // other sinks of the same record (TensorBoard) read.
+  const std::vector<std::pair<std::string, double>>& numbers() const { return numbers_; }
+  std::string text(const std::string& key) const;
+
  private:
   std::vector<std::pair<std::string, std::string>> fields_;
+  std::vector<std::pair<std::string, double>> numbers_;
+  std::vector<std::pair<std::string, std::string>> texts_;
 };
 
 std::string json_escape(const std::string& text);

@@ -24,6 +24,7 @@
 #include "lockstep/train/config.hpp"
 #include "lockstep/train/metrics.hpp"
 #include "lockstep/train/state.hpp"
+#include "lockstep/train/tensorboard.hpp"
 
 namespace lockstep::train {
 
@@ -71,6 +72,7 @@ struct Run {
   std::unique_ptr<dist::Engine> engine;
   std::unique_ptr<data::Loader> loader;             // starts at state->position
   MetricsFile metrics;                              // rank 0, when log.metrics is set
+  TensorBoardFile tensorboard;                      // rank 0, when log.tensorboard is set
   std::unique_ptr<CheckpointLock> checkpoint_lock;  // rank 0, while it may write checkpoint.dir
   std::unique_ptr<Progress> progress;
 
@@ -85,6 +87,11 @@ struct Run {
     return std::max<std::int64_t>(plan.local_batch, 256);
   }
   void line(const std::string& text) const;  // a progress line, on the ranks that log
+  // A metrics record, to every sink rank 0 keeps: log.metrics and log.tensorboard.
+  void record(const JsonRecord& r) {
+    metrics.write(r);
+    tensorboard.write(r);
+  }
   // The training and evaluation sets, whichever kind they are (test_data() null without one).
   std::shared_ptr<const data::Dataset> train_data() const;
   const data::Dataset* test_data() const;

@@ -49,7 +49,9 @@ TEST(TrainMpi, NonFiniteInputOnOneRankIsBadDataOnEveryRank) {
   std::vector<std::int64_t> count = {names_it ? 1 : 0};
   world().allreduce(count, comm::ReduceOp::Sum);
   EXPECT_EQ(count[0], 1);
-  if (!names_it) EXPECT_NE(what.find("'s batch (named there)"), std::string::npos) << what;
+  if (!names_it) {
+    EXPECT_NE(what.find("'s batch (named there)"), std::string::npos) << what;
+  }
   world().barrier();  // rank 0's folder lives until every rank is done with it
 }
 
