@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/core/trace.hpp"
 
 namespace lockstep::comm::detail {
 
@@ -100,6 +101,7 @@ void CommThread::loop() {
                 "the ranks are out of step; end the job", __FILE__, __LINE__));
     } else {
       try {
+        trace::Span span("comm", job->what);
         job->fn();
       } catch (const std::exception& e) {
         error = std::current_exception();

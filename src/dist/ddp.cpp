@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "lockstep/core/clock.hpp"
+#include "lockstep/core/trace.hpp"
 #include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/ops.hpp"
 
@@ -95,10 +96,14 @@ Tensor DdpEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_
   Tensor labels = y_in.device() == ctx_.device() ? y_in : y_in.to(ctx_.device());
   if (labels.ndim() > 1) labels = labels.view({labels.numel()});
   reducer_->prepare_for_backward(last_micro && options_.sync && comm_.size() > 1);
+  trace::Span forward("compute", "forward");
   Tensor logits = model_.forward(ctx_, input_);
   Tensor loss = loss_.forward(ctx_, logits, labels);
+  forward.end();
+  trace::Span backward("compute", "backward");
   Tensor dlogits = loss_.backward(ctx_, loss_scale * averaging_scale());
   model_.backward(ctx_, dlogits);
+  backward.end();
   if (timer_) {
     timer_->end(kCompute);  // the host only queued the work: the events time it
     return loss;
@@ -120,6 +125,7 @@ void DdpEngine::finish_gradients() {
     timer_->end(kCommWait);
     return;
   }
+  trace::Span wait("compute", "wait for gradients");
   times_.comm_exposed += reducer_->finish();
 }
 

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/core/trace.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::dist {
@@ -93,6 +94,8 @@ void Reducer::launch_ready_buckets() {
     const bool bf16 = !wire_buckets_.empty();
     if (bf16) ops::cast(ctx_, bucket_tensors_[b], wire_buckets_[b]);
     const Tensor& send = bf16 ? wire_buckets_[b] : bucket_tensors_[b];
+    // Its collective is the communication track's next one (lockstep-trace pairs them in order).
+    if (trace::on()) trace::instant("buckets", str("bucket ", b, " ready, ", send.nbytes(), " B"));
     if (shard_.sharded()) {
       const ops::FlatRange& r = shard_.ranges[b];
       const Tensor& results = bf16 ? wire_shard_ : shard_grads_;

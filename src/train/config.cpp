@@ -248,6 +248,13 @@ const std::vector<Key>& keys() {
        {},
        -kInf,
        true},
+      {"log.trace", &Config::log_trace,
+       "Chrome trace (Perfetto, chrome://tracing) of the steps in log.trace_steps, every rank "
+       "merged by rank 0 onto one clock: data wait, forward, backward, each bucket's readiness "
+       "and allreduce, optimizer, evaluation, checkpoints (empty = none; docs/METRICS.md)"},
+      {"log.trace_steps", &Config::log_trace_steps,
+       "FIRST:LAST optimizer steps that log.trace records (1-based, inclusive; the default "
+       "skips the first steps' warm-up)"},
       {"log.rank_prefix",
        &Config::log_rank_prefix,
        "every rank logs, lines prefixed with [rank R]",

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lockstep/core/clock.hpp"
+#include "lockstep/core/trace.hpp"
 #include "lockstep/ops/device_runtime.hpp"
 #include "lockstep/ops/ops.hpp"
 #include "lockstep/optim/clip.hpp"
@@ -113,6 +114,7 @@ class Checkpoints {
   void save(TrainResult& result, bool last = false) {
     const Config& c = run_.config;
     const auto start = Clock::now();
+    trace::Span span("checkpoint", c.checkpoint_async ? "checkpoint (async)" : "checkpoint");
     // The path on every rank: the final save below is skipped on all ranks or none.
     if (c.checkpoint_async) {
       result.checkpoint =
@@ -226,6 +228,7 @@ TrainResult train_loop(Run& run) {
     if (evaluated_at == state.step) return;
     evaluated_at = state.step;
     auto eval_start = Clock::now();
+    trace::Span span("eval", "evaluation");
     const std::uint64_t reads_before = Tensor::host_reads();
     const ops::DeviceCounters counters_before = ops::device_counters(device);
     EvalResult ev = evaluate(run, *run.test_data());
@@ -272,11 +275,17 @@ TrainResult train_loop(Run& run) {
     for (std::int64_t s = first_step; s < plan.steps_per_epoch && state.step < plan.total_steps;
          ++s) {
       // ---- gradients of one step: `accumulation` micro-batches, averaged over ranks
-      run.comm.set_step(state.step + 1);  // named in hung-collective reports (dist.timeout_s)
+      run.comm.set_step(state.step + 1);      // named in hung-collective reports (dist.timeout_s)
+      run.trace.before_step(state.step + 1);  // log.trace's window (collective at its edges)
+      const std::int64_t step_begin = trace::on() ? trace::now_ns() : 0;
       engine.begin_step();
       batches.clear();  // kept until the step is known finite, to name bad input data
       for (std::int64_t micro = 0; micro < plan.accumulation; ++micro) {
-        std::optional<data::Batch> batch = loader.next();
+        std::optional<data::Batch> batch;
+        {
+          trace::Span wait("data", "data wait");
+          batch = loader.next();
+        }
         LOCKSTEP_CHECK(batch.has_value(), "loader ended epoch ", epoch, " early at step ", s);
         // The mean over all of the step's label rows, on every rank and micro-step alike.
         const float loss_scale = 1.0f / static_cast<float>(batch->y.numel() * plan.accumulation);
@@ -295,6 +304,7 @@ TrainResult train_loop(Run& run) {
       // (one pass over the flat gradients, one readback); under ZeRO-1 the engine adds its
       // shard's partial sums over the ranks (the global norm when clipping needs it).
       const auto update_start = Clock::now();
+      trace::Span update_span("optimizer", "gradient check + update");
       const optim::GradientCheck grads = engine.check_gradients(*run.flat, with_norm);
       if (!grads.finite()) {
         // Bad data is not a learning-rate problem: name the samples. Every rank is here (the
@@ -326,6 +336,7 @@ TrainResult train_loop(Run& run) {
         run.optimizer->set_lr(static_cast<float>(lr));
         engine.step(*run.optimizer);  // ZeRO-1: the shard's update, then parameters allgathered
         result.time.optimizer += seconds_since(update_start);
+        update_span.end();
         losses.commit();
         interval.add(engine.times(), result.time);
         if (with_norm) interval.grad_norm += grads.norm();
@@ -383,7 +394,11 @@ TrainResult train_loop(Run& run) {
         evaluate_now(epoch);
 
       // ---- checkpoint when due; stop (with a checkpoint) on a signal
-      if (int signal = checkpoints.after_step(result)) {
+      const int signal = checkpoints.after_step(result);
+      if (step_begin != 0)
+        trace::complete("step", str("step ", state.step), step_begin, trace::now_ns());
+      if (run.trace.after_step(state.step)) run.line(run.trace.note());
+      if (signal != 0) {
         run.line(str("stopping at step ", state.step, " on ", StopRequest::signal_name(signal),
                      "; resume with --train.resume=auto"));
         stopping = result.stopped_by_signal = true;
@@ -394,6 +409,7 @@ TrainResult train_loop(Run& run) {
     result.epochs = epoch + 1;
     if (run.test_data() && c.train_eval) evaluate_now(epoch);
   }
+  if (const std::string note = run.trace.finish(state.step); !note.empty()) run.line(note);
   run.progress->finish();
   result.steps = state.step;
   if (checkpoints.enabled() && !stopping &&

@@ -81,6 +81,8 @@ void check_outputs_are_not_inputs(const Config& config, comm::Communicator& comm
     std::vector<RunPath> outputs;
     if (!config.log_metrics.empty())
       outputs.push_back({"log.metrics", config.log_metrics, config.log_metrics});
+    if (!config.log_trace.empty())
+      outputs.push_back({"log.trace", config.log_trace, config.log_trace});
     if (!config.checkpoint_export.empty())
       outputs.push_back({"checkpoint.export", config.checkpoint_export, config.checkpoint_export});
 

@@ -1,5 +1,9 @@
 #include "lockstep/train/setup.hpp"
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
 #include <sched.h>
 
 #include <map>
@@ -389,6 +393,23 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
       r.tensorboard = TensorBoardFile(config.log_tensorboard, continues ? r.state->step : 0);
       return "";
     });
+  }
+  if (!config.log_trace.empty() && !options.eval_only) {
+    const TraceSteps steps = parse_trace_steps(config.log_trace_steps);
+    LOCKSTEP_CHECK_HINT(steps.first > r.state->step && steps.first <= r.plan.total_steps,
+                        str("name steps between ", r.state->step + 1, " and ", r.plan.total_steps),
+                        "log.trace_steps = ", config.log_trace_steps, ": this run trains steps ",
+                        r.state->step + 1, " to ", r.plan.total_steps,
+                        ", so the window would record nothing");
+    // Proved writable now, before any work: the file is written when the window ends.
+    on_rank0(control, [&]() -> std::string {
+      std::ofstream probe(config.log_trace, std::ios::trunc);
+      LOCKSTEP_CHECK_HINT(probe.good(), "name a file that can be written, or leave log.trace empty",
+                          "log.trace = ", config.log_trace,
+                          ": cannot create the file: ", std::strerror(errno));
+      return "";
+    });
+    r.trace = TraceWindow(control, config.log_trace, steps);
   }
   if (r.metrics.continues())
     r.metrics.write(JsonRecord()

@@ -70,6 +70,8 @@ struct Config {
   std::int64_t log_every = 50;
   std::string log_metrics = "";
   std::string log_tensorboard = "";
+  std::string log_trace = "";
+  std::string log_trace_steps = "6:10";
   bool log_rank_prefix = false;
   std::string log_progress = "auto";
   // [checkpoint]

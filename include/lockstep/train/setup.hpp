@@ -25,6 +25,7 @@
 #include "lockstep/train/metrics.hpp"
 #include "lockstep/train/state.hpp"
 #include "lockstep/train/tensorboard.hpp"
+#include "lockstep/train/trace_file.hpp"
 
 namespace lockstep::train {
 
@@ -73,6 +74,7 @@ struct Run {
   std::unique_ptr<data::Loader> loader;             // starts at state->position
   MetricsFile metrics;                              // rank 0, when log.metrics is set
   TensorBoardFile tensorboard;                      // rank 0, when log.tensorboard is set
+  TraceWindow trace;                                // log.trace (collective at its window)
   std::unique_ptr<CheckpointLock> checkpoint_lock;  // rank 0, while it may write checkpoint.dir
   std::unique_ptr<Progress> progress;
 

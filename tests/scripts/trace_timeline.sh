@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# log.trace: a Chrome trace of a step window, every rank merged onto rank 0's clock.
+#  1. 2 ranks, rank 1's clock made 5 ms ahead and 2% fast (LOCKSTEP_TEST_TRACE_SKEW_NS and
+#     LOCKSTEP_TEST_TRACE_DRIFT_PPM, the trace clock's test hook): the file is valid trace JSON,
+#     each rank has its process track with data/compute/buckets/comm/optimizer/step thread
+#     tracks, every event of a step lies in that step's span, each bucket's ready instant comes
+#     before its allreduce, and the gradient allreduces end together on both ranks once merged
+#     (a collective completes on every rank at about the same moment): median gap < 1 ms where
+#     the unmerged clocks differ by > 5 ms;
+#  2. bad input: a window outside the run (the key named), an unwritable path (before any step).
+# Reads the JSON with Python's json module; the viewers (Perfetto's UI, chrome://tracing) read
+# this format. Usage: bash tests/scripts/trace_timeline.sh BUILD_DIR   Exit: 0 pass, 1 fail, 77 skip.
+set -uo pipefail
+BUILD=$(cd "${1:?usage: trace_timeline.sh BUILD_DIR}" && pwd)
+SOURCE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+FASHION=/usr/share/datasets/fashion-mnist
+fail() { echo "FAIL: $*" >&2; exit 1; }
+[ -f "$FASHION/train-images-idx3-ubyte.gz" ] || { echo "SKIP: $FASHION missing"; exit 77; }
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-trace.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=PASSIVE
+"$BUILD/apps/lockstep-shard" fashion-mnist --out="$WORK/data" --shards=2 --limit=2048 \
+  --test-limit=500 >"$WORK/shard.log" 2>&1 || { cat "$WORK/shard.log"; fail "sharding failed"; }
+# Rank 1 gets the skewed clock (the variables are read by lockstep-train itself).
+cat >"$WORK/skewed.sh" <<EOF
+#!/usr/bin/env bash
+if [ "\${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then
+  export LOCKSTEP_TEST_TRACE_SKEW_NS=5000000 LOCKSTEP_TEST_TRACE_DRIFT_PPM=20000
+fi
+exec "$BUILD/apps/lockstep-train" "\$@"
+EOF
+train() {
+  timeout -k 10 300 mpirun -np 2 --oversubscribe --bind-to none bash "$WORK/skewed.sh" \
+    --config "$SOURCE/configs/ci_tiny.ini" --data.train="$WORK/data/train" \
+    --data.test="$WORK/data/test" --log.every=8 --log.progress=lines "$@"
+}
+
+# ---- 1. the merged trace
+train --log.trace="$WORK/trace.json" --log.trace_steps=6:11 >"$WORK/train.log" 2>&1 ||
+  { cat "$WORK/train.log"; fail "training with log.trace failed"; }
+grep -q 'trace of steps 6-11 of 2 rank(s) written to' "$WORK/train.log" ||
+  { cat "$WORK/train.log"; fail "no line naming the trace file"; }
+python3 - "$WORK/trace.json" <<'EOF' || fail "the trace does not hold (above)"
+import json, statistics, sys
+d = json.load(open(sys.argv[1]))
+ev, other = d["traceEvents"], d["otherData"]
+assert other["ranks"] == 2 and other["steps"] == "6:11", other
+assert 0 <= other["clock_residual_us"] < 1000, other
+assert other["clock_offsets_us"][1] > 4000, f"rank 1's measured offset {other['clock_offsets_us']}"
+tracks = {}
+for e in ev:
+    if e["ph"] == "M" and e["name"] == "thread_name":
+        tracks[(e["pid"], e["tid"])] = e["args"]["name"]
+for pid in (0, 1):
+    names = {n for (p, _), n in tracks.items() if p == pid}
+    for want in ("data", "compute", "buckets", "comm", "optimizer", "step"):
+        assert want in names, f"rank {pid} has no {want} track: {names}"
+spans = [e for e in ev if e["ph"] in ("X", "i")]
+for e in spans:
+    e["track"] = tracks[(e["pid"], e["tid"])]
+    e["end"] = e["ts"] + e.get("dur", 0)
+steps = {(e["pid"], e["args"]["step"]): e for e in spans if e["track"] == "step"}
+assert sorted({s for _, s in steps}) == list(range(6, 12)), sorted(steps)
+for e in spans:
+    s = steps[(e["pid"], e["args"]["step"])]
+    if e["track"] not in ("step", "comm"):  # comm: the thread may still finish a job after
+        assert s["ts"] - 1 <= e["ts"] and e["end"] <= s["end"] + 1, f"{e} outside {s}"
+grads = {0: [], 1: []}
+for pid in (0, 1):
+    mine = sorted((e for e in spans if e["pid"] == pid), key=lambda e: e["ts"])
+    ready = [e for e in mine if e["track"] == "buckets"]
+    coll = [e for e in mine if e["track"] == "comm" and e["name"].startswith("allreduce(f32[")]
+    assert len(ready) == len(coll) > 0, (len(ready), len(coll))
+    for r, c in zip(ready, coll):
+        assert r["ts"] <= c["ts"] + 1, f"bucket ready at {r['ts']} after its allreduce {c['ts']}"
+    grads[pid] = coll
+gaps = [abs(a["end"] - b["end"]) for a, b in zip(grads[0], grads[1])]
+gap = statistics.median(gaps)
+print(f"{len(spans)} events; {len(gaps)} gradient allreduces end {gap:.0f} us apart (median) "
+      f"after merging; clock offset of rank 1 {other['clock_offsets_us'][1]:.0f} us, "
+      f"residual {other['clock_residual_us']} us")
+assert gap < 1000, f"the merged ranks' allreduces end {gap} us apart"
+EOF
+
+# ---- 2. bad input
+train --log.trace="$WORK/t2.json" --log.trace_steps=5000:5001 >"$WORK/bad1.log" 2>&1 &&
+  fail "a window beyond the run was accepted"
+grep -q 'log.trace_steps = 5000:5001' "$WORK/bad1.log" || { cat "$WORK/bad1.log"; fail "the error does not name log.trace_steps"; }
+train --log.trace="$WORK/t2.json" --log.trace_steps=9:3 >"$WORK/bad2.log" 2>&1 &&
+  fail "a window 9:3 was accepted"
+grep -q 'log.trace_steps' "$WORK/bad2.log" || { cat "$WORK/bad2.log"; fail "9:3: the error does not name log.trace_steps"; }
+train --log.trace="$WORK/no/such/dir/t.json" >"$WORK/bad3.log" 2>&1 &&
+  fail "an unwritable log.trace was accepted"
+grep -q 'log.trace = ' "$WORK/bad3.log" || { cat "$WORK/bad3.log"; fail "the error does not name log.trace"; }
+grep -q '^step ' "$WORK/bad3.log" && fail "training started before the bad log.trace was refused"
+echo "PASS: log.trace merges 2 ranks onto one clock; bad windows and paths are refused"
