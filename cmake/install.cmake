@@ -20,7 +20,7 @@ set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/ops/build_info.cpp APPEND PROPERTY
 
 # ---- programs and libraries
 set(LOCKSTEP_INSTALLED_APPS "")
-foreach(app lockstep-train lockstep-shard lockstep-bench lockstep-generate)
+foreach(app lockstep-train lockstep-shard lockstep-bench lockstep-generate lockstep-trace)
   if(TARGET ${app})
     list(APPEND LOCKSTEP_INSTALLED_APPS ${app})
   endif()

@@ -7,6 +7,8 @@
 #     before its allreduce, and the gradient allreduces end together on both ranks once merged
 #     (a collective completes on every rank at about the same moment): median gap < 1 ms where
 #     the unmerged clocks differ by > 5 ms;
+#     lockstep-trace prints the window's ledger (a row per step, the link fitted to the bucket
+#     allreduces) and draws a step as a PNG; a file that is not a trace is an error;
 #  2. bad input: a window outside the run (the key named), an unwritable path (before any step).
 # Reads the JSON with Python's json module; the viewers (Perfetto's UI, chrome://tracing) read
 # this format. Usage: bash tests/scripts/trace_timeline.sh BUILD_DIR   Exit: 0 pass, 1 fail, 77 skip.
@@ -81,6 +83,19 @@ print(f"{len(spans)} events; {len(gaps)} gradient allreduces end {gap:.0f} us ap
       f"residual {other['clock_residual_us']} us")
 assert gap < 1000, f"the merged ranks' allreduces end {gap} us apart"
 EOF
+
+# ---- lockstep-trace: the ledger of the window and a PNG of its middle step
+"$BUILD/apps/lockstep-trace" "$WORK/trace.json" --png="$WORK/step.png" >"$WORK/ledger.txt" 2>&1 ||
+  { cat "$WORK/ledger.txt"; fail "lockstep-trace failed"; }
+cat "$WORK/ledger.txt"
+for step in 6 7 8 9 10 11; do
+  grep -qE "^ +$step +[0-9.]+ " "$WORK/ledger.txt" || fail "the ledger has no row for step $step"
+done
+grep -q '^mean: step ' "$WORK/ledger.txt" || fail "the ledger has no mean line"
+grep -qE '(fitted to|from) 12 gradient collectives' "$WORK/ledger.txt" || fail "the link was not fitted to the window's 12 bucket allreduces (6 steps x 2 ranks)"
+[ "$(head -c 4 "$WORK/step.png" | od -An -c | tr -d ' ')" = '211PNG' ] || fail "step.png is not a PNG"
+"$BUILD/apps/lockstep-trace" "$WORK/train.log" >"$WORK/notrace.txt" 2>&1 && fail "a log file was read as a trace"
+grep -q 'not a trace' "$WORK/notrace.txt" || { cat "$WORK/notrace.txt"; fail "no 'not a trace' error"; }
 
 # ---- 2. bad input
 train --log.trace="$WORK/t2.json" --log.trace_steps=5000:5001 >"$WORK/bad1.log" 2>&1 &&
