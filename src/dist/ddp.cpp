@@ -96,13 +96,18 @@ Tensor DdpEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_
   Tensor labels = y_in.device() == ctx_.device() ? y_in : y_in.to(ctx_.device());
   if (labels.ndim() > 1) labels = labels.view({labels.numel()});
   reducer_->prepare_for_backward(last_micro && options_.sync && comm_.size() > 1);
+  // log.trace: host spans; on a device also the compute stream's (the host only queues).
   trace::Span forward("compute", "forward");
+  ops::StreamTraceSpan device_forward(ctx_, "device compute", "forward");
   Tensor logits = model_.forward(ctx_, input_);
   Tensor loss = loss_.forward(ctx_, logits, labels);
+  device_forward.end();
   forward.end();
   trace::Span backward("compute", "backward");
+  ops::StreamTraceSpan device_backward(ctx_, "device compute", "backward");
   Tensor dlogits = loss_.backward(ctx_, loss_scale * averaging_scale());
   model_.backward(ctx_, dlogits);
+  device_backward.end();
   backward.end();
   if (timer_) {
     timer_->end(kCompute);  // the host only queued the work: the events time it
@@ -121,7 +126,9 @@ void DdpEngine::finish_gradients() {
   if (timer_) {
     // How long the compute stream stands still after backward until the gradients are complete.
     timer_->begin(kCommWait);
+    ops::StreamTraceSpan device_wait(ctx_, "device compute", "wait for gradients");
     reducer_->finish();
+    device_wait.end();
     timer_->end(kCommWait);
     return;
   }

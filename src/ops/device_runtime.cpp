@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/core/trace.hpp"
 #include "lockstep/ops/backend.hpp"
 
 namespace lockstep::ops {
@@ -121,6 +122,24 @@ std::vector<Tensor> InputStager::stage(const std::vector<Tensor>& host) {
 // to the second, idle gaps included: for compute, the device's time for the queued kernels (and
 // for any input copy it waited for); for the wait for communication, how long the stream stood
 // still until the gradients were complete. Events come from a pool: a steady state creates none.
+
+StreamTraceSpan::StreamTraceSpan(Context& ctx, const char* track, std::string name) {
+  if (!trace::on() || ctx.backend().runtime() == nullptr) return;
+  rt_ = ctx.backend().runtime();
+  stream_ = rt_->compute_stream();
+  track_ = track;
+  name_ = std::move(name);
+  begin_ = std::make_shared<std::int64_t>(0);
+  rt_->host_func(stream_, [begin = begin_] { *begin = trace::now_ns(); });
+}
+
+void StreamTraceSpan::end() {
+  if (rt_ == nullptr) return;
+  rt_->host_func(stream_, [begin = begin_, track = std::string(track_), name = std::move(name_)] {
+    trace::complete(track, name, *begin, trace::now_ns());
+  });
+  rt_ = nullptr;
+}
 
 SectionTimer::SectionTimer(Context& ctx, int sections)
     : rt_(runtime_of(ctx, "SectionTimer")), sections_(sections) {}

@@ -236,7 +236,17 @@ Ledger make_ledger(const Trace& trace, std::optional<dist::scaling::Link> link) 
   std::map<std::int64_t, StepLedger> steps;
   // Per rank and step: the bucket-ready instants and the gradient collectives, in time order.
   std::map<std::pair<std::int64_t, int>, std::vector<const TraceEvent*>> ready, collectives;
+  // On a device the host only queues: the compute stream's spans ("device compute") replace the
+  // host's forward, backward and wait for gradients.
+  std::map<std::pair<std::int64_t, int>, RankStep> device;
   for (const TraceEvent& e : trace.events) {
+    if (e.track == "device compute") {
+      RankStep& d = device[{e.step, e.rank}];
+      if (e.name == "forward") d.forward_us += e.dur_us;
+      if (e.name == "backward") d.backward_us += e.dur_us;
+      if (e.name == "wait for gradients") d.exposed_us += e.dur_us;
+      continue;
+    }
     StepLedger& s = steps[e.step];
     s.step = e.step;
     s.ranks.resize(static_cast<std::size_t>(p));
@@ -284,6 +294,12 @@ Ledger make_ledger(const Trace& trace, std::optional<dist::scaling::Link> link) 
     } else {
       ledger.link_source = "none (one rank, or no gradient collectives)";
     }
+  }
+  for (const auto& [key, d] : device) {
+    RankStep& r = steps[key.first].ranks[static_cast<std::size_t>(key.second)];
+    r.forward_us = d.forward_us;
+    r.backward_us = d.backward_us;
+    r.exposed_us = d.exposed_us;
   }
   dist::scaling::Topology topology;
   topology.ranks = p;

@@ -9,6 +9,7 @@
 #     the unmerged clocks differ by > 5 ms;
 #     lockstep-trace prints the window's ledger (a row per step, the link fitted to the bucket
 #     allreduces) and draws a step as a PNG; a file that is not a trace is an error;
+#     on the emulated GPU each rank also has the compute stream's spans (device compute);
 #  2. bad input: a window outside the run (the key named), an unwritable path (before any step).
 # Reads the JSON with Python's json module; the viewers (Perfetto's UI, chrome://tracing) read
 # this format. Usage: bash tests/scripts/trace_timeline.sh BUILD_DIR   Exit: 0 pass, 1 fail, 77 skip.
@@ -96,6 +97,22 @@ grep -qE '(fitted to|from) 12 gradient collectives' "$WORK/ledger.txt" || fail "
 [ "$(head -c 4 "$WORK/step.png" | od -An -c | tr -d ' ')" = '211PNG' ] || fail "step.png is not a PNG"
 "$BUILD/apps/lockstep-trace" "$WORK/train.log" >"$WORK/notrace.txt" 2>&1 && fail "a log file was read as a trace"
 grep -q 'not a trace' "$WORK/notrace.txt" || { cat "$WORK/notrace.txt"; fail "no 'not a trace' error"; }
+
+# ---- on the emulated GPU: the compute stream's own spans (the host only queues)
+train --train.device=emu --log.trace="$WORK/emu.json" --log.trace_steps=6:7 >"$WORK/emu.log" 2>&1 ||
+  { cat "$WORK/emu.log"; fail "training on emu with log.trace failed"; }
+python3 - "$WORK/emu.json" <<'EOF' || fail "the emulated GPU's trace does not hold (above)"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+for pid in (0, 1):
+    dev = [e for e in ev if e["ph"] == "X" and tracks.get((e["pid"], e["tid"])) == "device compute" and e["pid"] == pid]
+    names = sorted({e["name"] for e in dev})
+    assert names == ["backward", "forward", "wait for gradients"], f"rank {pid}: {names}"
+    assert len(dev) == 6 and all(e["dur"] >= 0 for e in dev), dev
+print("device compute spans on both ranks:", len(dev), "each")
+EOF
+"$BUILD/apps/lockstep-trace" "$WORK/emu.json" >"$WORK/emu-ledger.txt" 2>&1 || { cat "$WORK/emu-ledger.txt"; fail "lockstep-trace failed on the emu trace"; }
 
 # ---- 2. bad input
 train --log.trace="$WORK/t2.json" --log.trace_steps=5000:5001 >"$WORK/bad1.log" 2>&1 &&

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "lockstep/core/device.hpp"
@@ -126,6 +128,26 @@ class InputStager {
   DeviceRuntime::Event now_ = nullptr;  // compute stream, recorded when slot memory is new
   Slot slots_[StagingRing::kSlots];
   StagingRing ring_;
+};
+
+// log.trace on a device: a span on the trace's clock (core/trace.hpp) from when ctx's compute
+// stream reaches the constructor to when it reaches end(), taken by host functions in stream
+// order. Each holds the stream for the callback's few microseconds, so spans are made only while a
+// trace window records (off, the constructor is one relaxed load); on a CPU context, none.
+class StreamTraceSpan {
+ public:
+  StreamTraceSpan(Context& ctx, const char* track, std::string name);
+  ~StreamTraceSpan() { end(); }
+  StreamTraceSpan(const StreamTraceSpan&) = delete;
+  StreamTraceSpan& operator=(const StreamTraceSpan&) = delete;
+  void end();
+
+ private:
+  DeviceRuntime* rt_ = nullptr;  // null: not recording
+  DeviceRuntime::Stream stream_ = nullptr;
+  const char* track_ = nullptr;
+  std::string name_;
+  std::shared_ptr<std::int64_t> begin_;
 };
 
 // Device time of sections of a context's compute stream (compute, the wait for communication),
