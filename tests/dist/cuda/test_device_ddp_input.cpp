@@ -128,7 +128,9 @@ TEST_P(DdpInputStaging, StagedStepsTrainAsSynchronousCopiesWithoutMallocOrPageab
   Trained on_cpu = train(Device::cpu(), false);
   EXPECT_LE(max_abs_difference(staged, on_cpu), 2e-4);
   // The emulated device runs the CPU's kernels: the same bits, or the ordering is wrong.
-  if (device().is_emu()) EXPECT_EQ(max_abs_difference(staged, on_cpu), 0.0);
+  if (device().is_emu()) {
+    EXPECT_EQ(max_abs_difference(staged, on_cpu), 0.0);
+  }
 }
 
 }  // namespace

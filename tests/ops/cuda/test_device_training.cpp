@@ -23,7 +23,9 @@ TEST_P(DeviceTraining, ShortMlpTrainingMatchesCpu) {
     // Float rounding differences (~1e-7) compound through the updates; 1e-3 relative is still
     // far below the loss change of a single step (~5e-2 here).
     EXPECT_NEAR(lg, lc, 1e-3f * std::fabs(lc)) << "step " << s;
-    if (device().is_emu()) EXPECT_EQ(lg, lc) << "step " << s << ": the CPU's kernels, other bits";
+    if (device().is_emu()) {
+      EXPECT_EQ(lg, lc) << "step " << s << ": the CPU's kernels, other bits";
+    }
     losses.push_back(lc);
   }
   // Measured on the CPU: the mean over the last 4 steps is ~0.43 of the first 4.
