@@ -442,14 +442,17 @@ std::string timeline_gnuplot(const Trace& trace, std::int64_t step, const std::s
   }
   for (int rank = 0; rank < trace.ranks; ++rank)
     for (int i = 0; i < per_rank; ++i)
-      tics << (tics.tellp() > 0 ? ", " : "") << "\"rank " << rank << " " << rows[i] << "\" "
-           << -(rank * (per_rank + 1) + i);
+      tics << (tics.tellp() > 0 ? ", " : "") << "\""
+           << (trace.rank_names[static_cast<std::size_t>(rank)].empty()
+                   ? str("rank ", rank)
+                   : trace.rank_names[static_cast<std::size_t>(rank)])
+           << " " << rows[i] << "\" " << -(rank * (per_rank + 1) + i);
   std::ostringstream gp;
   gp << "set terminal pngcairo size 1200," << 120 + 28 * trace.ranks * (per_rank + 1)
      << " font 'sans,10'\nset output '" << png << "'\n"
-     << "set title 'lockstep step " << step << ", " << trace.ranks
-     << " rank(s), one clock (log.trace): grey data wait, blue forward, orange backward, pink "
-        "waiting for gradients, red collectives, green optimizer'\n"
+     << "set title 'step " << step << " of " << trace.ranks
+     << " rank(s) on one clock: grey data wait, blue forward, orange backward, pink gradient "
+        "wait, red collectives, green optimizer' font 'sans,9'\n"
      << "set xlabel 'ms from the step start'\nset ytics (" << tics.str() << ")\n"
      << "set yrange [" << -(trace.ranks * (per_rank + 1)) << ":1]\nunset key\nset grid x\n"
      << "set palette defined (";
