@@ -12,6 +12,9 @@
 #   bench/ddp-overhead.sh                    MLP, 2 ranks, 3 repetitions, 120 steps each
 #   MODEL=cnn RANKS=2 REPS=5 STEPS=200 bench/ddp-overhead.sh
 #   EXTRA="--dist.grad_dtype=bf16" bench/ddp-overhead.sh   extra trainer keys, for every run
+#   TRACE=1 bench/ddp-overhead.sh   the sync runs also write a log.trace of their measured steps,
+#     and lockstep-trace's ledger of exposed communication is set beside the measured step-time
+#     difference between sync and no sync (the ledger's check, docs/METRICS.md)
 # The variants are interleaved (sync, no sync, one rank, then again) so drifting background load
 # hits each alike; figures are medians. On a shared machine give the run priority over other
 # sessions (docs/PERFORMANCE.md): setsid bash -c 'echo -15 > /proc/self/autogroup; bench/...'.
@@ -39,11 +42,16 @@ ls data/fashion-mnist/train-*-of-*.h5 >/dev/null 2>&1 ||
   build/apps/lockstep-shard fashion-mnist --out=data/fashion-mnist --shards=4
 mkdir -p "$OUT/cpu"
 : >"$OUT/runs.jsonl"
+rm -rf "$OUT/trace"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 run() {  # run NAME RANKS SYNC REP
   local name=$1 np=$2 sync=$3 rep=$4 metrics="$OUT/tmp-metrics.jsonl" load
-  local cpu="$OUT/cpu/$1-r$4.json"
+  local cpu="$OUT/cpu/$1-r$4.json" trace=()
+  if [ "${TRACE:-0}" = 1 ] && [ "$name" = ddp_sync ]; then
+    mkdir -p "$OUT/trace"
+    trace=(--log.trace="$OUT/trace/r$rep.json" --log.trace_steps=$((EVERY + 1)):$((STEPS - 1)))
+  fi
   load=$(cut -d' ' -f1 /proc/loadavg)
   rm -f "$metrics"
   # The CPU window runs from the first interval record (after warm-up) to the last but one.
@@ -53,7 +61,7 @@ run() {  # run NAME RANKS SYNC REP
     --config "$CONFIG" --model.spec="$SPEC" --train.global_batch="$BATCH" \
     --train.threads=1 --train.max_steps="$STEPS" --train.eval=false --optim.schedule=constant \
     --optim.warmup_steps=0 --log.every="$EVERY" --log.progress=none --dist.sync="$sync" \
-    --log.metrics="$metrics" ${EXTRA:-} >/dev/null
+    --log.metrics="$metrics" "${trace[@]}" ${EXTRA:-} >/dev/null
   # Every interval record but the first (warm-up: allocation, page faults, first buckets).
   grep '"samples_per_s"' "$metrics" | grep '"step"' | tail -n +2 |
     sed "s|^{|{\"run\": \"$name\", \"ranks\": $np, \"rep\": $rep, \"load\": $load, \"cpu\": \"$cpu\", |" \
@@ -71,7 +79,7 @@ rm -f "$OUT/tmp-metrics.jsonl"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 python3 - "$OUT" "$RANKS" "$load_start" "$load_end" "$SPEC" "$BATCH" "$MODEL" "${EXTRA:-}" <<'PY'
-import json, statistics, sys, subprocess, os, time
+import glob, json, statistics, sys, subprocess, os, time
 out, ranks, load, load_end, spec, batch, model, extra = sys.argv[1:9]
 ranks, batch = int(ranks), int(batch)
 runs = [json.loads(l) for l in open(f"{out}/runs.jsonl")]
@@ -159,5 +167,26 @@ with open(f"{out}/summary.md", "w") as f:
     f.write(f"; {ranks} ranks vs 1 rank: {summary['speedup_vs_one_rank']:.2f}x "
             f"(efficiency {summary['scaling_efficiency']:.2f}); "
             f"data wait {100*summary['data_wait_fraction']:.2f}% of the step.\n")
+# TRACE=1: the ledger's exposed communication (mean per step over the traced window of each sync
+# run) against the step time sync costs over no sync, both medians over the repetitions.
+traces = sorted(glob.glob(f"{out}/trace/r*.json"))
+if traces:
+    exposed = []
+    for t in traces:
+        ledger = subprocess.run(["build/apps/lockstep-trace", t], capture_output=True, text=True,
+                                check=True).stdout
+        line = next(l for l in ledger.splitlines() if l.startswith("mean: step"))
+        exposed.append(float(line.split("exposed communication ")[1].split(" ms")[0]) / 1e3)
+    ledger_s = statistics.median(exposed)
+    diff_s = s["ddp_sync"]["step_time_s"] - s["ddp_nosync"]["step_time_s"]
+    summary["ledger_exposed_s"] = ledger_s
+    summary["sync_minus_nosync_step_s"] = diff_s
+    json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
+    with open(f"{out}/summary.md", "a") as f:
+        f.write(f"\nlockstep-trace ledger, exposed communication per step: {1e3*ledger_s:.3f} ms "
+                f"(median of {len(traces)} traced sync runs: "
+                f"{', '.join(f'{1e3*x:.3f}' for x in exposed)}); step time with sync minus "
+                f"without: {1e3*diff_s:.3f} ms; ledger / difference = "
+                f"**{ledger_s/diff_s if diff_s else float('nan'):.3f}**.\n")
 print(open(f"{out}/summary.md").read())
 PY
