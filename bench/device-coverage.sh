@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How much of the code that runs only for a non-CPU device does the test suite execute? Issue 25
-# asked for the share of the lines of src/train, src/dist and src/comm that run only for a device
+# asked for the share of the lines of src/train, src/parallel and src/comm that run only for a device
 # and that .ci/run executes (0% before the emulated GPU existed).
 #
 # A coverage build (gcc --coverage, build-cov/) runs the whole ctest suite twice:

@@ -1,4 +1,4 @@
-// lockstep-bench scaling: the latency-bandwidth scaling model of dist/scaling_model.hpp, its
+// lockstep-bench scaling: the latency-bandwidth scaling model of parallel/scaling_model.hpp, its
 // calibration from measured allreduces and its check against measured DDP runs.
 //
 //   scaling predict   step time, exposed communication and efficiency at 8..1024 ranks for a
@@ -25,8 +25,8 @@
 #include "bench.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
-#include "lockstep/dist/reducer.hpp"
-#include "lockstep/dist/scaling_model.hpp"
+#include "lockstep/parallel/reducer.hpp"
+#include "lockstep/parallel/scaling_model.hpp"
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/nn/model.hpp"
 #include "lockstep/ops/context.hpp"
@@ -36,7 +36,7 @@
 namespace lockstep::bench {
 namespace {
 
-namespace sm = dist::scaling;
+namespace sm = parallel::scaling;
 using Clock = std::chrono::steady_clock;
 constexpr double kMiB = 1024.0 * 1024.0;
 
@@ -260,9 +260,9 @@ std::vector<sm::Bucket> buckets_of(const Args& args, const std::vector<sm::Gradi
   const auto mib = [&](const std::string& key, double fallback) {
     return static_cast<std::size_t>(args.get_double(key, fallback) * kMiB);
   };
-  const DType wire = dist::parse_grad_dtype(args.get("grad-dtype", "fp32"), "--grad-dtype");
-  return sm::make_buckets(g, mib("bucket-mb", dist::kDefaultBucketBytes / kMiB),
-                          mib("first-bucket-mb", dist::kDefaultFirstBucketBytes / kMiB),
+  const DType wire = parallel::parse_grad_dtype(args.get("grad-dtype", "fp32"), "--grad-dtype");
+  return sm::make_buckets(g, mib("bucket-mb", parallel::kDefaultBucketBytes / kMiB),
+                          mib("first-bucket-mb", parallel::kDefaultFirstBucketBytes / kMiB),
                           static_cast<int>(dtype_size(wire)));
 }
 

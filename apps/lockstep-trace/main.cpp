@@ -57,12 +57,12 @@ int main(int argc, char** argv) {
   }
   if (file.empty()) return error(std::string("no trace file\n") + kUsage, 2);
   try {
-    std::optional<dist::scaling::Link> link;
+    std::optional<parallel::scaling::Link> link;
     if (!link_text.empty()) {
       const std::size_t comma = link_text.find(',');
       LOCKSTEP_CHECK_HINT(comma != std::string::npos, "e.g. --link=5,10 (5 us, 10 GB/s)",
                           "--link=", link_text, ": expected ALPHA_US,GBPS");
-      dist::scaling::Link l;
+      parallel::scaling::Link l;
       l.alpha_s = train::parse_real(link_text.substr(0, comma), 0, 1e9, "--link latency") * 1e-6;
       l.bytes_per_s =
           train::parse_real(link_text.substr(comma + 1), 1e-9, 1e9, "--link bandwidth") * 1e9;

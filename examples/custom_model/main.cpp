@@ -17,7 +17,7 @@
 #include "lockstep/data/dataset.hpp"
 #include "lockstep/data/loader.hpp"
 #include "lockstep/data/shard.hpp"
-#include "lockstep/dist/ddp.hpp"
+#include "lockstep/parallel/ddp.hpp"
 #include "lockstep/nn/model.hpp"
 #include "lockstep/ops/context.hpp"
 #include "lockstep/optim/sgd.hpp"
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     // A different seed per rank on purpose: the engine broadcasts rank 0's parameters.
     nn::Model model = nn::Model::build(custom_model_spec(8, 32), dataset->sample_shape(), kClasses,
                                        /*seed=*/1 + static_cast<std::uint64_t>(rank));
-    dist::DdpEngine engine(ctx, model, *world, dist::DdpOptions{});
+    parallel::DdpEngine engine(ctx, model, *world, parallel::DdpOptions{});
     optim::Sgd sgd(engine.flat_params(), {.lr = 0.05f, .momentum = 0.9f});
     if (rank == 0)
       std::printf("custom_model: %d ranks, %lld samples, model %s, %lld parameters\n", ranks,

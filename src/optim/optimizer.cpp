@@ -31,7 +31,7 @@ void Optimizer::step(ops::Context& ctx) {
 
 std::vector<StateTensor> Optimizer::state() {
   LOCKSTEP_CHECK_HINT(!shard_.sharded(),
-                      "gather it over the ranks first (dist::gather_optimizer_state)",
+                      "gather it over the ranks first (parallel::gather_optimizer_state)",
                       "optimizer: rank ", shard_.rank, " holds only its shard of the state (ZeRO-1",
                       " over ", shard_.count, " ranks), not whole tensors");
   std::vector<StateTensor> out;

@@ -23,7 +23,7 @@ EvalResult evaluate(Run& run, const data::Dataset& set) {
   for (std::size_t begin = 0; begin < mine.size(); begin += static_cast<std::size_t>(batch)) {
     std::size_t end = std::min(mine.size(), begin + static_cast<std::size_t>(batch));
     set.gather(std::span<const std::int64_t>(mine.data() + begin, end - begin), x, y);
-    dist::prepare_input(ctx, x, run.norm, input);
+    parallel::prepare_input(ctx, x, run.norm, input);
     Tensor labels = y.device() == ctx.device() ? y : y.to(ctx.device());
     if (labels.ndim() > 1) labels = labels.view({labels.numel()});  // token labels [B, T]
     Tensor logits = model.forward(ctx, input);

@@ -50,7 +50,7 @@ struct Interval {
   std::uint64_t host_reads = Tensor::host_reads();
   ops::DeviceCounters counters;
 
-  void add(const dist::StepTimes& t, TimeShares& total) {
+  void add(const parallel::StepTimes& t, TimeShares& total) {
     total.compute += t.compute + t.param_copy + t.grad_gather;
     total.comm_exposed += t.comm_exposed;
     compute += t.compute;
@@ -205,7 +205,7 @@ class IntervalLosses {
 TrainResult train_loop(Run& run) {
   const Config& c = run.config;
   TrainState& state = *run.state;
-  dist::Engine& engine = *run.engine;
+  parallel::Engine& engine = *run.engine;
   data::Loader& loader = *run.loader;
   const StepPlan& plan = run.plan;
   TrainResult result;

@@ -16,7 +16,7 @@
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
 #include "lockstep/data/sampler.hpp"
-#include "lockstep/dist/data_parallel.hpp"
+#include "lockstep/parallel/data_parallel.hpp"
 #include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/sgd.hpp"
 #include "lockstep/train/checkpoint_lock.hpp"
@@ -123,9 +123,9 @@ std::shared_ptr<data::ShardedDataset> open_set(const std::string& key, const std
   }
 }
 
-std::unique_ptr<dist::Engine> make_engine(Run& run, const Config& config) {
+std::unique_ptr<parallel::Engine> make_engine(Run& run, const Config& config) {
   if (run.parallel == "dp") {
-    dist::DataParallelOptions dp;
+    parallel::DataParallelOptions dp;
     dp.replicas = run.replicas;
     dp.threads_per_replica = run.threads;
     dp.input = run.norm;
@@ -143,19 +143,19 @@ std::unique_ptr<dist::Engine> make_engine(Run& run, const Config& config) {
       for (int r = 0; r < run.replicas; ++r)
         dp.devices.push_back(Device::emu(r));
     }
-    return std::make_unique<dist::DataParallelEngine>(*run.ctx, *run.model, config.model_spec,
+    return std::make_unique<parallel::DataParallelEngine>(*run.ctx, *run.model, config.model_spec,
                                                       run.train_set->sample_shape(),
                                                       run.train_set->num_classes(), dp, run.flat);
   }
-  dist::DdpOptions ddp;
+  parallel::DdpOptions ddp;
   ddp.reducer.bucket_bytes = static_cast<std::size_t>(config.dist_bucket_mb * (1 << 20));
   ddp.reducer.first_bucket_bytes =
       static_cast<std::size_t>(config.dist_first_bucket_mb * (1 << 20));
   ddp.sync = config.dist_sync;
   ddp.input = run.norm;
   ddp.zero = config.dist_zero == 1;
-  ddp.reducer.grad_dtype = dist::parse_grad_dtype(config.dist_grad_dtype, "dist.grad_dtype");
-  return std::make_unique<dist::DdpEngine>(*run.ctx, *run.model, *run.gradient_comm, ddp, run.flat);
+  ddp.reducer.grad_dtype = parallel::parse_grad_dtype(config.dist_grad_dtype, "dist.grad_dtype");
+  return std::make_unique<parallel::DdpEngine>(*run.ctx, *run.model, *run.gradient_comm, ddp, run.flat);
 }
 
 }  // namespace

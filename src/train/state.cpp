@@ -14,7 +14,7 @@
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/file.hpp"
-#include "lockstep/dist/zero.hpp"
+#include "lockstep/parallel/zero.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace fs = std::filesystem;
@@ -89,7 +89,7 @@ CheckpointState TrainState::to_checkpoint() const {
   LOCKSTEP_CHECK(!sharded || comm_ != nullptr,
                  "train state: a ZeRO-1 optimizer's state needs a communicator to be gathered");
   for (optim::StateTensor& t :
-       sharded ? dist::gather_optimizer_state(*comm_, optimizer_) : optimizer_.state())
+       sharded ? parallel::gather_optimizer_state(*comm_, optimizer_) : optimizer_.state())
     s.tensors.emplace_back(kOptim + t.name, t.value);
   return s;
 }

@@ -230,7 +230,7 @@ std::int64_t gradient_bytes(const std::string& name) {
   return std::stoll(name.substr(bracket + 1, close - bracket - 1)) * size;
 }
 
-Ledger make_ledger(const Trace& trace, std::optional<dist::scaling::Link> link) {
+Ledger make_ledger(const Trace& trace, std::optional<parallel::scaling::Link> link) {
   Ledger ledger;
   const int p = std::max(trace.ranks, 1);
   std::map<std::int64_t, StepLedger> steps;
@@ -283,7 +283,7 @@ Ledger make_ledger(const Trace& trace, std::optional<dist::scaling::Link> link) 
         !bytes.empty() && *std::max_element(bytes.begin(), bytes.end()) >
                               *std::min_element(bytes.begin(), bytes.end()) * 1.5;
     if (p > 1 && sizes_vary) {
-      ledger.link = dist::scaling::link_from_ring_fit(dist::scaling::fit_line(bytes, seconds), p);
+      ledger.link = parallel::scaling::link_from_ring_fit(parallel::scaling::fit_line(bytes, seconds), p);
       ledger.link_source = str("fitted to ", bytes.size(), " gradient collectives of the trace");
     } else if (p > 1 && !bytes.empty()) {
       // One bucket size: no latency can be told apart; all of the time is bandwidth.
@@ -301,7 +301,7 @@ Ledger make_ledger(const Trace& trace, std::optional<dist::scaling::Link> link) 
     r.backward_us = d.backward_us;
     r.exposed_us = d.exposed_us;
   }
-  dist::scaling::Topology topology;
+  parallel::scaling::Topology topology;
   topology.ranks = p;
   topology.ranks_per_node = p;
   topology.intra = topology.inter = ledger.link;
@@ -319,7 +319,7 @@ Ledger make_ledger(const Trace& trace, std::optional<dist::scaling::Link> link) 
           backward_end = e.end_us();
         }
       double covered = backward_end;
-      std::vector<dist::scaling::Bucket> model_buckets;
+      std::vector<parallel::scaling::Bucket> model_buckets;
       for (std::size_t k = 0; k < std::min(rs.size(), cs.size()); ++k) {
         BucketLedger b;
         b.bytes = gradient_bytes(cs[k]->name);
@@ -335,11 +335,11 @@ Ledger make_ledger(const Trace& trace, std::optional<dist::scaling::Link> link) 
              span > 0 ? std::clamp((b.ready_us - backward_begin) / span, 0.0, 1.0) : 1.0});
       }
       if (p > 1 && ledger.link.bytes_per_s > 0 && !model_buckets.empty()) {
-        dist::scaling::StepCost cost;
+        parallel::scaling::StepCost cost;
         cost.forward_s = r.forward_us * 1e-6;
         cost.backward_s = (backward_end - backward_begin) * 1e-6;
-        r.model_exposed_us = dist::scaling::predict_step(cost, model_buckets, topology,
-                                                         dist::scaling::Algorithm::Ring)
+        r.model_exposed_us = parallel::scaling::predict_step(cost, model_buckets, topology,
+                                                         parallel::scaling::Algorithm::Ring)
                                  .exposed_s *
                              1e6;
       }

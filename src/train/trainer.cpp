@@ -3,7 +3,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "lockstep/dist/data_parallel.hpp"
+#include "lockstep/parallel/data_parallel.hpp"
 #include "lockstep/train/evaluate.hpp"
 #include "lockstep/train/setup.hpp"
 
@@ -103,7 +103,7 @@ void write_final_record(Run& run, const TrainResult& result) {
   record.add("optimizer_state_bytes", run.optimizer->state_bytes());
   record.add_raw("rank_optimizer_state_bytes",
                  json_list(run.comm.allgather(std::to_string(run.optimizer->state_bytes()))));
-  if (auto* dp = dynamic_cast<dist::DataParallelEngine*>(run.engine.get())) {
+  if (auto* dp = dynamic_cast<parallel::DataParallelEngine*>(run.engine.get())) {
     std::vector<std::string> bytes;
     for (std::int64_t b : dp->replica_tensor_bytes())
       bytes.push_back(std::to_string(b));

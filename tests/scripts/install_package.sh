@@ -25,7 +25,7 @@ cmake --install "$BUILD" --prefix "$WORK/first" >"$WORK/install.log" 2>&1 ||
 # Relocatable: everything below works from a prefix the build never knew.
 mv "$WORK/first" "$WORK/prefix"
 P=$WORK/prefix
-for f in bin/lockstep-train bin/lockstep-shard bin/lockstep-bench include/lockstep/dist/ddp.hpp \
+for f in bin/lockstep-train bin/lockstep-shard bin/lockstep-bench include/lockstep/parallel/ddp.hpp \
          lib/cmake/lockstep/lockstepConfig.cmake lib/cmake/lockstep/lockstepConfigVersion.cmake \
          lib/cmake/lockstep/lockstepTargets.cmake share/lockstep/configs/fashion_mlp.ini \
          share/lockstep/slurm/train.sbatch share/lockstep/examples/custom_model/CMakeLists.txt \

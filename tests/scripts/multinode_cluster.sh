@@ -6,7 +6,7 @@
 #   2. the MPI tests of the hierarchical allreduce on the real 2-host layout, 2+2 and 2+1;
 #   3. slurm/train-cpu-multinode.sbatch, 2 hosts x 2 ranks (hierarchical allreduce, and flat):
 #      its exported parameters equal 1 rank's with the same global batch to 2e-5 (the DDP
-#      tolerance argued in tests/dist/mpi/test_ddp.cpp), and differ by > 1e-3 without averaging;
+#      tolerance argued in tests/parallel/mpi/test_ddp.cpp), and differ by > 1e-3 without averaging;
 #   4. bad input, named by host: a host that is not there (on-host.sh, an mpirun hostfile), a
 #      host whose link is down, GPUs asked for on hosts without one (uneven ranks per node are
 #      supported: 2+1 in step 2);

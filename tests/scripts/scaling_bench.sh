@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# lockstep-bench scaling end to end (the arithmetic itself is tested in tests/dist):
+# lockstep-bench scaling end to end (the arithmetic itself is tested in tests/parallel):
 #   - `fit` reads a `lockstep-bench allreduce` JSON file and recovers the alpha and bandwidth the
 #     file's times were made from;
 #   - `predict` wires its flags into the model: its 2-rank step for the MLP equals the equations

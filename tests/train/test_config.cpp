@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "lockstep/core/error.hpp"
-#include "lockstep/dist/reducer.hpp"
+#include "lockstep/parallel/reducer.hpp"
 #include "lockstep/train/config.hpp"
 
 using namespace lockstep;
@@ -188,9 +188,9 @@ TEST(Config, DefaultsOwnedByALayerComeFromThatLayer) {
   const Config c;
   EXPECT_EQ(c.data_memory_budget_mb << 20, data::kDefaultMemoryBudgetBytes);
   EXPECT_EQ(c.data_prefetch, data::kDefaultPrefetchDepth);
-  EXPECT_EQ(static_cast<std::size_t>(c.dist_bucket_mb * (1 << 20)), dist::kDefaultBucketBytes);
+  EXPECT_EQ(static_cast<std::size_t>(c.dist_bucket_mb * (1 << 20)), parallel::kDefaultBucketBytes);
   EXPECT_EQ(static_cast<std::size_t>(c.dist_first_bucket_mb * (1 << 20)),
-            dist::kDefaultFirstBucketBytes);
+            parallel::kDefaultFirstBucketBytes);
   // --help prints the same default the data layer uses.
   EXPECT_NE(help_text().find("data.memory_budget_mb"), std::string::npos);
   EXPECT_NE(help_text().find("default: " + std::to_string(data::kDefaultMemoryBudgetBytes >> 20)),
@@ -222,9 +222,9 @@ TEST(CommandLine, DistGradDtypeIsFp32OrBf16ForRanksThatCommunicate) {
   EXPECT_NE(e.find("train.parallel = dp"), std::string::npos) << e;
   // Accepted with dist.sync = false (nothing is sent), so a benchmark can switch sync alone.
   EXPECT_EQ(args_error({"--data.train=d/x", "--dist.grad_dtype=bf16", "--dist.sync=false"}), "");
-  EXPECT_EQ(dist::parse_grad_dtype("bf16", "k"), DType::BF16);
-  EXPECT_EQ(dist::parse_grad_dtype("fp32", "k"), DType::F32);
-  EXPECT_THROW(dist::parse_grad_dtype("f32", "k"), Error);
+  EXPECT_EQ(parallel::parse_grad_dtype("bf16", "k"), DType::BF16);
+  EXPECT_EQ(parallel::parse_grad_dtype("fp32", "k"), DType::F32);
+  EXPECT_THROW(parallel::parse_grad_dtype("f32", "k"), Error);
   // Ranks that send different dtypes would mismatch in every collective: checked at start-up.
   EXPECT_EQ(rank_invariant_settings(parse({"--data.train=d/x", "--dist.grad_dtype=bf16"}).config)
                 .at("dist.grad_dtype"),

@@ -220,7 +220,9 @@ TEST(SignalThread, OneDnnSgemmSurvivesASignalStorm) {
   }
   done = true;
   sender.join();
-  if (signals) EXPECT_NE(g_handler_tid.load(), main_tid);
+  if (signals) {
+    EXPECT_NE(g_handler_tid.load(), main_tid);
+  }
   signals.reset();
   EXPECT_EQ(mismatches, 0) << "of " << rounds << " products";
   EXPECT_GT(g_handler_hits.load(), 100) << "the storm must have happened";

@@ -63,7 +63,7 @@ TEST(TraceLedger, AStepsTimesAndEachBucketsExposureAreReadOffTheTrace) {
   // A link of 0 latency and 4e8 B/s: a 2-rank ring moves n bytes in n / B, so bucket 0 takes
   // 10 us from its readiness (15 us into backward) and bucket 1 5 us from backward's end: the
   // model exposes 5 us.
-  dist::scaling::Link link;
+  parallel::scaling::Link link;
   link.bytes_per_s = 4e8;
   const Ledger ledger = make_ledger(trace, link);
   ASSERT_EQ(ledger.steps.size(), 1u);

@@ -14,7 +14,7 @@
 // are set in one place, FlatLayout::build.
 //
 // Why in optim: the layout exists so that the optimizer can update everything in one op, and
-// the optimizer's state is what ZeRO-1 shards; the Reducer (dist, a layer above) communicates the
+// the optimizer's state is what ZeRO-1 shards; the Reducer (parallel, a layer above) communicates the
 // gradient buckets of this layout, and nn stays unaware of it (a parameter is just a view).
 // One FlatParams per model replica; the optimizer and the engine share it.
 #pragma once
@@ -35,7 +35,7 @@ namespace lockstep::optim {
 // Bucket limits in bytes of parameter data (padding not counted): a new bucket starts once the
 // current one holds at least its limit, a larger parameter gets its bucket alone; bucket 0 (the
 // last parameters, whose gradients are ready first) has first_bucket_bytes. DDP's defaults and
-// their reasons are dist::ReducerOptions'; the default here, one bucket, is for a process that
+// their reasons are parallel::ReducerOptions'; the default here, one bucket, is for a process that
 // does not communicate.
 struct BucketLimits {
   std::size_t bucket_bytes = std::numeric_limits<std::size_t>::max();

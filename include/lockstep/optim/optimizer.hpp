@@ -7,7 +7,7 @@
 //
 // ZeRO-1: an optimizer made with a FlatShard keeps state for that shard only (1/world of it) and
 // step(ctx) updates only the shard's parameters; state() then cannot list whole tensors, so
-// checkpoints gather state_buffers() over the ranks (dist/zero.hpp) and load_state() takes the
+// checkpoints gather state_buffers() over the ranks (parallel/zero.hpp) and load_state() takes the
 // shard's part of whole tensors.
 #pragma once
 

@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "lockstep/data/defaults.hpp"
-#include "lockstep/dist/reducer.hpp"
+#include "lockstep/parallel/reducer.hpp"
 
 namespace lockstep::train {
 
 // Field defaults are the documented defaults (the table in config.cpp reads them from here); where
-// a layer owns a default (data/defaults.hpp, dist/reducer.hpp), the field takes it from there.
+// a layer owns a default (data/defaults.hpp, parallel/reducer.hpp), the field takes it from there.
 struct Config {
   // [data]
   std::string data_train = "data/fashion-mnist/train";
@@ -59,8 +59,8 @@ struct Config {
   double optim_clip_norm = 0.0;
   std::string optim_decay = "all";
   // [dist]
-  double dist_bucket_mb = static_cast<double>(dist::kDefaultBucketBytes >> 20);
-  double dist_first_bucket_mb = static_cast<double>(dist::kDefaultFirstBucketBytes >> 20);
+  double dist_bucket_mb = static_cast<double>(parallel::kDefaultBucketBytes >> 20);
+  double dist_first_bucket_mb = static_cast<double>(parallel::kDefaultFirstBucketBytes >> 20);
   bool dist_sync = true;
   double dist_timeout_s = 300.0;  // comm::kDefaultTimeoutSeconds (tests/comm checks they agree)
   std::string dist_algorithm = "auto";

@@ -13,8 +13,8 @@
 #include "lockstep/data/dataset.hpp"
 #include "lockstep/data/loader.hpp"
 #include "lockstep/data/token_dataset.hpp"
-#include "lockstep/dist/ddp.hpp"
-#include "lockstep/dist/engine.hpp"
+#include "lockstep/parallel/ddp.hpp"
+#include "lockstep/parallel/engine.hpp"
 #include "lockstep/nn/model.hpp"
 #include "lockstep/ops/context.hpp"
 #include "lockstep/optim/flat.hpp"
@@ -61,7 +61,7 @@ struct Run {
   // Token shards (a language model; token_data.hpp): then these are set and the two above null.
   std::shared_ptr<data::TokenDataset> train_tokens, test_tokens;
   double unigram_nats = 0;  // token data: the evaluation set's unigram entropy (ranks that log)
-  dist::InputNormalization norm;
+  parallel::InputNormalization norm;
   StepPlan plan;
   std::unique_ptr<nn::Model> model;
   std::shared_ptr<optim::FlatParams> flat;  // parameters, gradients, optimizer state; one layout
@@ -70,7 +70,7 @@ struct Run {
   std::unique_ptr<TrainState> state;
   std::string resumed_from;  // the checkpoint the state came from ("" = fresh)
   std::shared_ptr<comm::Communicator> gradient_comm;
-  std::unique_ptr<dist::Engine> engine;
+  std::unique_ptr<parallel::Engine> engine;
   std::unique_ptr<data::Loader> loader;             // starts at state->position
   MetricsFile metrics;                              // rank 0, when log.metrics is set
   TensorBoardFile tensorboard;                      // rank 0, when log.tensorboard is set

@@ -1,6 +1,6 @@
 // lockstep-trace's reading of a log.trace file: per step and rank, where the time went (compute,
 // data wait, optimizer, exposed communication, each bucket's share of it), the slowest rank and
-// the skew between ranks, and beside the measured exposure the scaling model's (dist/
+// the skew between ranks, and beside the measured exposure the scaling model's (parallel/
 // scaling_model.hpp) for the same buckets, readiness and link. The link is fitted to the trace's
 // own gradient collectives unless given: then the comparison checks the overlap model (when each
 // bucket could start, the FIFO of collectives), not the link.
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/dist/scaling_model.hpp"
+#include "lockstep/parallel/scaling_model.hpp"
 
 namespace lockstep::train {
 
@@ -61,12 +61,12 @@ struct StepLedger {
 
 struct Ledger {
   std::vector<StepLedger> steps;
-  dist::scaling::Link link;
+  parallel::scaling::Link link;
   std::string link_source;  // how the link was found, for the report
 };
 
 // `link`: the link to model with; none: fitted to the trace's gradient collectives.
-Ledger make_ledger(const Trace& trace, std::optional<dist::scaling::Link> link = std::nullopt);
+Ledger make_ledger(const Trace& trace, std::optional<parallel::scaling::Link> link = std::nullopt);
 
 // The console table.
 std::string format_ledger(const Ledger& ledger, const Trace& trace);

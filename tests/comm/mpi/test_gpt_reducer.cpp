@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "lockstep/core/rng.hpp"
-#include "lockstep/dist/reducer.hpp"
+#include "lockstep/parallel/reducer.hpp"
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/nn/model.hpp"
 #include "support/mpi_env.hpp"
@@ -76,8 +76,8 @@ TEST(GptReducer, AveragedGradientsOfTheTiedModelMatchOneProcess) {
   // N ranks (a seed per rank: the broadcast makes them identical), small buckets so that the
   // table and the parameters next to it share buckets with others.
   nn::Model model = nn::Model::build(kSpec, {kSeq}, kVocab, 5 + static_cast<std::uint64_t>(rank));
-  dist::broadcast_state(comm, model.parameters(), model.buffers());
-  dist::Reducer reducer(ctx, comm, model.parameters(), dist::ReducerOptions{4096, 1024});
+  parallel::broadcast_state(comm, model.parameters(), model.buffers());
+  parallel::Reducer reducer(ctx, comm, model.parameters(), parallel::ReducerOptions{4096, 1024});
   model.set_grad_ready_hook([&](nn::Parameter& p) { reducer.on_grad_ready(p); });
   const std::int64_t local = kBatch / n;
   Tensor x, y;

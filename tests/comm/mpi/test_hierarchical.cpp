@@ -18,7 +18,7 @@
 #include "lockstep/comm/hierarchical.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
-#include "lockstep/dist/ddp.hpp"
+#include "lockstep/parallel/ddp.hpp"
 #include "support/mpi_env.hpp"
 #include "support/precision_reference.hpp"
 #include "support/training.hpp"
@@ -367,7 +367,7 @@ TEST(HierarchicalAllreduce, DdpOverSimulatedNodesMatchesSingleProcessLargeBatch)
   auto reference = train_single_process(p);
   ops::Context ctx(Device::cpu(), 1);
   nn::Model model = nn::Model::build(p.model, p.sample, p.classes, p.seed + rank);
-  dist::DdpEngine engine(ctx, model, *hier, {});
+  parallel::DdpEngine engine(ctx, model, *hier, {});
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;

@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "lockstep/comm/local.hpp"
-#include "lockstep/dist/ddp.hpp"
+#include "lockstep/parallel/ddp.hpp"
 #include "lockstep/train/checkpoint.hpp"
 #include "lockstep/train/loop.hpp"
 #include "lockstep/train/setup.hpp"
@@ -169,7 +169,7 @@ TEST_F(ZeroResume, Bf16GradientsThroughTheTrainerResumeBitwiseAndStayNearF32) {
     };
     train::Config c = bf16(whole(zero));
     auto run = train::setup_run(c, world());
-    auto* ddp = dynamic_cast<dist::DdpEngine*>(run->engine.get());
+    auto* ddp = dynamic_cast<parallel::DdpEngine*>(run->engine.get());
     ASSERT_NE(ddp, nullptr);
     EXPECT_EQ(ddp->reducer().grad_dtype(), DType::BF16);
     const std::vector<std::vector<float>> start = parameter_values(*run->model);

@@ -1,13 +1,13 @@
 // The published architectures of docs/SCALING.md's comparison, as the scaling model needs them:
 // each layer's parameter tensors (forward order) and backward FLOPs at ImageNet's 224 x 224.
 // Layer shapes follow torchvision (ResNet v1.5: the stride sits on the 3x3 convolution); the
-// parameter totals are checked against torchvision's in tests/dist/test_scaling_model.cpp.
+// parameter totals are checked against torchvision's in tests/parallel/test_scaling_model.cpp.
 #include <cmath>
 
 #include "lockstep/core/error.hpp"
-#include "lockstep/dist/scaling_model.hpp"
+#include "lockstep/parallel/scaling_model.hpp"
 
-namespace lockstep::dist::scaling {
+namespace lockstep::parallel::scaling {
 namespace {
 
 struct Builder {
@@ -126,4 +126,4 @@ ReferenceModel reference_model(const std::string& name) {
                      "scaling model: unknown reference model '", name, "'");
 }
 
-}  // namespace lockstep::dist::scaling
+}  // namespace lockstep::parallel::scaling

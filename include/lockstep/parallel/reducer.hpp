@@ -29,7 +29,7 @@
 #include "lockstep/ops/context.hpp"
 #include "lockstep/optim/flat.hpp"
 
-namespace lockstep::dist {
+namespace lockstep::parallel {
 
 // Defaults, with PyTorch DDP's reasons: 25 MiB buckets amortise per-collective latency while
 // leaving room to overlap; the first bucket (the last layers' gradients, ready first) is 1 MiB so
@@ -116,4 +116,4 @@ void broadcast_state(comm::Communicator& comm, const std::vector<nn::Parameter*>
 void broadcast_state(comm::Communicator& comm, optim::FlatParams& flat,
                      const std::vector<nn::Buffer*>& buffers);
 
-}  // namespace lockstep::dist
+}  // namespace lockstep::parallel

@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "lockstep/comm/communicator.hpp"
-#include "lockstep/dist/engine.hpp"
-#include "lockstep/dist/reducer.hpp"
+#include "lockstep/parallel/engine.hpp"
+#include "lockstep/parallel/reducer.hpp"
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/ops/device_runtime.hpp"
 
-namespace lockstep::dist {
+namespace lockstep::parallel {
 
 // How raw input batches become network inputs: y = (x/255 - mean[c]) / std[c] for u8 data;
 // i32 token ids are not normalised.
@@ -84,4 +84,4 @@ class DdpEngine final : public Engine {
 // token ids pass through unnormalised (`out` then shares x's storage on the CPU).
 void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization& norm, Tensor& out);
 
-}  // namespace lockstep::dist
+}  // namespace lockstep::parallel

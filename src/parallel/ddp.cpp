@@ -1,4 +1,4 @@
-#include "lockstep/dist/ddp.hpp"
+#include "lockstep/parallel/ddp.hpp"
 
 #include <chrono>
 
@@ -7,7 +7,7 @@
 #include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/ops.hpp"
 
-namespace lockstep::dist {
+namespace lockstep::parallel {
 
 void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization& norm,
                    Tensor& out) {
@@ -177,4 +177,4 @@ void DdpEngine::step(optim::Optimizer& optimizer) {
   times_.comm_exposed += seconds_since(start);
 }
 
-}  // namespace lockstep::dist
+}  // namespace lockstep::parallel

@@ -1,4 +1,4 @@
-#include "lockstep/dist/data_parallel.hpp"
+#include "lockstep/parallel/data_parallel.hpp"
 
 #include <chrono>
 
@@ -6,7 +6,7 @@
 #include "lockstep/core/error.hpp"
 #include "lockstep/ops/ops.hpp"
 
-namespace lockstep::dist {
+namespace lockstep::parallel {
 
 DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& master,
                                        const std::string& spec, const Shape& sample_shape,
@@ -132,4 +132,4 @@ std::vector<std::int64_t> DataParallelEngine::replica_tensor_bytes() const {
   return out;
 }
 
-}  // namespace lockstep::dist
+}  // namespace lockstep::parallel

@@ -16,7 +16,7 @@
 #include "lockstep/optim/clip.hpp"
 #include "lockstep/optim/optimizer.hpp"
 
-namespace lockstep::dist {
+namespace lockstep::parallel {
 
 // Seconds spent in each part of an optimizer step on this process (wall-clock, summed over the
 // step's micro-steps).
@@ -62,4 +62,4 @@ class Engine {
   virtual void step(optim::Optimizer& optimizer) { optimizer.step(context()); }
 };
 
-}  // namespace lockstep::dist
+}  // namespace lockstep::parallel

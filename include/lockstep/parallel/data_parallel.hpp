@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "lockstep/core/thread_pool.hpp"
-#include "lockstep/dist/ddp.hpp"
-#include "lockstep/dist/engine.hpp"
+#include "lockstep/parallel/ddp.hpp"
+#include "lockstep/parallel/engine.hpp"
 #include "lockstep/optim/flat.hpp"
 
-namespace lockstep::dist {
+namespace lockstep::parallel {
 
 struct DataParallelOptions {
   int replicas = 2;
@@ -70,4 +70,4 @@ class DataParallelEngine final : public Engine {
   StepTimes times_;
 };
 
-}  // namespace lockstep::dist
+}  // namespace lockstep::parallel

@@ -1,4 +1,4 @@
-#include "lockstep/dist/scaling_model.hpp"
+#include "lockstep/parallel/scaling_model.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "lockstep/nn/model.hpp"
 #include "lockstep/ops/ops.hpp"
 
-namespace lockstep::dist::scaling {
+namespace lockstep::parallel::scaling {
 
 int Topology::nodes() const {
   return ranks <= ranks_per_node ? 1 : ranks / ranks_per_node;
@@ -274,4 +274,4 @@ const LinkPreset& link_preset(const std::string& name) {
                      "scaling model: unknown link preset '", name, "'");
 }
 
-}  // namespace lockstep::dist::scaling
+}  // namespace lockstep::parallel::scaling

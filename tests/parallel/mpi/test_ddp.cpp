@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 
 #include "lockstep/core/error.hpp"
-#include "lockstep/dist/data_parallel.hpp"
-#include "lockstep/dist/ddp.hpp"
+#include "lockstep/parallel/data_parallel.hpp"
+#include "lockstep/parallel/ddp.hpp"
 #include "lockstep/train/config.hpp"
 #include "lockstep/train/trainer.hpp"
 #include "support/mpi_env.hpp"
@@ -26,7 +26,7 @@ namespace {
 constexpr double kTolerance = 2e-5;
 
 struct DdpRun {
-  dist::ReducerOptions buckets;
+  parallel::ReducerOptions buckets;
   int accumulation = 1;
   bool sync = true;
 };
@@ -38,10 +38,10 @@ std::vector<std::vector<float>> train_ddp(const ProblemSpec& p, const DdpRun& ru
   // A different seed per rank: the broadcast from rank 0 must make the replicas identical.
   nn::Model model =
       nn::Model::build(p.model, p.sample, p.classes, p.seed + static_cast<std::uint64_t>(rank));
-  dist::DdpOptions options;
+  parallel::DdpOptions options;
   options.reducer = run.buckets;
   options.sync = run.sync;
-  dist::DdpEngine engine(ctx, model, comm, options);
+  parallel::DdpEngine engine(ctx, model, comm, options);
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;
@@ -92,7 +92,7 @@ TEST(Ddp, Bf16GradientsTrainLikeF32UpToTheirRounding) {
   ProblemSpec untrained = p;
   untrained.steps = 0;
   const double moved = max_abs_difference(reference, train_single_process(untrained));
-  dist::ReducerOptions bf16;
+  parallel::ReducerOptions bf16;
   bf16.grad_dtype = DType::BF16;
   auto ddp = train_ddp(p, DdpRun{bf16});
   const double diff = max_abs_difference(reference, ddp);
@@ -121,9 +121,9 @@ TEST(Ddp, BucketSizesDoNotChangeTheResult) {
   ProblemSpec p;
   p.model = "mlp:32,24,16";
   auto reference = train_single_process(p);
-  dist::ReducerOptions per_param{0, 0};                 // every parameter its own bucket
-  dist::ReducerOptions one_bucket{1u << 30, 1u << 30};  // everything in one bucket
-  dist::ReducerOptions small{1024, 256};                // a few mixed buckets
+  parallel::ReducerOptions per_param{0, 0};                 // every parameter its own bucket
+  parallel::ReducerOptions one_bucket{1u << 30, 1u << 30};  // everything in one bucket
+  parallel::ReducerOptions small{1024, 256};                // a few mixed buckets
   auto a = train_ddp(p, DdpRun{per_param});
   auto b = train_ddp(p, DdpRun{one_bucket});
   auto c = train_ddp(p, DdpRun{small});
@@ -157,9 +157,9 @@ TEST(Ddp, DataParallelAndDdpAgreeOnTheSameGlobalBatch) {
   // The DataParallel baseline in this process with as many replicas as there are ranks.
   ops::Context ctx(Device::cpu(), 1);
   nn::Model master = nn::Model::build(p.model, p.sample, p.classes, p.seed);
-  dist::DataParallelOptions dp;
+  parallel::DataParallelOptions dp;
   dp.replicas = world().size();
-  dist::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, dp);
+  parallel::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, dp);
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;
@@ -202,7 +202,7 @@ TEST(Ddp, ReducerAveragesUnlessTheGradientsArrivePrescaled) {
   for (bool prescaled : {false, true}) {
     nn::Parameter a{"a", Tensor::zeros({300}), Tensor::zeros({300})};
     nn::Parameter b{"b", Tensor::zeros({7, 5}), Tensor::zeros({7, 5})};
-    dist::Reducer reducer(ctx, comm, {&a, &b}, dist::ReducerOptions{1024, 512});
+    parallel::Reducer reducer(ctx, comm, {&a, &b}, parallel::ReducerOptions{1024, 512});
     reducer.set_prescaled(prescaled);
     reducer.prepare_for_backward(/*communicate=*/true);
     for (nn::Parameter* p : {&b, &a}) {
@@ -246,7 +246,7 @@ TEST(Ddp, ReducerSendsBf16GradientsRoundedOncePerCombination) {
     auto flat =
         std::make_shared<optim::FlatParams>(params, optim::BucketLimits{256, 64, zero ? W : 1});
     const optim::FlatShard shard = flat->shard(zero ? comm.rank() : 0, zero ? W : 1);
-    dist::Reducer reducer(ctx, comm, flat, shard, DType::BF16);
+    parallel::Reducer reducer(ctx, comm, flat, shard, DType::BF16);
     ASSERT_GE(reducer.num_buckets(), 2u);  // more than one collective in flight
     reducer.prepare_for_backward(/*communicate=*/true);
     for (std::size_t k = params.size(); k-- > 0;) {  // backward order

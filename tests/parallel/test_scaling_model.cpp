@@ -1,18 +1,18 @@
-// The scaling model's arithmetic (dist/scaling_model.hpp) against cases computed by hand, its
+// The scaling model's arithmetic (parallel/scaling_model.hpp) against cases computed by hand, its
 // monotonicity, the buckets it derives against the Reducer's own layout, and the calibration fit
 // against synthetic timings with a known alpha and bandwidth.
-#include "lockstep/dist/scaling_model.hpp"
+#include "lockstep/parallel/scaling_model.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "lockstep/core/error.hpp"
-#include "lockstep/dist/reducer.hpp"
+#include "lockstep/parallel/reducer.hpp"
 #include "lockstep/nn/model.hpp"
 #include "lockstep/optim/flat.hpp"
 
-namespace lockstep::dist::scaling {
+namespace lockstep::parallel::scaling {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
@@ -329,4 +329,4 @@ TEST(ScalingModel, BadInputNamesWhatIsWrong) {
   EXPECT_THROW(make_buckets({{0, 1.0}}, 1 << 20, 1 << 20), Error);
 }
 
-}  // namespace lockstep::dist::scaling
+}  // namespace lockstep::parallel::scaling

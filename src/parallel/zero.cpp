@@ -1,8 +1,8 @@
-#include "lockstep/dist/zero.hpp"
+#include "lockstep/parallel/zero.hpp"
 
 #include "lockstep/core/error.hpp"
 
-namespace lockstep::dist {
+namespace lockstep::parallel {
 
 std::vector<optim::StateTensor> gather_optimizer_state(comm::Communicator& comm,
                                                        optim::Optimizer& optimizer) {
@@ -34,4 +34,4 @@ std::vector<optim::StateTensor> gather_optimizer_state(comm::Communicator& comm,
   return out;
 }
 
-}  // namespace lockstep::dist
+}  // namespace lockstep::parallel

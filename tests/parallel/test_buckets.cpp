@@ -1,9 +1,9 @@
 // Gradient buckets: the Reducer's bucket rule (PyTorch DDP's) as the flat layout applies it.
 #include <gtest/gtest.h>
 
-#include "lockstep/dist/reducer.hpp"
+#include "lockstep/parallel/reducer.hpp"
 
-namespace lockstep::dist {
+namespace lockstep::parallel {
 namespace {
 std::vector<nn::Parameter> make_params(const std::vector<std::int64_t>& sizes) {
   std::vector<nn::Parameter> out;
@@ -71,4 +71,4 @@ TEST(Buckets, EveryParameterIsInExactlyOneBucketAndBucketsAreConsecutiveAlignedR
   EXPECT_EQ(total, 17 + 1 + 1024 + 9 + 333 + 2048 + 5);
 }
 
-}  // namespace lockstep::dist
+}  // namespace lockstep::parallel

@@ -4,13 +4,13 @@
 // (the engine then copies nothing) and of the CPU engine, and a steady-state step allocates no
 // device memory and copies nothing from pageable host memory.
 //
-// Needs the dist layer, which the GPU-check build (LOCKSTEP_GPU_CHECK_ONLY: core, ops, nn and
+// Needs the parallel layer, which the GPU-check build (LOCKSTEP_GPU_CHECK_ONLY: core, ops, nn and
 // optim only) does not have: there the file compiles to nothing.
 #include "support/device_test_support.hpp"
 
-#if __has_include("lockstep/dist/ddp.hpp")
+#if __has_include("lockstep/parallel/ddp.hpp")
 #include "lockstep/comm/local.hpp"
-#include "lockstep/dist/ddp.hpp"
+#include "lockstep/parallel/ddp.hpp"
 #include "lockstep/optim/sgd.hpp"
 
 namespace lockstep::testing {
@@ -49,9 +49,9 @@ Trained train(Device device, bool on_device) {
   ops::Context ctx(device);
   nn::Model model = nn::Model::build("mlp:32,16", kSample, kClasses, /*seed=*/3, device);
   auto comm = comm::make_single_rank_communicator();
-  dist::DdpOptions options;
+  parallel::DdpOptions options;
   options.input = {{0.5f, 0.4f, 0.45f}, {0.25f, 0.2f, 0.3f}};
-  dist::DdpEngine engine(ctx, model, *comm, options);
+  parallel::DdpEngine engine(ctx, model, *comm, options);
   optim::SgdOptions so;
   so.lr = 0.05f;
   so.momentum = 0.9f;
@@ -136,4 +136,4 @@ TEST_P(DdpInputStaging, StagedStepsTrainAsSynchronousCopiesWithoutMallocOrPageab
 }  // namespace
 }  // namespace lockstep::testing
 
-#endif  // __has_include("lockstep/dist/ddp.hpp")
+#endif  // __has_include("lockstep/parallel/ddp.hpp")

@@ -1,5 +1,5 @@
 // The DataParallel baseline computes the same step as one replica on the whole batch.
-// Tolerance: as in tests/dist/mpi/test_ddp.cpp, the only difference is the order in which the
+// Tolerance: as in tests/parallel/mpi/test_ddp.cpp, the only difference is the order in which the
 // per-sample gradient terms are summed (per replica, then replicas onto the master): ~B * eps32
 // relative to the mean gradient, ~1e-6 on the parameters after a few steps; 2e-5 has headroom,
 // while a wrong slice or a missed replica gradient moves parameters by > 1e-3.
@@ -10,7 +10,7 @@
 #include <cmath>
 #include <thread>
 
-#include "lockstep/dist/data_parallel.hpp"
+#include "lockstep/parallel/data_parallel.hpp"
 #include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/device_runtime.hpp"
 #include "lockstep/ops/ops.hpp"
@@ -22,9 +22,9 @@ namespace {
 std::vector<std::vector<float>> train_dp(const ProblemSpec& p, int replicas, int accumulation = 1) {
   ops::Context ctx(Device::cpu(), 1);
   nn::Model master = nn::Model::build(p.model, p.sample, p.classes, p.seed);
-  dist::DataParallelOptions options;
+  parallel::DataParallelOptions options;
   options.replicas = replicas;
-  dist::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, options);
+  parallel::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, options);
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;
@@ -85,13 +85,13 @@ TEST_P(DataParallelOnDevice, ReplicasOnOtherStreamsComputeWithTheMastersFreshWei
   const Device gpu = device();
   ops::Context ctx(gpu, 1);
   nn::Model master = nn::Model::build(p.model, p.sample, p.classes, p.seed, gpu);
-  dist::DataParallelOptions options;
+  parallel::DataParallelOptions options;
   options.replicas = 2;
   // Two emulated devices: a replica on the master's own device would be ordered after the held
   // stream by the device-wide wait of its input's copy (Tensor::to), which would hide a missing
   // order. One GPU is what a CUDA machine surely has.
   options.devices = {gpu, gpu.is_emu() ? Device::emu(1) : gpu};
-  dist::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, options);
+  parallel::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, options);
   SyntheticBatch b = synthetic_batch(p.global_batch, p.sample, p.classes, 0);
   const float scale = 1.0f / static_cast<float>(p.global_batch);
 

@@ -1,4 +1,4 @@
-#include "lockstep/dist/reducer.hpp"
+#include "lockstep/parallel/reducer.hpp"
 
 #include <chrono>
 
@@ -6,7 +6,7 @@
 #include "lockstep/core/trace.hpp"
 #include "lockstep/ops/ops.hpp"
 
-namespace lockstep::dist {
+namespace lockstep::parallel {
 
 optim::BucketLimits bucket_limits(const ReducerOptions& options) {
   return {options.bucket_bytes, options.first_bucket_bytes};
@@ -180,4 +180,4 @@ void broadcast_state(comm::Communicator& comm, optim::FlatParams& flat,
     w->wait();
 }
 
-}  // namespace lockstep::dist
+}  // namespace lockstep::parallel

@@ -2,14 +2,14 @@
 // first host wait (the gradient check), not as a non-finite gradient with a hint to lower the
 // learning rate: on every device kind (the emulated GPU everywhere, CUDA where a GPU answers).
 //
-// Needs the dist layer, which the GPU-check build (LOCKSTEP_GPU_CHECK_ONLY) does not have: there
+// Needs the parallel layer, which the GPU-check build (LOCKSTEP_GPU_CHECK_ONLY) does not have: there
 // the file compiles to nothing.
 #include "support/device_test_support.hpp"
 
-#if __has_include("lockstep/dist/ddp.hpp")
+#if __has_include("lockstep/parallel/ddp.hpp")
 #include "lockstep/comm/local.hpp"
 #include "lockstep/core/error.hpp"
-#include "lockstep/dist/ddp.hpp"
+#include "lockstep/parallel/ddp.hpp"
 
 namespace lockstep::testing {
 namespace {
@@ -20,7 +20,7 @@ LOCKSTEP_ON_DEVICES(DeviceBadLabels);
 TEST_P(DeviceBadLabels, ABadLabelIsReportedAsSuchByTheGradientCheck) {
   nn::Model model = nn::Model::build("mlp:8", {6}, 3, /*seed=*/1, device());
   auto comm = comm::make_single_rank_communicator();
-  dist::DdpEngine engine(dev(), model, *comm, {});
+  parallel::DdpEngine engine(dev(), model, *comm, {});
   Tensor x = random_tensor({4, 6}, 3);
   Tensor y = Tensor::from_vector<std::int32_t>({0, 2, 7, 1}, {4});  // 7: only 3 classes
   engine.begin_step();
@@ -39,4 +39,4 @@ TEST_P(DeviceBadLabels, ABadLabelIsReportedAsSuchByTheGradientCheck) {
 }  // namespace
 }  // namespace lockstep::testing
 
-#endif  // __has_include("lockstep/dist/ddp.hpp")
+#endif  // __has_include("lockstep/parallel/ddp.hpp")

@@ -7,7 +7,7 @@
 //
 // Pure arithmetic: nothing here communicates or times anything. The equations, their calibration
 // on measured runs and their check against published results are in docs/SCALING.md; the
-// hand-computed cases are in tests/dist/test_scaling_model.cpp. Times in seconds, sizes in bytes.
+// hand-computed cases are in tests/parallel/test_scaling_model.cpp. Times in seconds, sizes in bytes.
 #pragma once
 
 #include <cstddef>
@@ -19,7 +19,7 @@ namespace lockstep::nn {
 class Model;
 }
 
-namespace lockstep::dist::scaling {
+namespace lockstep::parallel::scaling {
 
 // One class of link: moving n bytes over one hop takes alpha + n / bytes_per_s.
 struct Link {
@@ -157,4 +157,4 @@ struct ReferenceModel {
 ReferenceModel reference_model(const std::string& name);
 std::vector<std::string> reference_model_names();
 
-}  // namespace lockstep::dist::scaling
+}  // namespace lockstep::parallel::scaling

@@ -19,8 +19,8 @@
 #include <memory>
 
 #include "lockstep/core/error.hpp"
-#include "lockstep/dist/ddp.hpp"
-#include "lockstep/dist/zero.hpp"
+#include "lockstep/parallel/ddp.hpp"
+#include "lockstep/parallel/zero.hpp"
 #include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/clip.hpp"
 #include "lockstep/optim/sgd.hpp"
@@ -36,7 +36,7 @@ constexpr double kTolerance = 2e-5;
 
 struct ZeroRun {
   bool zero = false;
-  dist::ReducerOptions buckets;
+  parallel::ReducerOptions buckets;
   std::string optimizer = "sgd";  // sgd (momentum 0.9) | adamw
   double clip = 0.0;              // global-norm clipping (0: off)
 };
@@ -73,10 +73,10 @@ Outcome train(const ProblemSpec& p, const ZeroRun& run) {
   ops::Context ctx(Device::cpu(), 1);
   nn::Model model =
       nn::Model::build(p.model, p.sample, p.classes, p.seed + static_cast<std::uint64_t>(rank));
-  dist::DdpOptions options;
+  parallel::DdpOptions options;
   options.reducer = run.buckets;
   options.zero = run.zero;
-  dist::DdpEngine engine(ctx, model, comm, options);
+  parallel::DdpEngine engine(ctx, model, comm, options);
   std::shared_ptr<optim::FlatParams> flat = engine.flat_params();
   auto optimizer = make_optimizer(run, flat, engine.shard());
   Outcome out;
@@ -99,7 +99,7 @@ Outcome train(const ProblemSpec& p, const ZeroRun& run) {
   out.params = parameter_values(model);
   out.state_bytes = optimizer->state_bytes();
   out.layout_numel = flat->layout().numel();
-  out.gathered = dist::gather_optimizer_state(comm, *optimizer);
+  out.gathered = parallel::gather_optimizer_state(comm, *optimizer);
   return out;
 }
 
@@ -140,14 +140,14 @@ ProblemSpec problem() {
   return p;
 }
 
-const dist::ReducerOptions kPerParameter{0, 0};  // every parameter its own (tiny) bucket
-const dist::ReducerOptions kMixed{1024, 256};    // a few buckets of several parameters
+const parallel::ReducerOptions kPerParameter{0, 0};  // every parameter its own (tiny) bucket
+const parallel::ReducerOptions kMixed{1024, 256};    // a few buckets of several parameters
 
 }  // namespace
 
 TEST(Zero, SgdMomentumTrainsExactlyAsDdp) {
   const ProblemSpec p = problem();
-  for (const auto& buckets : {kPerParameter, kMixed, dist::ReducerOptions{}}) {
+  for (const auto& buckets : {kPerParameter, kMixed, parallel::ReducerOptions{}}) {
     Outcome ddp = train(p, {false, buckets, "sgd"});
     Outcome zero = train(p, {true, buckets, "sgd"});
     expect_same_training(ddp, zero, /*bitwise=*/world().size() == 2);
@@ -196,10 +196,10 @@ TEST(Zero, ShardedStateReloadsIntoTheSameShard) {
   ops::Context ctx(Device::cpu(), 1);
   const ProblemSpec p = problem();
   nn::Model model = nn::Model::build(p.model, p.sample, p.classes, p.seed);
-  dist::DdpOptions options;
+  parallel::DdpOptions options;
   options.reducer = kPerParameter;
   options.zero = true;
-  dist::DdpEngine engine(ctx, model, comm, options);
+  parallel::DdpEngine engine(ctx, model, comm, options);
   auto opt = make_optimizer({true, kPerParameter, "adamw"}, engine.flat_params(), engine.shard());
   // Distinct state everywhere: element i of the shard buffers holds rank-dependent values.
   for (auto& [kind, buffer] : opt->state_buffers()) {
@@ -208,7 +208,7 @@ TEST(Zero, ShardedStateReloadsIntoTheSameShard) {
       v[i] = static_cast<float>(comm.rank() * 100000 + static_cast<int>(i)) + 0.5f;
     buffer.copy_from(v);
   }
-  std::vector<optim::StateTensor> whole = dist::gather_optimizer_state(comm, *opt);
+  std::vector<optim::StateTensor> whole = parallel::gather_optimizer_state(comm, *opt);
   auto fresh = make_optimizer({true, kPerParameter, "adamw"}, engine.flat_params(), engine.shard());
   fresh->load_state(ctx, [&](const std::string& name) {
     for (const auto& t : whole)
@@ -239,9 +239,9 @@ TEST(Zero, OptimizerOfAnotherShardIsRefused) {
   ops::Context ctx(Device::cpu(), 1);
   const ProblemSpec p = problem();
   nn::Model model = nn::Model::build(p.model, p.sample, p.classes, p.seed);
-  dist::DdpOptions options;
+  parallel::DdpOptions options;
   options.zero = true;
-  dist::DdpEngine engine(ctx, model, comm, options);
+  parallel::DdpEngine engine(ctx, model, comm, options);
   auto whole = make_optimizer({}, engine.flat_params(), {});  // unsharded: a setup mistake
   std::string what;
   try {
@@ -286,9 +286,9 @@ TEST(Zero, LargeBucketsAverageAsDdpUpToRounding) {
   for (int z = 0; z < 2; ++z) {
     ops::Context ctx(Device::cpu(), 1);
     nn::Model model = nn::Model::build(p.model, p.sample, p.classes, p.seed);
-    dist::DdpOptions options;
+    parallel::DdpOptions options;
     options.zero = z == 1;
-    dist::DdpEngine engine(ctx, model, comm, options);
+    parallel::DdpEngine engine(ctx, model, comm, options);
     const std::int64_t local = p.global_batch / n;
     SyntheticBatch b = synthetic_batch(p.global_batch, p.sample, p.classes, 0);
     engine.begin_step();

@@ -9,7 +9,7 @@
 #include "lockstep/comm/communicator.hpp"
 #include "lockstep/optim/optimizer.hpp"
 
-namespace lockstep::dist {
+namespace lockstep::parallel {
 
 // The optimizer's state as whole per-parameter tensors, named as Optimizer::state() names them,
 // on every rank: unsharded, state() itself (views, no copy); sharded, for each kind one allgather
@@ -18,4 +18,4 @@ namespace lockstep::dist {
 std::vector<optim::StateTensor> gather_optimizer_state(comm::Communicator& comm,
                                                        optim::Optimizer& optimizer);
 
-}  // namespace lockstep::dist
+}  // namespace lockstep::parallel
