@@ -680,6 +680,7 @@ TextShardResult shard_corpus(const std::vector<std::string>& files, const Tokeni
     index.close();
   }
   barrier();
+  if (rank != 0) cleanup.paths.clear();  // rank 0 reads them now, and removes them
   if (rank == 0) {
     for (int r = 1; r < ranks; ++r)
       for (const char* what : {"train", "val", "index"})
