@@ -33,6 +33,20 @@ constexpr std::int32_t kEndOfText = 50256;
 // Pieces cached before the cache is cleared: bounds memory on a corpus with many distinct words
 // (a piece costs about 100 bytes, so a thread's cache stays under about 26 MB) while keeping the
 // hit rate of real text above 95%.
+// FNV-1a 64 of GPT-2's tokens in rank order, each as its length (one byte) and its bytes: a
+// vocabulary file that parses but is not GPT-2's (ranks swapped, a token changed) would encode
+// every text wrongly and silently, so it is refused by this check.
+constexpr std::uint64_t kGpt2VocabHash = 0xcb475f81e570c65cULL;
+std::uint64_t vocabulary_hash(const std::vector<std::string>& tokens, std::size_t count) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  auto add = [&](unsigned char c) { h = (h ^ c) * 0x100000001b3ULL; };
+  for (std::size_t id = 0; id < count; ++id) {
+    add(static_cast<unsigned char>(tokens[id].size()));
+    for (char c : tokens[id])
+      add(static_cast<unsigned char>(c));
+  }
+  return h;
+}
 constexpr std::size_t kCacheEntries = std::size_t{1} << 18;
 
 // ---- character classes of the pattern
@@ -357,6 +371,11 @@ class Gpt2Tokenizer final : public Tokenizer {
   // tokens[id] = the bytes of token id, for every id but end-of-text; a token's id is its rank.
   Gpt2Tokenizer(std::vector<std::string> tokens, const std::string& source) {
     token_bytes_ = std::move(tokens);
+    const std::uint64_t hash = vocabulary_hash(token_bytes_, kVocabSize - 1);
+    LOCKSTEP_CHECK_HINT(hash == kGpt2VocabHash, kFileHint, source,
+                        ": the vocabulary is not GPT-2's: the hash of its tokens in rank order is ",
+                        std::hex, hash, ", GPT-2's is ", kGpt2VocabHash, std::dec,
+                        " (FNV-1a 64; a damaged or reordered file?)");
     token_bytes_.resize(kVocabSize);
     token_bytes_[kEndOfText] = "<|endoftext|>";
     id_of_.reserve(kVocabSize);

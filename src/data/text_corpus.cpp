@@ -321,23 +321,27 @@ class ChunkPipeline {
   std::exception_ptr reader_error_;
 };
 
-// "12.3 MB/s, 4.1 GB of 45.0 GB, 1234567 documents, 987654321 tokens, ETA 2:03:04"
+// "text 31.2 MB/s, read 1.2 GiB of 4.0 GiB, 95604 documents, 28844544 tokens, ETA 0:01:37": the
+// rate is of text encoded (decompressed); the ETA is from the input read against its size on disk
+// (none for stdin).
 class ProgressLine {
  public:
   ProgressLine(bool on, std::int64_t total) : on_(on), total_(total), start_(Clock::now()) {}
-  void update(std::int64_t bytes, std::int64_t docs, std::int64_t tokens, bool last = false) {
+  void update(std::int64_t read, std::int64_t text, std::int64_t docs, std::int64_t tokens,
+              bool last = false) {
     if (!on_) return;
     const auto now = Clock::now();
     if (!last && now - shown_ < std::chrono::seconds(2)) return;
     shown_ = now;
     const double s = std::chrono::duration<double>(now - start_).count();
-    const double rate = s > 0 ? static_cast<double>(bytes) / s : 0;
-    std::string line =
-        str(fixed(rate / 1e6), " MB/s, ", fixed(static_cast<double>(bytes) / 1e9), " GB");
-    if (total_ > 0) line += str(" of ", fixed(static_cast<double>(total_) / 1e9), " GB");
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%.1f", s > 0 ? static_cast<double>(text) / s / 1e6 : 0.0);
+    std::string line = str("text ", rate, " MB/s, read ", format_bytes(static_cast<double>(read)));
+    if (total_ > 0) line += str(" of ", format_bytes(static_cast<double>(total_)));
     line += str(", ", docs, " documents, ", tokens, " tokens");
-    if (total_ > 0 && rate > 0 && !last) {
-      const auto eta = static_cast<std::int64_t>(static_cast<double>(total_ - bytes) / rate);
+    if (total_ > 0 && read > 0 && !last) {
+      const auto eta = static_cast<std::int64_t>(s * static_cast<double>(total_ - read) /
+                                                 static_cast<double>(read));
       char buf[32];
       std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(eta / 3600),
                     static_cast<long long>(eta / 60 % 60), static_cast<long long>(eta % 60));
@@ -349,14 +353,9 @@ class ProgressLine {
 
  private:
   using Clock = std::chrono::steady_clock;
-  static std::string fixed(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f", v);
-    return buf;
-  }
   bool on_;
   std::int64_t total_;
-  Clock::time_point start_, shown_{};
+  Clock::time_point start_, shown_ = start_;
 };
 
 }  // namespace
@@ -481,15 +480,17 @@ CorpusCounts encode_corpus(const std::vector<std::string>& files, const Tokenize
     threads.emplace_back([&] { pipe.work(encode); });
 
   ProgressLine progress(options.progress, total);
-  std::int64_t docs = 0, tokens = 0;
+  std::int64_t docs = 0, tokens = 0, text = 0;
   while (auto c = pipe.next()) {
     sink(c->index, c->train, c->val);
     docs += static_cast<std::int64_t>(c->docs.size());
     tokens += static_cast<std::int64_t>(c->train.size() + c->val.size());
+    for (const DocRef& d : c->docs)
+      text += static_cast<std::int64_t>(d.size);
     pipe.release(*c);
-    progress.update(consumed.load(std::memory_order_relaxed), docs, tokens);
+    progress.update(consumed.load(std::memory_order_relaxed), text, docs, tokens);
   }
-  progress.update(consumed.load(std::memory_order_relaxed), docs, tokens, true);
+  progress.update(consumed.load(std::memory_order_relaxed), text, docs, tokens, true);
 
   const CorpusCounts counts = cutter.counts();
   const std::int64_t d = cutter.documents();
