@@ -336,7 +336,7 @@ int cmd_text(Args& a, int rank, int ranks, const std::function<void()>& barrier)
     std::printf("%s: %lld tokens, %lld documents, %zu shard(s) in %s\n", set.c_str(),
                 static_cast<long long>(tokens), static_cast<long long>(docs), paths.size(),
                 out.c_str());
-    auto ds = TokenDataset::open(paths, 1);
+    auto ds = TokenDataset::open(paths, 1, 0);  // on demand: a set of any size, in bounded memory
     print_token_stats(*ds, "  ");
   };
   report(r.train_paths, name, r.train_tokens, r.counts.train_documents);
