@@ -421,13 +421,15 @@ CorpusCounts encode_corpus(const std::vector<std::string>& files, const Tokenize
   LOCKSTEP_CHECK_HINT(options.documents != DocumentSplit::Record || !options.jsonl_field.empty(),
                       "e.g. --jsonl-field=text", "JSON Lines records need the field to read");
   LOCKSTEP_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "rank ", rank, " of ", ranks);
-  const std::int64_t floor_bytes = std::int64_t{16} << 20;
-  LOCKSTEP_CHECK_HINT(options.memory_bytes >= floor_bytes, "e.g. --memory=256MiB",
-                      "--memory=", options.memory_bytes,
-                      " bytes is below the 16 MiB the reader needs");
-  const std::int64_t budget =
-      std::max(options.memory_bytes / 4,
-               options.memory_bytes - kTextBaseBytes - options.threads * kTextThreadBytes);
+  // The vocabulary and buffers, each thread's caches, and at least 16 MiB of chunks in flight.
+  const std::int64_t fixed = kTextBaseBytes + options.threads * kTextThreadBytes;
+  const std::int64_t needed = fixed + (std::int64_t{16} << 20);
+  LOCKSTEP_CHECK_HINT(options.memory_bytes >= needed,
+                      str("raise --memory to ", needed >> 20, "MiB or more, or use fewer threads"),
+                      "--memory=", format_bytes(static_cast<double>(options.memory_bytes)),
+                      " is too little for ", options.threads, " thread(s): 64 MiB, 32 MiB a thread",
+                      " and 16 MiB of text in flight");
+  const std::int64_t budget = options.memory_bytes - fixed;
 
   std::int64_t total = 0;
   for (const auto& path : files) {

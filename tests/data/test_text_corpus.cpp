@@ -379,12 +379,17 @@ TEST(TextCorpus, GzipAndZstdInputsReadAsTheirText) {
   EXPECT_TRUE(contains(msg, cut_zst + ": the zstd stream is truncated")) << msg;
 }
 
-TEST(TextCorpus, ADocumentLargerThanAnEighthOfTheMemoryIsAnError) {
+TEST(TextCorpus, TooLittleMemoryOrADocumentLargerThanAnEighthOfItIsAnError) {
   TempDir dir;
-  auto f = write(dir, "one.txt", std::string(std::size_t{3} << 20, 'a'));
+  auto f = write(dir, "one.txt", "text");
   TextCorpusOptions o;
   o.memory_bytes = std::int64_t{16} << 20;
-  const std::string msg = error_of([&] { tokenize_corpus({f}, *make_tokenizer("bytes"), o); });
-  EXPECT_TRUE(contains(msg, f + ": the document from line 1 is larger than")) << msg;
+  std::string msg = error_of([&] { tokenize_corpus({f}, *make_tokenizer("bytes"), o); });
+  EXPECT_TRUE(contains(msg, "is too little for 1 thread(s)")) << msg;
+  EXPECT_TRUE(contains(msg, "raise --memory to 112MiB")) << msg;
+  o.memory_bytes = std::int64_t{112} << 20;  // a document may take 14 MiB
+  auto big = write(dir, "big.txt", std::string(std::size_t{15} << 20, 'a'));
+  msg = error_of([&] { tokenize_corpus({big}, *make_tokenizer("bytes"), o); });
+  EXPECT_TRUE(contains(msg, big + ": the document from line 1 is larger than")) << msg;
   EXPECT_TRUE(contains(msg, "--memory")) << msg;
 }

@@ -36,8 +36,9 @@ DocumentSplit document_split_from_name(const std::string& name);  // file|paragr
 
 // The memory `lockstep-shard text` may use (--memory): chunks in flight between the reader, the
 // encoding threads and the writer are bounded by what is left of it after the vocabulary and
-// each thread's piece cache (kTextThreadBytes). 256 MiB keeps a 2-thread GPT-2 run near full
-// speed (see docs/PERFORMANCE.md); a document may take at most 1/8 of it.
+// each thread's piece cache (kTextThreadBytes), of which at least 16 MiB must be left (so 256 MiB
+// allows 5 threads; more need more). 256 MiB keeps a 2-thread GPT-2 run near full speed (see
+// docs/PERFORMANCE.md); a document may take at most 1/8 of it.
 inline constexpr std::int64_t kDefaultTextMemoryBytes = std::int64_t{256} << 20;
 inline constexpr std::int64_t kTextBaseBytes = std::int64_t{64} << 20;    // vocabulary, buffers
 inline constexpr std::int64_t kTextThreadBytes = std::int64_t{32} << 20;  // a thread's caches
