@@ -413,14 +413,38 @@ class Gpt2Tokenizer final : public Tokenizer {
       cache.pieces.clear();
       cache.owner = serial_;
     }
-    for (std::string_view piece : pretokenize(text)) {
-      auto it = cache.pieces.find(piece);
-      if (it == cache.pieces.end()) {
-        if (cache.pieces.size() >= kCacheEntries) cache.pieces.clear();
-        it = cache.pieces.emplace(std::string(piece), bpe(piece)).first;
+    while (!text.empty()) {
+      const std::size_t cut = segment_end(text);
+      for (std::string_view piece : pretokenize(text.substr(0, cut))) {
+        auto it = cache.pieces.find(piece);
+        if (it == cache.pieces.end()) {
+          if (cache.pieces.size() >= kCacheEntries) cache.pieces.clear();
+          it = cache.pieces.emplace(std::string(piece), bpe(piece)).first;
+        }
+        out.insert(out.end(), it->second.begin(), it->second.end());
       }
-      out.insert(out.end(), it->second.begin(), it->second.end());
+      text.remove_prefix(cut);
     }
+  }
+
+  // pretokenize holds about 17 bytes per byte of its text (code points, offsets, classes,
+  // pieces), so a long text is encoded in segments of about kSegmentBytes, cut only where the
+  // pattern is sure to cut, making the same pieces as the whole: after a "\n" that has an ASCII
+  // letter or digit on both sides. There the "\n" is a whitespace run of one character, a piece
+  // of its own whether or not text follows it (the run would lose its last character to the next
+  // piece only if it were longer), and no piece joins a newline to a letter (only U+0020 may lead
+  // a piece of another class). Text without such a place is encoded whole.
+  static constexpr std::size_t kSegmentBytes = std::size_t{64} << 10;
+  static std::size_t segment_end(std::string_view text) {
+    const auto alnum = [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    };
+    for (std::size_t i = kSegmentBytes; i < text.size(); ++i) {
+      i = text.find('\n', i);
+      if (i == std::string_view::npos || i + 1 >= text.size()) break;
+      if (alnum(text[i - 1]) && alnum(text[i + 1])) return i + 1;
+    }
+    return text.size();
   }
 
   std::string decode(std::span<const std::int32_t> ids) const override {

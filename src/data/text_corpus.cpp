@@ -421,6 +421,10 @@ CorpusCounts encode_corpus(const std::vector<std::string>& files, const Tokenize
   LOCKSTEP_CHECK_HINT(options.documents != DocumentSplit::Record || !options.jsonl_field.empty(),
                       "e.g. --jsonl-field=text", "JSON Lines records need the field to read");
   LOCKSTEP_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "rank ", rank, " of ", ranks);
+  // Every rank reads every input, and a launcher gives stdin to one rank only.
+  LOCKSTEP_CHECK_HINT(ranks == 1 || std::find(files.begin(), files.end(), "-") == files.end(),
+                      "save the text to a file every rank can read, or run without mpirun",
+                      "--input=- (stdin) cannot be read by ", ranks, " ranks");
   // The vocabulary and buffers, each thread's caches, and at least 16 MiB of chunks in flight.
   const std::int64_t fixed = kTextBaseBytes + options.threads * kTextThreadBytes;
   const std::int64_t needed = fixed + (std::int64_t{16} << 20);

@@ -396,6 +396,22 @@ TEST(Gpt2Tokenizer, AVocabularyFileThatParsesButIsNotGpt2sIsAnErrorNamingTheFile
   EXPECT_NE(msg.find("is not GPT-2's: the hash"), std::string::npos) << msg;
 }
 
+// Long texts are encoded in segments (about 64 KiB, cut after a "\n" between ASCII letters or
+// digits, bounding the pre-tokeniser's memory): the ids must be those of the pieces of the whole.
+TEST(Gpt2Tokenizer, ALongTextEncodesAsThePiecesOfTheWhole) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const Tokenizer& t = gpt2_tokenizer();
+  std::string text;
+  for (int i = 0; text.size() < (std::size_t{300} << 10); ++i) {
+    text += "Line " + std::to_string(i) + " says caf\u00E9 'tis";
+    text += i % 3 == 0 ? "  \n" : i % 3 == 1 ? "\n\n " : "\nx";
+  }
+  std::vector<std::int32_t> pieces;
+  for (std::string_view piece : gpt2::pretokenize(text))
+    t.encode(piece, pieces);
+  EXPECT_EQ(t.encode(text), pieces);
+}
+
 TEST(Gpt2Tokenizer, ThreadsEncodingAtOnceGetWhatOneThreadGets) {
   SKIP_WITHOUT_GPT2_FILES();
   const Tokenizer& t = gpt2_tokenizer();

@@ -118,5 +118,7 @@ expect_error "gzip'd text that is not UTF-8" "$WORK/latin1.txt.gz is not UTF-8: 
   "$SHARD" text --input="$WORK/latin1.txt.gz" --out="$WORK/bad"
 expect_error "a rank's error ends the job" "no text file matches" \
   "${MPIRUN[@]}" -np 2 "$SHARD" text --input="$WORK/*.none" --out="$WORK/bad"
+expect_error "stdin under several ranks" "--input=- (stdin) cannot be read by 2 ranks" \
+  "${MPIRUN[@]}" -np 2 "$SHARD" text --input=- --out="$WORK/bad"
 [ ! -e "$WORK/bad" ] || [ -z "$(ls -A "$WORK/bad")" ] || fail "a failed run left files in $WORK/bad: $(ls -A "$WORK/bad")"
 echo "PASS: the same shards from any ranks x threads and any form of input; bad input named"
