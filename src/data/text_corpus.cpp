@@ -1,9 +1,9 @@
 #include "lockstep/data/text_corpus.hpp"
 
 #include <glob.h>
-#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
