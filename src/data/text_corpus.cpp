@@ -532,12 +532,16 @@ TokenSplits tokenize_corpus(const std::vector<std::string>& files, const Tokeniz
 // ---- shards through spill files
 namespace {
 
-// One rank's spill: per set a file of raw ids (int32, native order: it never leaves the run) and
-// the token count of each of the rank's chunks.
+// One rank's spill: per set a file of raw ids (native order: it never leaves the run; uint16 when
+// the vocabulary fits, as in the shards, else int32) and the token count of each of the rank's
+// chunks.
 struct Spill {
   std::string path;
   std::FILE* file = nullptr;
-  explicit Spill(std::string p, const char* mode) : path(std::move(p)) {
+  bool narrow = false;  // ids stored as uint16
+  std::vector<std::uint16_t> scratch;
+  explicit Spill(std::string p, const char* mode, bool narrow_ids = false)
+      : path(std::move(p)), narrow(narrow_ids) {
     file = std::fopen(path.c_str(), mode);
     LOCKSTEP_CHECK_HINT(file != nullptr, "is --out a folder every rank can write?",
                         "cannot open the spill file ", path, ": ", std::strerror(errno));
@@ -556,6 +560,17 @@ struct Spill {
   void read(T* data, std::size_t n) {
     LOCKSTEP_CHECK(n == 0 || std::fread(data, sizeof(T), n, file) == n, "the spill file ", path,
                    " is shorter than its index");
+  }
+  void write_ids(std::span<const std::int32_t> ids) {
+    if (!narrow) return write(ids.data(), ids.size());
+    scratch.assign(ids.begin(), ids.end());  // every id < vocab_size <= 65536
+    write(scratch.data(), scratch.size());
+  }
+  void read_ids(std::int32_t* ids, std::size_t n) {
+    if (!narrow) return read(ids, n);
+    scratch.resize(n);
+    read(scratch.data(), n);
+    std::copy(scratch.begin(), scratch.end(), ids);
   }
   void close() {
     LOCKSTEP_CHECK_HINT(std::fclose(file) == 0, "is the disk full?", "cannot write the spill file ",
@@ -636,7 +651,8 @@ std::vector<std::string> merge_set(const TextShardPlan& plan, int ranks, std::in
       counts[static_cast<std::size_t>(r)].push_back(both[static_cast<std::size_t>(2 * k + val)]);
       tokens += both[static_cast<std::size_t>(2 * k + val)];
     }
-    ids.push_back(std::make_unique<Spill>(spill_path(plan, r, val ? "val" : "train"), "rb"));
+    ids.push_back(std::make_unique<Spill>(spill_path(plan, r, val ? "val" : "train"), "rb",
+                                          plan.meta.token_bytes() == 2));
   }
   ShardSetWriter out(tokens, plan, val ? plan.val_name : plan.name,
                      val ? plan.val_shards : plan.shards);
@@ -644,7 +660,7 @@ std::vector<std::string> merge_set(const TextShardPlan& plan, int ranks, std::in
   for (std::int64_t c = 0; c < chunks; ++c) {
     const auto r = static_cast<std::size_t>(c % ranks);
     buf.resize(static_cast<std::size_t>(counts[r][static_cast<std::size_t>(c / ranks)]));
-    ids[r]->read(buf.data(), buf.size());
+    ids[r]->read_ids(buf.data(), buf.size());
     out.push(buf);
   }
   return out.paths();
@@ -671,13 +687,15 @@ TextShardResult shard_corpus(const std::vector<std::string>& files, const Tokeni
 
   TextShardResult result;
   {
-    Spill train(spill_path(plan, rank, "train"), "wb"), val(spill_path(plan, rank, "val"), "wb");
+    const bool narrow = plan.meta.token_bytes() == 2;
+    Spill train(spill_path(plan, rank, "train"), "wb", narrow);
+    Spill val(spill_path(plan, rank, "val"), "wb", narrow);
     Spill index(spill_path(plan, rank, "index"), "wb");
     result.counts = encode_corpus(
         files, tokenizer, options, rank, ranks,
         [&](std::int64_t, std::span<const std::int32_t> t, std::span<const std::int32_t> v) {
-          train.write(t.data(), t.size());
-          val.write(v.data(), v.size());
+          train.write_ids(t);
+          val.write_ids(v);
           const std::int64_t n[2] = {static_cast<std::int64_t>(t.size()),
                                      static_cast<std::int64_t>(v.size())};
           index.write(n, 2);
