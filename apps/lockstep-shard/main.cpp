@@ -391,8 +391,10 @@ int cmd_tokenize(Args& a) {
       LOCKSTEP_FAIL_HINT(e.hint(), path, ", line ", n, ": ", e.message());
     }
     out.clear();
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      out += (i ? " " : "") + std::to_string(ids[i]);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (i) out += ' ';  // appended apart: GCC 12 warns falsely on "lit" + std::string&&
+      out += std::to_string(ids[i]);
+    }
     std::puts(out.c_str());
   }
   return 0;
