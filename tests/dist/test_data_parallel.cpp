@@ -21,10 +21,10 @@ namespace lockstep::test {
 namespace {
 std::vector<std::vector<float>> train_dp(const ProblemSpec& p, int replicas, int accumulation = 1) {
   ops::Context ctx(Device::cpu(), 1);
-  nn::Model master = nn::Model::build(p.model, p.sample, p.classes, p.seed);
+  nn::Model master = make_model(p, p.seed);
   dist::DataParallelOptions options;
   options.replicas = replicas;
-  dist::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, options);
+  dist::DataParallelEngine engine(ctx, master, options);
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;
@@ -91,7 +91,7 @@ TEST_P(DataParallelOnDevice, ReplicasOnOtherStreamsComputeWithTheMastersFreshWei
   // stream by the device-wide wait of its input's copy (Tensor::to), which would hide a missing
   // order. One GPU is what a CUDA machine surely has.
   options.devices = {gpu, gpu.is_emu() ? Device::emu(1) : gpu};
-  dist::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, options);
+  dist::DataParallelEngine engine(ctx, master, options);
   SyntheticBatch b = synthetic_batch(p.global_batch, p.sample, p.classes, 0);
   const float scale = 1.0f / static_cast<float>(p.global_batch);
 

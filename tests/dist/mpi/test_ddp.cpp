@@ -36,8 +36,7 @@ std::vector<std::vector<float>> train_ddp(const ProblemSpec& p, const DdpRun& ru
   const int rank = comm.rank(), n = comm.size();
   ops::Context ctx(Device::cpu(), 1);
   // A different seed per rank: the broadcast from rank 0 must make the replicas identical.
-  nn::Model model =
-      nn::Model::build(p.model, p.sample, p.classes, p.seed + static_cast<std::uint64_t>(rank));
+  nn::Model model = make_model(p, p.seed + static_cast<std::uint64_t>(rank));
   dist::DdpOptions options;
   options.reducer = run.buckets;
   options.sync = run.sync;
@@ -156,10 +155,10 @@ TEST(Ddp, DataParallelAndDdpAgreeOnTheSameGlobalBatch) {
   auto ddp = train_ddp(p, {});
   // The DataParallel baseline in this process with as many replicas as there are ranks.
   ops::Context ctx(Device::cpu(), 1);
-  nn::Model master = nn::Model::build(p.model, p.sample, p.classes, p.seed);
+  nn::Model master = make_model(p, p.seed);
   dist::DataParallelOptions dp;
   dp.replicas = world().size();
-  dist::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, dp);
+  dist::DataParallelEngine engine(ctx, master, dp);
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;

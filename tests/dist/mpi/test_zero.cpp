@@ -71,8 +71,7 @@ Outcome train(const ProblemSpec& p, const ZeroRun& run) {
   comm::Communicator& comm = world();
   const int rank = comm.rank(), n = comm.size();
   ops::Context ctx(Device::cpu(), 1);
-  nn::Model model =
-      nn::Model::build(p.model, p.sample, p.classes, p.seed + static_cast<std::uint64_t>(rank));
+  nn::Model model = make_model(p, p.seed + static_cast<std::uint64_t>(rank));
   dist::DdpOptions options;
   options.reducer = run.buckets;
   options.zero = run.zero;
