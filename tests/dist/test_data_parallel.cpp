@@ -10,6 +10,7 @@
 #include <cmath>
 #include <thread>
 
+#include "custom_model/custom_network.hpp"
 #include "lockstep/dist/data_parallel.hpp"
 #include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/device_runtime.hpp"
@@ -62,6 +63,15 @@ TEST(DataParallel, AccumulationMatchesOneLargeBatch) {
 TEST(DataParallel, ConvNetReplicasMatchSingleReplica) {
   ProblemSpec p;
   p.model = "conv(4,3,pad=1)-relu-maxpool(2)-flatten-linear(5)";
+  EXPECT_LE(max_abs_difference(train_single_process(p), train_dp(p, 2)), 2e-5);
+}
+
+TEST(DataParallel, ReplicasClonedFromAModelComposedInCppMatchSingleReplica) {
+  // examples/custom_model's network: its GatedLinearUnit is replicated by its clone_structure.
+  ProblemSpec p;
+  p.sample = {1, 8, 8};
+  p.classes = 4;
+  p.network = [] { return custom_model::custom_network(8, 4, 6, 4); };
   EXPECT_LE(max_abs_difference(train_single_process(p), train_dp(p, 2)), 2e-5);
 }
 

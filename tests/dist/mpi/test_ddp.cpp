@@ -11,6 +11,7 @@
 // average, a wrong slice, a stale bucket) moves parameters by > 1e-3.
 #include <gtest/gtest.h>
 
+#include "custom_model/custom_network.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/dist/data_parallel.hpp"
 #include "lockstep/dist/ddp.hpp"
@@ -131,6 +132,16 @@ TEST(Ddp, BucketSizesDoNotChangeTheResult) {
   EXPECT_LE(max_abs_difference(reference, b), kTolerance);
   EXPECT_LE(max_abs_difference(reference, c), kTolerance);
   EXPECT_LE(max_abs_difference(reference, d), kTolerance);
+}
+
+TEST(Ddp, ExampleCustomModelMatchesSingleProcess) {
+  // examples/custom_model's network, composed in C++ around a layer the example writes itself
+  // (GatedLinearUnit): N ranks train it as one process on the whole batch does.
+  ProblemSpec p;
+  p.sample = {1, 8, 8};
+  p.classes = 4;
+  p.network = [] { return custom_model::custom_network(8, 4, 6, 4); };
+  EXPECT_LE(max_abs_difference(train_single_process(p), train_ddp(p, {})), kTolerance);
 }
 
 TEST(Ddp, ConvNetWithBatchNormMatchesSingleProcess) {

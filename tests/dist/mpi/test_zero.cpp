@@ -18,6 +18,7 @@
 #include <cmath>
 #include <memory>
 
+#include "custom_model/custom_network.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/dist/ddp.hpp"
 #include "lockstep/dist/zero.hpp"
@@ -147,6 +148,19 @@ const dist::ReducerOptions kMixed{1024, 256};    // a few buckets of several par
 TEST(Zero, SgdMomentumTrainsExactlyAsDdp) {
   const ProblemSpec p = problem();
   for (const auto& buckets : {kPerParameter, kMixed, dist::ReducerOptions{}}) {
+    Outcome ddp = train(p, {false, buckets, "sgd"});
+    Outcome zero = train(p, {true, buckets, "sgd"});
+    expect_same_training(ddp, zero, /*bitwise=*/world().size() == 2);
+  }
+}
+
+TEST(Zero, ModelComposedInCppTrainsExactlyAsDdp) {
+  // examples/custom_model's network, with its own GatedLinearUnit: ZeRO-1 shards it as any other.
+  ProblemSpec p = problem();
+  p.sample = {1, 8, 8};
+  p.classes = 4;
+  p.network = [] { return custom_model::custom_network(8, 4, 6, 4); };
+  for (const auto& buckets : {kPerParameter, kMixed}) {
     Outcome ddp = train(p, {false, buckets, "sgd"});
     Outcome zero = train(p, {true, buckets, "sgd"});
     expect_same_training(ddp, zero, /*bitwise=*/world().size() == 2);
