@@ -57,10 +57,15 @@ Model::Model(Sequential modules, const Shape& sample_shape, std::int64_t num_cla
   std::map<std::string, std::size_t> owner;  // parameter or buffer name -> module index
   auto claim = [&](const std::string& name, std::size_t k) {
     auto [it, fresh] = owner.emplace(name, k);
-    LOCKSTEP_CHECK_HINT(fresh, "give each parameter and buffer of a module its own name",
-                        "model: two parameters or buffers are named '", name, "': one of ",
-                        child_name(it->second, layers_.at(it->second)), ", one of ",
-                        child_name(k, layers_.at(k)));
+    if (fresh) return;
+    const std::string owners = it->second == k
+                                   ? str("both of ", child_name(k, layers_.at(k)))
+                                   : str("one of ", child_name(it->second, layers_.at(it->second)),
+                                         ", one of ", child_name(k, layers_.at(k)));
+    LOCKSTEP_FAIL_HINT(
+        "give each parameter and buffer of a module its own name (its "
+        "collect_parameters / collect_buffers lists them)",
+        "model: two parameters or buffers are named '", name, "': ", owners);
   };
   for (std::size_t k = 0; k < layers_.size(); ++k) {
     const std::string prefix = str(k, ".");

@@ -542,7 +542,7 @@ Model Model::build(const std::string& spec, const Shape& sample_shape, std::int6
   if (!expanded.empty()) text = SpecText{expanded, preset};
   std::vector<LayerToken> tokens = tokenize(text);
 
-  // The classifier head (see model.hpp): validate an explicit final linear, else append one.
+  // The classifier head (see spec.hpp): validate an explicit final linear, else append one.
   const LayerToken& last = tokens.back();
   bool explicit_head = last.name == "linear" || last.name == "lmhead";
   Shape shape{1};

@@ -42,6 +42,22 @@ class Twin final : public Module {
   Linear a_, b_;
 };
 
+// A module that ignores the prefix it is given: two of them in a model clash.
+class Unprefixed final : public Module {
+ public:
+  Unprefixed() : a_(4, 4) {}
+  std::string type() const override { return "unprefixed"; }
+  Shape output_shape(const Shape& input) const override { return a_.output_shape(input); }
+  Tensor forward(ops::Context& ctx, const Tensor& x) override { return a_.forward(ctx, x); }
+  Tensor backward(ops::Context& ctx, const Tensor& dy) override { return a_.backward(ctx, dy); }
+  void collect_parameters(const std::string&, std::vector<Parameter*>& out) override {
+    a_.collect_parameters("", out);
+  }
+
+ private:
+  Linear a_;
+};
+
 // A module without clone_structure: fine for DDP, not for DataParallel.
 class Scale final : public Module {
  public:
@@ -95,7 +111,7 @@ TEST(ComposedModel, ExampleNetworkGradientsMatchFiniteDifferencesAfterItsFeature
   lockstep::testing::check_gradients(ctx, head, random_tensor({3, 8}, 10));
 }
 
-TEST(ComposedModel, ModuleOfOnesOwnGetsNamedParametersAndTrains) {
+TEST(ComposedModel, ModuleOfOnesOwnNamesItsParametersUnderItsIndex) {
   Model m(custom_model::custom_network(8, 4, 6, 4), {1, 8, 8}, 4, /*seed=*/1);
   std::vector<std::string> names;
   for (const Parameter* p : m.parameters())
@@ -147,7 +163,18 @@ TEST(ComposedModelErrors, TwoParametersOfOneNameNameTheirModules) {
   const std::string message = error_of([&] { Model(std::move(net), {4}, 4, 1); });
   EXPECT_NE(message.find("two parameters or buffers are named '1.proj.weight'"), std::string::npos)
       << message;
-  EXPECT_NE(message.find("module 1 'twin'"), std::string::npos) << message;
+  EXPECT_NE(message.find("both of module 1 'twin'"), std::string::npos) << message;
+}
+
+TEST(ComposedModelErrors, ParametersOfOneNameInTwoModulesNameBoth) {
+  Sequential net;
+  net.emplace<Unprefixed>();
+  net.emplace<Unprefixed>();
+  const std::string message = error_of([&] { Model(std::move(net), {4}, 4, 1); });
+  EXPECT_NE(message.find("named 'weight': one of module 0 'unprefixed', one of module 1 "
+                         "'unprefixed'"),
+            std::string::npos)
+      << message;
 }
 
 TEST(ComposedModelErrors, ShapeMismatchNamesBothModules) {
