@@ -13,14 +13,14 @@ namespace lockstep::nn {
 
 Model::Model(Sequential modules, const Shape& sample_shape, std::int64_t num_classes,
              std::uint64_t seed, Device device)
-    : Model(std::move(modules), sample_shape, num_classes, seed, device, Cloned{}) {
-  // Initialise after the checks of the delegated constructor; the clone copies values instead.
+    : Model(std::move(modules), sample_shape, num_classes, seed, device, KeepValues{}) {
+  // After the delegated constructor's checks, so a bad composition fails before any work.
   for (std::size_t k = 0; k < layers_.size(); ++k)
     layers_.at(k).reset_parameters(seed, str(k, "."));
 }
 
 Model::Model(Sequential modules, const Shape& sample_shape, std::int64_t num_classes,
-             std::uint64_t seed, Device device, Cloned)
+             std::uint64_t seed, Device device, KeepValues)
     : sample_shape_(sample_shape),
       num_classes_(num_classes),
       seed_(seed),
@@ -95,7 +95,7 @@ Model Model::clone(Device device) const {
     LOCKSTEP_FAIL_HINT(e.hint(), "model: ", e.message());
   }
   Model m(std::move(dynamic_cast<Sequential&>(*copy)), sample_shape_, num_classes_, seed_, device,
-          Cloned{});
+          KeepValues{});
   m.spec_ = spec_;
   m.layer_spec_ = layer_spec_;
   m.set_training(training_);

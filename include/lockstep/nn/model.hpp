@@ -85,9 +85,10 @@ class Model {
   void set_dropout_calls(std::uint64_t calls);
 
  private:
-  struct Cloned {};  // the values come from the original: no reset_parameters
+  // Checks and lists the modules but leaves their values as they are (a clone's are copies).
+  struct KeepValues {};
   Model(Sequential modules, const Shape& sample_shape, std::int64_t num_classes, std::uint64_t seed,
-        Device device, Cloned);
+        Device device, KeepValues);
 
   std::string spec_, layer_spec_;
   Shape sample_shape_;
