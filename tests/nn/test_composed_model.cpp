@@ -137,6 +137,20 @@ TEST(ModelClone, CopiesValuesIntoStorageOfItsOwn) {
   EXPECT_EQ(original.forward(ctx, x).to_vector<float>(), before);
 }
 
+TEST(ModelClone, ContinuesTheOriginalsDropoutMasks) {
+  // DataParallel clones the master after a resume has restored its dropout position: the
+  // replicas continue that stream (main's replicas restarted theirs at seed 0, call 0, so a
+  // resumed DataParallel run with dropout was not the uninterrupted one).
+  Model original = Model::build("flatten-linear(16)-relu-dropout(0.5)", {1, 4, 4}, 4, /*seed=*/3);
+  original.set_dropout_seed(77);
+  original.set_dropout_calls(5);
+  Model copy = original.clone(Device::cpu());
+  EXPECT_EQ(copy.dropout_calls(), 5u);
+  ops::Context ctx;
+  Tensor x = random_tensor({8, 1, 4, 4}, 6);
+  EXPECT_EQ(copy.forward(ctx, x).to_vector<float>(), original.forward(ctx, x).to_vector<float>());
+}
+
 TEST(ModelClone, GptCloneTiesItsHeadToItsOwnEmbedding) {
   Model original = Model::build("gpt(layers=1,heads=2,dim=16,ctx=8)", {8}, 32, /*seed=*/2);
   Model copy = original.clone(Device::cpu());
