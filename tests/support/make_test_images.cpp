@@ -4,10 +4,14 @@
 //       noise, random brightness and random sizes), JPEG and PNG alternately
 //   make_test_images bad DIR
 //       the bad-file table of docs/IMAGES.md, one file each, plus files that must decode
+//   make_test_images photos DIR COUNT
+//       COUNT 500x375 JPEGs of quality 90 with smooth shapes and mild noise, about the size and
+//       entropy of an ImageNet photo, for measuring conversion (docs/IMAGES.md)
 //   make_test_images cifar DIR 10|100 PER_BATCH
 //       CIFAR binary batches (CIFAR-10: five training batches and a test batch of PER_BATCH
 //       records; CIFAR-100: train.bin and test.bin) whose labels follow the image's red value
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -104,6 +108,30 @@ int make_bad(const std::string& dir) {
   return 0;
 }
 
+int make_photos(const std::string& dir, int count) {
+  fs::create_directories(dir);
+  std::mt19937 rng(11);
+  const int w = 500, h = 375;
+  for (int i = 0; i < count; ++i) {
+    const double fx = 0.01 + (rng() % 100) * 1e-4, fy = 0.01 + (rng() % 100) * 1e-4;
+    const int cx = static_cast<int>(rng() % w), cy = static_cast<int>(rng() % h);
+    std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h * 3);
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        for (int c = 0; c < 3; ++c) {
+          const double d = std::hypot(x - cx, y - cy);
+          const double v = 128 + 60 * std::sin(fx * x * (c + 1) + fy * y) +
+                           40 * std::cos(d / (20 + 10 * c)) + static_cast<int>(rng() % 17) - 8;
+          px[static_cast<std::size_t>((y * w + x) * 3 + c)] =
+              static_cast<std::uint8_t>(std::clamp(v, 0.0, 255.0));
+        }
+    char name[32];
+    std::snprintf(name, sizeof name, "photo%04d.jpg", i);
+    write_bytes((fs::path(dir) / name).string(), encode_jpeg(w, h, px, TJPF_RGB, 90));
+  }
+  return 0;
+}
+
 int make_cifar(const std::string& dir, int kind, int per_batch) {
   fs::create_directories(dir);
   std::mt19937 rng(7);
@@ -140,10 +168,11 @@ int main(int argc, char** argv) {
   if (cmd == "folder" && argc == 5)
     return make_folder(argv[2], std::atoi(argv[3]), static_cast<unsigned>(std::atoi(argv[4])));
   if (cmd == "bad" && argc == 3) return make_bad(argv[2]);
+  if (cmd == "photos" && argc == 4) return make_photos(argv[2], std::atoi(argv[3]));
   if (cmd == "cifar" && argc == 5)
     return make_cifar(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
   std::fprintf(stderr,
                "usage: make_test_images folder ROOT PER_CLASS SEED | bad DIR | "
-               "cifar DIR 10|100 PER_BATCH\n");
+               "photos DIR COUNT | cifar DIR 10|100 PER_BATCH\n");
   return 2;
 }
