@@ -2,7 +2,8 @@
 # A folder of JPEGs and PNGs to a trained model (issue 27, docs/IMAGES.md):
 #  1. a generated ImageFolder (four classes that differ by colour, random sizes, JPEG and PNG
 #     alternately) converted by 1 rank and by 2 ranks gives byte-identical shards; the test folder
-#     takes the training set's classes and statistics (--train-set);
+#     takes the training set's classes and statistics (--train-set); the same files as a
+#     path,label list (--list) convert too;
 #  2. 2 ranks of lockstep-train learn it: test accuracy >= 0.9 (chance is 0.25);
 #  3. the bad-file table: each broken file is an error naming the file and what is wrong, or with
 #     --skip-bad skipped and counted, and the labels of the other files stay right; an empty class
@@ -39,6 +40,17 @@ grep -q "class 0: blue" one.log && grep -q "class 3: yellow" one.log ||
   --train-set=two/train >test.log 2>&1 || { cat test.log; fail "test conversion failed"; }
 grep -q "channel 0: mean $(sed -n 's/.*channel 0: mean \([0-9.]*\).*/\1/p' one.log) .*(from --train-set)" test.log ||
   { cat test.log; fail "the test set does not carry the training set's mean/std"; }
+# The same images as a path,label list (paths relative to the list's folder), on 2 ranks.
+k=0
+for c in blue green red yellow; do
+  for f in train/$c/*; do echo "$f,$k"; done
+  k=$((k + 1))
+done >list.txt
+"${MPIRUN[@]}" "$SHARD" images --list=list.txt --out=listed --resize=16 --shards=2 >list.log 2>&1 ||
+  { cat list.log; fail "--list conversion failed"; }
+"$SHARD" inspect listed/train >inspect.log 2>&1 || { cat inspect.log; fail "cannot inspect the listed set"; }
+grep -q "samples: *160" inspect.log && [ "$(grep -Ec '^ +[0-3]: +40 ' inspect.log)" = 4 ] ||
+  { cat inspect.log; fail "the listed set is not 160 samples, 40 of each of 4 classes"; }
 echo "PASS: 1 and 2 ranks wrote identical shards"
 
 # ---- 2. training: 2 ranks learn the colours
