@@ -374,4 +374,41 @@ void resize_to_square(const Image& img, std::int64_t side, ImageFit fit, std::ui
   }
 }
 
+void resize_region(const std::uint8_t* in, std::int64_t channels, std::int64_t H, std::int64_t W,
+                   std::int64_t top, std::int64_t left, std::int64_t h, std::int64_t w,
+                   std::int64_t out_h, std::int64_t out_w, std::uint8_t* out) {
+  LOCKSTEP_CHECK(top >= 0 && left >= 0 && h >= 1 && w >= 1 && top + h <= H && left + w <= W &&
+                     out_h >= 1 && out_w >= 1,
+                 "resize_region: region ", h, "x", w, " at (", top, ", ", left, ") of ", H, "x", W);
+  const auto ax = axis_weights(w, static_cast<double>(w) / static_cast<double>(out_w), 0, out_w);
+  const auto ay = axis_weights(h, static_cast<double>(h) / static_cast<double>(out_h), 0, out_h);
+  std::vector<float> rows(static_cast<std::size_t>(h * out_w));
+  for (std::int64_t c = 0; c < channels; ++c) {
+    const std::uint8_t* plane = in + c * H * W;
+    for (std::int64_t y = 0; y < h; ++y) {
+      const std::uint8_t* src = plane + (top + y) * W + left;
+      for (std::int64_t x = 0; x < out_w; ++x) {
+        const auto& wx = ax.weights[static_cast<std::size_t>(x)];
+        const std::int64_t f = ax.first[static_cast<std::size_t>(x)];
+        float acc = 0;
+        for (std::size_t k = 0; k < wx.size(); ++k)
+          acc += wx[k] * static_cast<float>(src[f + static_cast<std::int64_t>(k)]);
+        rows[static_cast<std::size_t>(y * out_w + x)] = acc;
+      }
+    }
+    for (std::int64_t y = 0; y < out_h; ++y) {
+      const auto& wy = ay.weights[static_cast<std::size_t>(y)];
+      const std::int64_t f = ay.first[static_cast<std::size_t>(y)];
+      for (std::int64_t x = 0; x < out_w; ++x) {
+        float acc = 0;
+        for (std::size_t k = 0; k < wy.size(); ++k)
+          acc += wy[k] *
+                 rows[static_cast<std::size_t>((f + static_cast<std::int64_t>(k)) * out_w + x)];
+        out[(c * out_h + y) * out_w + x] =
+            static_cast<std::uint8_t>(std::clamp(std::lround(acc), 0L, 255L));
+      }
+    }
+  }
+}
+
 }  // namespace lockstep::data

@@ -4,7 +4,8 @@
 #     alternately) converted by 1 rank and by 2 ranks gives byte-identical shards; the test folder
 #     takes the training set's classes and statistics (--train-set); the same files as a
 #     path,label list (--list) convert too;
-#  2. 2 ranks of lockstep-train learn it: test accuracy >= 0.9 (chance is 0.25);
+#  2. 2 ranks of lockstep-train learn it: test accuracy >= 0.9 (chance is 0.25), also with
+#     augmentation (flip, pad-crop, random-resized-crop), whose reruns are bitwise equal;
 #  3. the bad-file table: each broken file is an error naming the file and what is wrong, or with
 #     --skip-bad skipped and counted, and the labels of the other files stay right; an empty class
 #     folder likewise; under mpirun a failing rank ends every rank, with the message printed once;
@@ -61,6 +62,21 @@ acc=$(grep '"event": "final"' metrics.jsonl | sed -n 's/.*"test_accuracy": \([0-
 [ -n "$acc" ] || { cat train.log; fail "no final test accuracy in the metrics file"; }
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' || fail "test accuracy $acc < 0.9 (chance 0.25)"
 echo "PASS: 2 ranks trained on the converted ImageFolder: test accuracy $acc"
+# With augmentation (part 4): still learns, a rerun gives bitwise the same losses (every random
+# choice is a function of seed, epoch and sample), and the losses differ from the plain run's.
+AUG=(--data.flip=true --data.pad_crop=2 --data.random_resized_crop=true --data.rrc_scale_min=0.3)
+for run in 1 2; do
+  "${MPIRUN[@]}" "$BUILD/apps/lockstep-train" --config "$SOURCE/configs/ci_tiny.ini" \
+    --data.train=two/train --data.test=two/test --log.metrics=aug$run.jsonl --train.epochs=10 \
+    --train.global_batch=32 --log.every=10 "${AUG[@]}" >aug.log 2>&1 || { cat aug.log; fail "augmented training failed"; }
+  grep -o '"loss": [0-9.e+-]*' aug$run.jsonl >aug$run.loss
+done
+cmp -s aug1.loss aug2.loss || fail "two augmented runs logged different losses"
+grep -o '"loss": [0-9.e+-]*' metrics.jsonl >plain.loss
+cmp -s plain.loss aug1.loss && fail "augmentation changed nothing: the losses equal the plain run's"
+acc=$(grep '"event": "final"' aug1.jsonl | sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p')
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' || fail "augmented test accuracy $acc < 0.9"
+echo "PASS: augmented training: test accuracy $acc, reruns bitwise equal"
 
 # ---- 3. the bad-file table
 "$MAKE" bad bad || fail "cannot generate the bad files"

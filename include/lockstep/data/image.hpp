@@ -39,4 +39,11 @@ const char* image_fit_name(ImageFit fit);
 // as the shard stores it) to out. Deterministic: the same bytes on every rank of one build.
 void resize_to_square(const Image& image, std::int64_t side, ImageFit fit, std::uint8_t* out);
 
+// Resizes the region [top, top + h) x [left, left + w) of a channel-major u8 [channels, H, W]
+// sample to [channels, out_h, out_w] with the same filter: the loader's
+// random-resized-crop (lockstep/data/augment.hpp).
+void resize_region(const std::uint8_t* in, std::int64_t channels, std::int64_t H, std::int64_t W,
+                   std::int64_t top, std::int64_t left, std::int64_t h, std::int64_t w,
+                   std::int64_t out_h, std::int64_t out_w, std::uint8_t* out);
+
 }  // namespace lockstep::data
