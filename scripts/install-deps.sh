@@ -19,10 +19,11 @@ for arg in "$@"; do
   esac
 done
 # libicu-dev: Unicode categories for the GPT-2 tokenizer; bible-kjv: the text corpus of
-# scripts/make-text-data.sh (the public-domain King James Bible, 4.4 MB).
+# scripts/make-text-data.sh (the public-domain King James Bible, 4.4 MB); zlib1g-dev, libzstd-dev:
+# gzip and zstd compressed text for lockstep-shard text (zstd, the program: its test compresses).
 PKGS=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libhdf5-dev
       libboost-program-options-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers
-      libgtest-dev dataset-fashion-mnist gnuplot-nox libicu-dev bible-kjv)
+      libgtest-dev dataset-fashion-mnist gnuplot-nox libicu-dev bible-kjv zlib1g-dev libzstd-dev zstd)
 # lmod: tests/scripts/install_module.sh loads the installed modulefile with Debian's Lmod.
 PKGS+=(lmod)
 # libturbojpeg/libpng: lockstep-shard images decodes folders of JPEG and PNG files (docs/IMAGES.md).

@@ -3,18 +3,22 @@
 //   lockstep-shard csv --file=F --label-column=K --shape=1,28,28 --out=DIR [--name=train]
 //                      [--dtype=f32|u8] [--classes=K] [--shards=N] [--deflate=L]
 //   lockstep-shard fashion-mnist --out=DIR [--shards=N] [--source=DIR] [--deflate=L]
-//   lockstep-shard text --input=FILE... --out=DIR [--tokenizer=bytes|gpt2] [--name=train]
-//                       [--shards=N] [--val-fraction=F] [--val-name=val] [--val-shards=N]
-//                       [--documents=file|paragraph|line] [--gpt2-dir=DIR] [--deflate=L]
-//                       [--overwrite]
+//   [mpirun -np N] lockstep-shard text --input=FILE... --out=DIR [--tokenizer=bytes|gpt2]
+//                       [--name=train] [--shards=N] [--val-fraction=F] [--val-name=val]
+//                       [--val-shards=N] [--documents=file|paragraph|line|record]
+//                       [--jsonl-field=F] [--threads=N] [--memory=256MiB] [--progress]
+//                       [--gpt2-dir=DIR] [--deflate=L] [--overwrite]
 //   lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR] [--whole-file]
 //                           (ids of each line, or of the whole file)
 //   lockstep-shard inspect PATH    (a shard, a folder, a glob or DIR/NAME; image or token shards)
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <set>
@@ -24,6 +28,8 @@
 #include <vector>
 
 #include "image_commands.hpp"  // defines: cmd_images, cmd_cifar, kImageUsage
+#include "lockstep/comm/bootstrap.hpp"
+#include "lockstep/comm/mpi_communicator.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/data/dataset.hpp"
 #include "lockstep/data/importers.hpp"
@@ -48,12 +54,19 @@ constexpr const char* kUsage =
     "[--source=/usr/share/datasets/fashion-mnist]\n"
     "                     [--limit=N] [--test-limit=N]   (first N samples; 0 = all)\n"
     "                     [--deflate=0]\n"
-    "  lockstep-shard text --input=FILE [--input=FILE ...] --out=DIR [--tokenizer=bytes|gpt2]\n"
-    "                     [--name=train] [--shards=1] [--val-fraction=0] [--val-name=val]\n"
-    "                     [--val-shards=1] [--documents=file|paragraph|line] [--gpt2-dir=DIR]\n"
-    "                     [--deflate=0] [--overwrite]   (--input takes files or a quoted glob;\n"
-    "                     shards of the two names that this run would not replace are an\n"
-    "                     error, or with --overwrite removed)\n"
+    "  [mpirun -np N] lockstep-shard text --input=FILE [--input=FILE ...] --out=DIR\n"
+    "                     [--tokenizer=bytes|gpt2] [--name=train] [--shards=1]\n"
+    "                     [--val-fraction=0] [--val-name=val] [--val-shards=1]\n"
+    "                     [--documents=file|paragraph|line|record] [--jsonl-field=FIELD]\n"
+    "                     [--threads=1] [--memory=256MiB] [--progress[=0]] [--gpt2-dir=DIR]\n"
+    "                     [--deflate=0] [--overwrite]\n"
+    "                     (--input takes files, folders, quoted globs or - for stdin, plain,\n"
+    "                     gzip or zstd; --jsonl-field=text reads JSON Lines, one document per\n"
+    "                     record; the shards are the same for any --threads and ranks; --memory\n"
+    "                     bounds the run's memory; --progress (default: when stderr is a\n"
+    "                     terminal) prints MB/s, documents, tokens and an ETA; shards of the\n"
+    "                     two names that this run would not replace are an error, or with\n"
+    "                     --overwrite removed)\n"
     "  lockstep-shard tokenize FILE [--tokenizer=bytes|gpt2] [--gpt2-dir=DIR] [--whole-file]\n"
     "                     (prints the token ids of each line of FILE, '-' for stdin; with\n"
     "                     --whole-file, of the whole file, newlines included, on one line)\n"
@@ -231,19 +244,58 @@ void print_token_stats(const TokenDataset& ds, const char* indent) {
       indent, h, std::exp(h));
 }
 
-int cmd_text(Args& a) {
+// --memory=256MiB: a byte count with a binary suffix (KiB, MiB, GiB, or K, M, G); a bare number
+// is MiB, as the trainer's sizes are.
+std::int64_t parse_memory(const std::string& text) {
+  std::size_t pos = 0;
+  long long n = -1;
+  try {
+    n = std::stoll(text, &pos);
+  } catch (const std::exception&) {
+  }
+  const std::string unit = text.substr(std::min(pos, text.size()));
+  int shift = -1;
+  if (unit.empty() || unit == "M" || unit == "MiB") shift = 20;
+  if (unit == "K" || unit == "KiB") shift = 10;
+  if (unit == "G" || unit == "GiB") shift = 30;
+  LOCKSTEP_CHECK_HINT(n > 0 && shift >= 0 && n < (1LL << (62 - shift)), "e.g. --memory=256MiB",
+                      "--memory=", text, " is not a size (a number and KiB, MiB or GiB)");
+  return static_cast<std::int64_t>(n) << shift;
+}
+
+// Text inputs, streamed and encoded by --threads threads in each of the job's ranks (mpirun -np
+// N lockstep-shard text ...; one process without mpirun), with the same shards whatever the
+// threads and ranks (Note [Text determinism] in data/text_corpus.hpp).
+int cmd_text(Args& a, int rank, int ranks, const std::function<void()>& barrier) {
   const auto files = expand_text_inputs(a.get_all("input"));
   const std::string tokenizer_name = a.get("tokenizer", "bytes");
   const std::string gpt2_dir = a.get("gpt2-dir", "");
-  const std::string out = a.need("out"), name = a.get("name", "train");
-  const std::string val_name = a.get("val-name", "val");
-  const std::int64_t shards = a.get_int("shards", 1), val_shards = a.get_int("val-shards", 1);
+  TextShardPlan plan;
+  plan.out_dir = a.need("out");
+  plan.name = a.get("name", "train");
+  plan.val_name = a.get("val-name", "val");
+  plan.shards = a.get_int("shards", 1);
+  plan.val_shards = a.get_int("val-shards", 1);
   TextCorpusOptions options;
   options.val_fraction = a.get_double("val-fraction", 0);
-  options.documents = document_split_from_name(a.get("documents", "file"));
-  const int deflate = static_cast<int>(a.get_int("deflate", kDefaultDeflateLevel));
+  options.jsonl_field = a.get("jsonl-field", "");
+  options.documents =
+      document_split_from_name(a.get("documents", options.jsonl_field.empty() ? "file" : "record"));
+  LOCKSTEP_CHECK_HINT(options.jsonl_field.empty() == (options.documents != DocumentSplit::Record),
+                      "--jsonl-field=F reads JSON Lines, one document per record",
+                      options.jsonl_field.empty() ? "--documents=record needs --jsonl-field"
+                                                  : "--jsonl-field is only for JSON Lines records");
+  options.threads = static_cast<int>(a.get_int("threads", 1));
+  options.memory_bytes = parse_memory(a.get("memory", "256MiB"));
+  const std::string progress = a.get("progress", "auto");
+  LOCKSTEP_CHECK_HINT(progress == "auto" || progress == "1" || progress == "0",
+                      "--progress, --progress=0 or leave it out", "--progress=", progress);
+  options.progress = rank == 0 && (progress == "1" || (progress == "auto" && isatty(2)));
+  plan.deflate_level = static_cast<int>(a.get_int("deflate", kDefaultDeflateLevel));
   const bool overwrite = a.get("overwrite", "0") == "1";
   a.check_all_used();
+  const std::string& out = plan.out_dir;
+  const std::string &name = plan.name, &val_name = plan.val_name;
   LOCKSTEP_CHECK_HINT(options.val_fraction == 0 || val_name != name, "give another --val-name",
                       "--val-name=", val_name, " is the name of the training split");
   // Shards of an earlier run into the same folder that this run would not overwrite (another
@@ -251,10 +303,10 @@ int cmd_text(Args& a) {
   // by DIR and DIR/NAME: refused before any work, or with --overwrite removed once the new set
   // is written.
   std::vector<std::string> planned;
-  for (std::int64_t s = 0; s < shards; ++s)
-    planned.push_back(shard_file_name(name, s, shards));
-  for (std::int64_t s = 0; options.val_fraction > 0 && s < val_shards; ++s)
-    planned.push_back(shard_file_name(val_name, s, val_shards));
+  for (std::int64_t s = 0; s < plan.shards; ++s)
+    planned.push_back(shard_file_name(name, s, plan.shards));
+  for (std::int64_t s = 0; options.val_fraction > 0 && s < plan.val_shards; ++s)
+    planned.push_back(shard_file_name(val_name, s, plan.val_shards));
   const auto stale = stale_shard_files(out, {name, val_name}, planned);
   if (!stale.empty() && !overwrite) {
     std::string list;
@@ -267,28 +319,29 @@ int cmd_text(Args& a) {
   }
 
   auto tokenizer = make_tokenizer(tokenizer_name, gpt2_dir);
-  const TokenSplits splits = tokenize_corpus(files, *tokenizer, options);
-  TokenShardMeta meta;
-  meta.tokenizer = tokenizer->name();
-  meta.vocab_size = tokenizer->vocab_size();
-  meta.eot_token = tokenizer->eot_token();
+  plan.meta.tokenizer = tokenizer->name();
+  plan.meta.vocab_size = tokenizer->vocab_size();
+  plan.meta.eot_token = tokenizer->eot_token();
+  const TextShardResult r = shard_corpus(files, *tokenizer, options, plan, rank, ranks, barrier);
+  if (rank != 0) return 0;
+  const auto& meta = plan.meta;
   std::printf(
       "read %zu file(s), %lld bytes of text in %lld documents; tokenizer %s "
       "(vocabulary %lld, end-of-text %lld)\n",
-      files.size(), static_cast<long long>(splits.text_bytes),
-      static_cast<long long>(splits.train_documents + splits.val_documents), meta.tokenizer.c_str(),
-      static_cast<long long>(meta.vocab_size), static_cast<long long>(meta.eot_token));
-  auto write = [&](const std::vector<std::int32_t>& tokens, const std::string& set,
-                   std::int64_t count, std::int64_t docs) {
-    auto paths = write_token_set(tokens, out, set, count, meta, deflate);
+      files.size(), static_cast<long long>(r.counts.text_bytes),
+      static_cast<long long>(r.counts.train_documents + r.counts.val_documents),
+      meta.tokenizer.c_str(), static_cast<long long>(meta.vocab_size),
+      static_cast<long long>(meta.eot_token));
+  auto report = [&](const std::vector<std::string>& paths, const std::string& set,
+                    std::int64_t tokens, std::int64_t docs) {
     std::printf("%s: %lld tokens, %lld documents, %zu shard(s) in %s\n", set.c_str(),
-                static_cast<long long>(tokens.size()), static_cast<long long>(docs), paths.size(),
+                static_cast<long long>(tokens), static_cast<long long>(docs), paths.size(),
                 out.c_str());
-    auto ds = TokenDataset::open(paths, 1);
+    auto ds = TokenDataset::open(paths, 1, 0);  // on demand: a set of any size, in bounded memory
     print_token_stats(*ds, "  ");
   };
-  write(splits.train, name, shards, splits.train_documents);
-  if (options.val_fraction > 0) write(splits.val, val_name, val_shards, splits.val_documents);
+  report(r.train_paths, name, r.train_tokens, r.counts.train_documents);
+  if (options.val_fraction > 0) report(r.val_paths, val_name, r.val_tokens, r.counts.val_documents);
   for (const auto& f : stale) {
     std::error_code ec;
     LOCKSTEP_CHECK(std::filesystem::remove(f, ec) || !ec, "cannot remove ", f, ": ", ec.message());
@@ -339,8 +392,10 @@ int cmd_tokenize(Args& a) {
       LOCKSTEP_FAIL_HINT(e.hint(), path, ", line ", n, ": ", e.message());
     }
     out.clear();
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      out += (i ? " " : "") + std::to_string(ids[i]);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (i) out += ' ';  // appended apart: GCC 12 warns falsely on "lit" + std::string&&
+      out += std::to_string(ids[i]);
+    }
     std::puts(out.c_str());
   }
   return 0;
@@ -417,6 +472,18 @@ int cmd_inspect(Args& a) {
   return 0;
 }
 
+// `text` under mpirun or srun runs as one rank of the job; alone, as a job of one, without MPI.
+int text_job(int argc, char** argv, Args& args) {
+  if (comm::LaunchInfo::from_environment().launcher == "singleton")
+    return cmd_text(args, 0, 1, [] {});
+  comm::MpiSession session(&argc, &argv);
+  return comm::run_or_abort([&] {
+    // The barrier waits for the slowest rank's whole share of the corpus: no collective timeout.
+    auto comm = comm::make_mpi_communicator(session, {.timeout_s = 1e9});
+    return cmd_text(args, session.rank(), session.size(), [&] { comm->barrier(); });
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -444,7 +511,7 @@ int main(int argc, char** argv) {
     if (cmd == "idx") return cmd_idx(args);
     if (cmd == "csv") return cmd_csv(args);
     if (cmd == "fashion-mnist") return cmd_fashion_mnist(args);
-    if (cmd == "text") return cmd_text(args);
+    if (cmd == "text") return text_job(argc, argv, args);
     if (cmd == "tokenize") return cmd_tokenize(args);
     if (cmd == "inspect") return cmd_inspect(args);
     if (cmd == "images") return shard_app::cmd_images(shard_app::Options(args.options));

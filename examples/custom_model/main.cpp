@@ -1,6 +1,7 @@
-// An out-of-tree program on lockstep's library, not its trainer: a model of its own (its layers
-// composed in C++), a synthetic image set written as a lockstep shard, and a hand-written loop
-// over the data loader, the DDP engine and SGD. Run it under MPI:
+// An out-of-tree program on lockstep's library, not its trainer: a model of its own, composed in
+// C++ from lockstep's layers and a layer written here (GatedLinearUnit, gated_linear_unit.hpp;
+// the network is in custom_network.hpp), a synthetic image set written as a lockstep shard, and a
+// hand-written loop over the data loader, the DDP engine and SGD. Run it under MPI:
 //   mpirun -np 2 ./custom_model [DATA_DIR]      (DATA_DIR default: ./custom_model_data)
 // It prints each epoch's mean loss (averaged over the ranks) and, per rank, a checksum of the
 // trained parameters: DDP keeps the replicas identical, so every rank prints the same one.
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "custom_network.hpp"
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/comm/mpi_communicator.hpp"
 #include "lockstep/core/error.hpp"
@@ -52,13 +54,6 @@ void write_shard(const std::string& dir) {
   writer.close();
 }
 
-// The model, composed in C++: a conv feature extractor of `width` channels and an MLP head of
-// `hidden` units (the classifier layer, linear(kClasses), is appended by Model::build). It
-// flattens rather than pools globally: where the bright quadrant is, is the whole signal.
-std::string custom_model_spec(int width, int hidden) {
-  return str("conv(", width, ",3,pad=1)-relu-maxpool(2)-flatten-linear(", hidden, ")-relu");
-}
-
 double parameter_checksum(const nn::Model& model) {
   double sum = 0;
   for (const nn::Parameter* p : model.parameters()) {
@@ -89,14 +84,19 @@ int main(int argc, char** argv) {
 
     ops::Context ctx(Device::cpu(), 1);
     // A different seed per rank on purpose: the engine broadcasts rank 0's parameters.
-    nn::Model model = nn::Model::build(custom_model_spec(8, 32), dataset->sample_shape(), kClasses,
-                                       /*seed=*/1 + static_cast<std::uint64_t>(rank));
+    nn::Model model(custom_model::custom_network(kSide, /*width=*/8, /*hidden=*/32, kClasses),
+                    dataset->sample_shape(), kClasses,
+                    /*seed=*/1 + static_cast<std::uint64_t>(rank));
     parallel::DdpEngine engine(ctx, model, *world, parallel::DdpOptions{});
     optim::Sgd sgd(engine.flat_params(), {.lr = 0.05f, .momentum = 0.9f});
-    if (rank == 0)
+    if (rank == 0) {
+      std::string modules;
+      for (std::size_t k = 0; k < model.num_layers(); ++k)
+        modules += (k ? " - " : "") + model.layer(k).describe();
       std::printf("custom_model: %d ranks, %lld samples, model %s, %lld parameters\n", ranks,
-                  static_cast<long long>(dataset->size()), model.layer_spec().c_str(),
+                  static_cast<long long>(dataset->size()), modules.c_str(),
                   static_cast<long long>(model.num_parameters()));
+    }
 
     for (std::int64_t epoch = 0; epoch < 4; ++epoch) {
       loader.start_epoch(epoch);

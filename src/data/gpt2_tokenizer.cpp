@@ -14,10 +14,10 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <mutex>
 #include <sstream>
 #include <unordered_map>
 
@@ -31,7 +31,22 @@ namespace {
 constexpr std::int64_t kVocabSize = 50257;
 constexpr std::int32_t kEndOfText = 50256;
 // Pieces cached before the cache is cleared: bounds memory on a corpus with many distinct words
-// (a piece costs about 100 bytes) while keeping the hit rate of real text above 95%.
+// (a piece costs about 100 bytes, so a thread's cache stays under about 26 MB) while keeping the
+// hit rate of real text above 95%.
+// FNV-1a 64 of GPT-2's tokens in rank order, each as its length (one byte) and its bytes: a
+// vocabulary file that parses but is not GPT-2's (ranks swapped, a token changed) would encode
+// every text wrongly and silently, so it is refused by this check.
+constexpr std::uint64_t kGpt2VocabHash = 0xcb475f81e570c65cULL;
+std::uint64_t vocabulary_hash(const std::vector<std::string>& tokens, std::size_t count) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  auto add = [&](unsigned char c) { h = (h ^ c) * 0x100000001b3ULL; };
+  for (std::size_t id = 0; id < count; ++id) {
+    add(static_cast<unsigned char>(tokens[id].size()));
+    for (char c : tokens[id])
+      add(static_cast<unsigned char>(c));
+  }
+  return h;
+}
 constexpr std::size_t kCacheEntries = std::size_t{1} << 18;
 
 // ---- character classes of the pattern
@@ -356,6 +371,11 @@ class Gpt2Tokenizer final : public Tokenizer {
   // tokens[id] = the bytes of token id, for every id but end-of-text; a token's id is its rank.
   Gpt2Tokenizer(std::vector<std::string> tokens, const std::string& source) {
     token_bytes_ = std::move(tokens);
+    const std::uint64_t hash = vocabulary_hash(token_bytes_, kVocabSize - 1);
+    LOCKSTEP_CHECK_HINT(hash == kGpt2VocabHash, kFileHint, source,
+                        ": the vocabulary is not GPT-2's: the hash of its tokens in rank order is ",
+                        std::hex, hash, ", GPT-2's is ", kGpt2VocabHash, std::dec,
+                        " (FNV-1a 64; a damaged or reordered file?)");
     token_bytes_.resize(kVocabSize);
     token_bytes_[kEndOfText] = "<|endoftext|>";
     id_of_.reserve(kVocabSize);
@@ -386,15 +406,45 @@ class Gpt2Tokenizer final : public Tokenizer {
 
   void encode(std::string_view text, std::vector<std::int32_t>& out) const override {
     check_utf8(text, "text");
-    std::lock_guard lock(cache_mutex_);
-    for (std::string_view piece : pretokenize(text)) {
-      auto it = cache_.find(piece);
-      if (it == cache_.end()) {
-        if (cache_.size() >= kCacheEntries) cache_.clear();
-        it = cache_.emplace(std::string(piece), bpe(piece)).first;
-      }
-      out.insert(out.end(), it->second.begin(), it->second.end());
+    // One cache per thread, so threads encoding documents side by side never wait on each other
+    // (`lockstep-shard text --threads`); a thread that switches tokenizers starts afresh.
+    thread_local PieceCache cache;
+    if (cache.owner != serial_) {
+      cache.pieces.clear();
+      cache.owner = serial_;
     }
+    while (!text.empty()) {
+      const std::size_t cut = segment_end(text);
+      for (std::string_view piece : pretokenize(text.substr(0, cut))) {
+        auto it = cache.pieces.find(piece);
+        if (it == cache.pieces.end()) {
+          if (cache.pieces.size() >= kCacheEntries) cache.pieces.clear();
+          it = cache.pieces.emplace(std::string(piece), bpe(piece)).first;
+        }
+        out.insert(out.end(), it->second.begin(), it->second.end());
+      }
+      text.remove_prefix(cut);
+    }
+  }
+
+  // pretokenize holds about 17 bytes per byte of its text (code points, offsets, classes,
+  // pieces), so a long text is encoded in segments of about kSegmentBytes, cut only where the
+  // pattern is sure to cut, making the same pieces as the whole: after a "\n" that has an ASCII
+  // letter or digit on both sides. There the "\n" is a whitespace run of one character, a piece
+  // of its own whether or not text follows it (the run would lose its last character to the next
+  // piece only if it were longer), and no piece joins a newline to a letter (only U+0020 may lead
+  // a piece of another class). Text without such a place is encoded whole.
+  static constexpr std::size_t kSegmentBytes = std::size_t{64} << 10;
+  static std::size_t segment_end(std::string_view text) {
+    const auto alnum = [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    };
+    for (std::size_t i = kSegmentBytes; i < text.size(); ++i) {
+      i = text.find('\n', i);
+      if (i == std::string_view::npos || i + 1 >= text.size()) break;
+      if (alnum(text[i - 1]) && alnum(text[i + 1])) return i + 1;
+    }
+    return text.size();
   }
 
   std::string decode(std::span<const std::int32_t> ids) const override {
@@ -455,9 +505,13 @@ class Gpt2Tokenizer final : public Tokenizer {
   std::array<std::int32_t, 256> byte_token_{};  // byte -> its one-byte token
   std::unordered_map<std::string, std::int32_t, StringHash, std::equal_to<>> id_of_;  // bytes -> id
   std::unordered_map<std::uint64_t, std::int32_t> merges_;  // (left id, right id) -> merged id
-  mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<std::int32_t>, StringHash, std::equal_to<>>
-      cache_;
+  struct PieceCache {
+    std::uint64_t owner = 0;  // the serial_ of the tokenizer whose pieces these are
+    std::unordered_map<std::string, std::vector<std::int32_t>, StringHash, std::equal_to<>> pieces;
+  };
+  // Unique per tokenizer ever made (an address could be reused by a later one).
+  inline static std::atomic<std::uint64_t> next_serial_{1};
+  const std::uint64_t serial_ = next_serial_++;
 };
 
 }  // namespace

@@ -24,6 +24,10 @@ h5::Handle create_1d(hid_t file, const char* name, hid_t file_type, hsize_t chun
   auto space = h5::space(H5Screate_simple(1, &dims, &maxdims));
   auto dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
   LOCKSTEP_H5(H5Pset_chunk(dcpl.get(), 1, &chunk), "", where, "cannot set the chunking of /", name);
+  // No modification time in the object header: a set made twice, or by any number of threads
+  // and ranks, is the same bytes (Note [Text determinism]).
+  LOCKSTEP_H5(H5Pset_obj_track_times(dcpl.get(), false), "", where,
+              "cannot turn off the time stamps of /", name);
   if (deflate_level > 0) {
     H5Pset_shuffle(dcpl.get());
     LOCKSTEP_H5(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(deflate_level)),

@@ -82,4 +82,10 @@ double CausalSelfAttention::forward_flops(const Shape& input) const {
   return (projections + attention) / b;
 }
 
+std::unique_ptr<Module> CausalSelfAttention::clone_structure(Device device) const {
+  auto copy = std::make_unique<CausalSelfAttention>(dim_, heads_, depth_, device);
+  copy->set_kernel(kernel_);
+  return copy;
+}
+
 }  // namespace lockstep::nn

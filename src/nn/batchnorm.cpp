@@ -109,4 +109,9 @@ void BatchNorm::collect_buffers(const std::string& prefix, std::vector<Buffer*>&
   out.push_back(&running_var_);
 }
 
+std::unique_ptr<Module> BatchNorm::clone_structure(Device device) const {
+  if (spatial_dims_ == 0) return std::make_unique<BatchNorm1d>(channels_, eps_, momentum_, device);
+  return std::make_unique<BatchNorm2d>(channels_, eps_, momentum_, device);
+}
+
 }  // namespace lockstep::nn

@@ -41,4 +41,12 @@ Tensor Dropout::backward(ops::Context& ctx, const Tensor& dy) {
   return dx;
 }
 
+std::unique_ptr<Module> Dropout::clone_structure(Device) const {
+  auto copy = std::make_unique<Dropout>(p_);
+  copy->seed_ = seed_;
+  copy->name_hash_ = name_hash_;
+  copy->calls_ = calls_;
+  return copy;
+}
+
 }  // namespace lockstep::nn

@@ -80,4 +80,10 @@ Tensor GlobalAvgPool::backward(ops::Context& ctx, const Tensor& dy) {
   return dx;
 }
 
+std::unique_ptr<Module> Pool2d::clone_structure(Device) const {
+  if (kind_ == ops::PoolKind::Max)
+    return std::make_unique<MaxPool2d>(params_.kernel_h, params_.stride_h, params_.pad_h);
+  return std::make_unique<AvgPool2d>(params_.kernel_h, params_.stride_h, params_.pad_h);
+}
+
 }  // namespace lockstep::nn

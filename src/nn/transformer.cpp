@@ -104,4 +104,10 @@ double TiedLmHead::forward_flops(const Shape& input) const {
   return 2.0 * static_cast<double>(input[1]) * static_cast<double>(wte_.value.numel());
 }
 
+std::unique_ptr<Module> TransformerBlock::clone_structure(Device device) const {
+  auto copy = std::make_unique<TransformerBlock>(dim_, heads_, attn_.depth(), device);
+  copy->attention().set_kernel(attn_.kernel());
+  return copy;
+}
+
 }  // namespace lockstep::nn

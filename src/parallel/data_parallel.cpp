@@ -9,8 +9,7 @@
 namespace lockstep::parallel {
 
 DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& master,
-                                       const std::string& spec, const Shape& sample_shape,
-                                       std::int64_t num_classes, DataParallelOptions options,
+                                       DataParallelOptions options,
                                        std::shared_ptr<optim::FlatParams> flat)
     : master_ctx_(master_ctx),
       master_(master),
@@ -33,9 +32,7 @@ DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& mast
     replicas_[r].own = std::make_unique<ops::Context>(device, options_.threads_per_replica);
     replicas_[r].own->set_precision(master_ctx_.precision());  // one policy for all replicas
     replicas_[r].ctx = replicas_[r].own.get();
-    // The seed does not matter: the master's values are copied in before every step.
-    replicas_[r].own_model =
-        std::make_unique<nn::Model>(nn::Model::build(spec, sample_shape, num_classes, 0, device));
+    replicas_[r].own_model = std::make_unique<nn::Model>(master_.clone(device));
     replicas_[r].model = replicas_[r].own_model.get();
     replicas_[r].flat = std::make_shared<optim::FlatParams>(replicas_[r].model->parameters(),
                                                             replicas_[0].flat->limits());
@@ -54,7 +51,7 @@ void DataParallelEngine::copy_master_to_replicas() {
     // two waits the replica could overwrite-while-reading its old weights or run its forward on
     // them before the fresh ones land.
     master_ctx_.wait_for(replica);
-    // Same spec, same limits: the same layout, so the whole parameter buffer is one copy.
+    // Clones, same limits: the same layout, so the whole parameter buffer is one copy.
     ops::copy(master_ctx_, replicas_[0].flat->values(), replicas_[r].flat->values());
     for (std::size_t i = 0; i < mb.size(); ++i)
       ops::copy(master_ctx_, mb[i]->value, rb[i]->value);

@@ -143,9 +143,7 @@ std::unique_ptr<parallel::Engine> make_engine(Run& run, const Config& config) {
       for (int r = 0; r < run.replicas; ++r)
         dp.devices.push_back(Device::emu(r));
     }
-    return std::make_unique<parallel::DataParallelEngine>(*run.ctx, *run.model, config.model_spec,
-                                                      run.train_set->sample_shape(),
-                                                      run.train_set->num_classes(), dp, run.flat);
+    return std::make_unique<parallel::DataParallelEngine>(*run.ctx, *run.model, dp, run.flat);
   }
   parallel::DdpOptions ddp;
   ddp.reducer.bucket_bytes = static_cast<std::size_t>(config.dist_bucket_mb * (1 << 20));

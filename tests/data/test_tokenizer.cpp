@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "data/gpt2_tokenizer.hpp"
 #include "data/utf8.hpp"
@@ -366,6 +367,73 @@ TEST(Gpt2Tokenizer, ABadMergeLineIsAnErrorNamingTheLine) {
   const std::string msg = error_of([&] { make_tokenizer("gpt2", dir.path()); });
   EXPECT_NE(msg.find(dir / "vocab.bpe"), std::string::npos) << msg;
   EXPECT_NE(msg.find("line 4"), std::string::npos) << msg;
+}
+
+TEST(Gpt2Tokenizer, AVocabularyFileThatParsesButIsNotGpt2sIsAnErrorNamingTheFile) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const std::filesystem::path ranks = std::filesystem::path(default_gpt2_dir()) / kGpt2RankFile;
+  if (!std::filesystem::exists(ranks)) GTEST_SKIP() << "no " << ranks;
+  TempDir dir;
+  std::ifstream in(ranks);
+  std::ofstream out(dir / kGpt2RankFile);
+  std::string line, held;
+  for (int i = 0; std::getline(in, line); ++i) {
+    // Ranks 1000 and 1001 swap their tokens: every line still parses, every rank is given once.
+    const std::string b64 = line.substr(0, line.find(' '));
+    if (i == 1000) {
+      held = b64;
+      continue;
+    }
+    if (i == 1001) {
+      out << b64 << " 1000\n" << held << " 1001\n";
+      continue;
+    }
+    out << line << "\n";
+  }
+  out.close();
+  const std::string msg = error_of([&] { make_tokenizer("gpt2", dir.path()); });
+  EXPECT_NE(msg.find(dir / kGpt2RankFile), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is not GPT-2's: the hash"), std::string::npos) << msg;
+}
+
+// Long texts are encoded in segments (about 64 KiB, cut after a "\n" between ASCII letters or
+// digits, bounding the pre-tokeniser's memory): the ids must be those of the pieces of the whole.
+TEST(Gpt2Tokenizer, ALongTextEncodesAsThePiecesOfTheWhole) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const Tokenizer& t = gpt2_tokenizer();
+  std::string text;
+  for (int i = 0; text.size() < (std::size_t{300} << 10); ++i) {
+    text += "Line " + std::to_string(i) + " says caf\u00E9 'tis";
+    text += i % 3 == 0 ? "  \n" : i % 3 == 1 ? "\n\n " : "\nx";
+  }
+  std::vector<std::int32_t> pieces;
+  for (std::string_view piece : gpt2::pretokenize(text))
+    t.encode(piece, pieces);
+  EXPECT_EQ(t.encode(text), pieces);
+}
+
+TEST(Gpt2Tokenizer, ThreadsEncodingAtOnceGetWhatOneThreadGets) {
+  SKIP_WITHOUT_GPT2_FILES();
+  const Tokenizer& t = gpt2_tokenizer();
+  std::vector<std::string> texts;
+  for (int k = 0; k < 4; ++k) {
+    std::string text;
+    for (int i = 0; i < 3000; ++i)
+      text += "word" + std::to_string((i * 7 + k) % 997) + (i % 13 ? " " : ".\n");
+    texts.push_back(text);
+  }
+  std::vector<std::vector<std::int32_t>> serial, parallel(texts.size());
+  for (const auto& text : texts)
+    serial.push_back(t.encode(text));
+  std::vector<std::thread> threads;
+  for (std::size_t k = 0; k < texts.size(); ++k)
+    threads.emplace_back([&, k] {
+      for (int rep = 0; rep < 3; ++rep)
+        parallel[k] = t.encode(texts[k]);
+    });
+  for (auto& th : threads)
+    th.join();
+  EXPECT_EQ(parallel, serial);
 }
 
 // tiktoken's ranks are encoder.json's ids, and merge k of vocab.bpe makes token 256 + k: a file

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <thread>
 
+#include "custom_model/custom_network.hpp"
 #include "lockstep/parallel/data_parallel.hpp"
 #include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/device_runtime.hpp"
@@ -21,10 +22,10 @@ namespace lockstep::test {
 namespace {
 std::vector<std::vector<float>> train_dp(const ProblemSpec& p, int replicas, int accumulation = 1) {
   ops::Context ctx(Device::cpu(), 1);
-  nn::Model master = nn::Model::build(p.model, p.sample, p.classes, p.seed);
+  nn::Model master = make_model(p, p.seed);
   parallel::DataParallelOptions options;
   options.replicas = replicas;
-  parallel::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, options);
+  parallel::DataParallelEngine engine(ctx, master, options);
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;
@@ -65,6 +66,15 @@ TEST(DataParallel, ConvNetReplicasMatchSingleReplica) {
   EXPECT_LE(max_abs_difference(train_single_process(p), train_dp(p, 2)), 2e-5);
 }
 
+TEST(DataParallel, ReplicasClonedFromAModelComposedInCppMatchSingleReplica) {
+  // examples/custom_model's network: its GatedLinearUnit is replicated by its clone_structure.
+  ProblemSpec p;
+  p.sample = {1, 8, 8};
+  p.classes = 4;
+  p.network = [] { return custom_model::custom_network(8, 4, 6, 4); };
+  EXPECT_LE(max_abs_difference(train_single_process(p), train_dp(p, 2)), 2e-5);
+}
+
 TEST(DataParallel, TooSmallABatchForTheReplicasIsAnError) {
   ProblemSpec p;
   p.global_batch = 2;
@@ -91,7 +101,7 @@ TEST_P(DataParallelOnDevice, ReplicasOnOtherStreamsComputeWithTheMastersFreshWei
   // stream by the device-wide wait of its input's copy (Tensor::to), which would hide a missing
   // order. One GPU is what a CUDA machine surely has.
   options.devices = {gpu, gpu.is_emu() ? Device::emu(1) : gpu};
-  parallel::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, options);
+  parallel::DataParallelEngine engine(ctx, master, options);
   SyntheticBatch b = synthetic_batch(p.global_batch, p.sample, p.classes, 0);
   const float scale = 1.0f / static_cast<float>(p.global_batch);
 

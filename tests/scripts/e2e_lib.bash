@@ -59,6 +59,16 @@ e2e_make_data() {
   done
 }
 
+# Real data: a subset of Debian's Fashion-MNIST (LIMIT training and TEST_LIMIT test images) as
+# $WORK/data/train-* and test-*, 2 shards each. Skips without the package.
+e2e_fashion_subset() {
+  local fashion=/usr/share/datasets/fashion-mnist
+  [ -f "$fashion/train-images-idx3-ubyte.gz" ] ||
+    skip "$fashion missing (apt-get install dataset-fashion-mnist)"
+  "$SHARD" fashion-mnist --out="$WORK/data" --shards=2 --limit="$1" --test-limit="$2" \
+    >"$WORK/shard.log" 2>&1 || { cat "$WORK/shard.log" >&2; fail "lockstep-shard fashion-mnist failed"; }
+}
+
 # The config: 512 samples / global batch 32 = 16 steps per epoch. Constant LR after a short
 # warm-up, because train.max_steps also sets the length of decaying schedules, and the tests cut
 # runs with it: a run cut at step s must be the first s steps of the long run.

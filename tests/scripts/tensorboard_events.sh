@@ -10,23 +10,16 @@
 # in a virtual environment); without it the test skips, visibly. TensorBoard is never a dependency
 # of lockstep itself.
 # Usage: bash tests/scripts/tensorboard_events.sh BUILD_DIR   Exit: 0 pass, 1 fail, 77 skipped.
-set -uo pipefail
 BUILD=$(cd "${1:?usage: tensorboard_events.sh BUILD_DIR}" && pwd)
-SOURCE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-FASHION=/usr/share/datasets/fashion-mnist
-fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "SKIP: $*"; exit 77; }
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.bash" || exit 1
+e2e_require_trainer
 PY=${LOCKSTEP_PYTHON:-}
 [ -n "$PY" ] || skip "LOCKSTEP_PYTHON is not set: point it at a Python with tensorboard"
 "$PY" -c 'import tensorboard' 2>/dev/null || skip "$PY cannot import tensorboard (LOCKSTEP_PYTHON)"
-[ -f "$FASHION/train-images-idx3-ubyte.gz" ] || skip "$FASHION missing (apt-get install dataset-fashion-mnist)"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-tb.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=PASSIVE
-"$BUILD/apps/lockstep-shard" fashion-mnist --out="$WORK/data" --shards=2 --limit=2048 \
-  --test-limit=500 >"$WORK/shard.log" 2>&1 || { cat "$WORK/shard.log"; fail "sharding failed"; }
+e2e_workdir tb
+e2e_fashion_subset 2048 500
 train() {
-  timeout -k 10 300 mpirun -np 2 --oversubscribe --bind-to none "$BUILD/apps/lockstep-train" \
+  timeout -k 10 300 mpirun -np 2 --oversubscribe --bind-to none "$TRAIN" \
     --config "$SOURCE/configs/ci_tiny.ini" --data.train="$WORK/data/train" \
     --data.test="$WORK/data/test" --log.every=8 --log.progress=lines \
     --checkpoint.dir="$WORK/${CKPT:-ckpt}" --checkpoint.every_steps=32 --checkpoint.keep=10 "$@"

@@ -13,17 +13,11 @@
 #  2. bad input: a window outside the run (the key named), an unwritable path (before any step).
 # Reads the JSON with Python's json module; the viewers (Perfetto's UI, chrome://tracing) read
 # this format. Usage: bash tests/scripts/trace_timeline.sh BUILD_DIR   Exit: 0 pass, 1 fail, 77 skip.
-set -uo pipefail
 BUILD=$(cd "${1:?usage: trace_timeline.sh BUILD_DIR}" && pwd)
-SOURCE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-FASHION=/usr/share/datasets/fashion-mnist
-fail() { echo "FAIL: $*" >&2; exit 1; }
-[ -f "$FASHION/train-images-idx3-ubyte.gz" ] || { echo "SKIP: $FASHION missing"; exit 77; }
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-trace.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=PASSIVE
-"$BUILD/apps/lockstep-shard" fashion-mnist --out="$WORK/data" --shards=2 --limit=2048 \
-  --test-limit=500 >"$WORK/shard.log" 2>&1 || { cat "$WORK/shard.log"; fail "sharding failed"; }
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.bash" || exit 1
+e2e_require_trainer
+e2e_workdir trace
+e2e_fashion_subset 2048 500
 # Rank 1 gets the skewed clock (the variables are read by lockstep-train itself).
 cat >"$WORK/skewed.sh" <<EOF
 #!/usr/bin/env bash

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -73,12 +74,19 @@ struct ProblemSpec {
   int steps = 6;
   float lr = 0.1f;
   float momentum = 0.9f;
+  // When set, the model is composed in C++ from this network rather than built from `model`.
+  std::function<nn::Sequential()> network;
 };
+
+inline nn::Model make_model(const ProblemSpec& p, std::uint64_t seed) {
+  if (p.network) return nn::Model(p.network(), p.sample, p.classes, seed);
+  return nn::Model::build(p.model, p.sample, p.classes, seed);
+}
 
 // One process, one model, the whole global batch per step: the reference.
 inline std::vector<std::vector<float>> train_single_process(const ProblemSpec& p) {
   ops::Context ctx(Device::cpu(), 1);
-  nn::Model model = nn::Model::build(p.model, p.sample, p.classes, p.seed);
+  nn::Model model = make_model(p, p.seed);
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;

@@ -6,9 +6,12 @@
 #include <fstream>
 #include <set>
 
+#include "custom_model/custom_network.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/h5/h5.hpp"
 #include "lockstep/train/checkpoint.hpp"
+#include "lockstep/train/state.hpp"
+#include "support/training.hpp"
 
 using namespace lockstep;
 using namespace lockstep::train;
@@ -377,6 +380,39 @@ TEST_F(CheckpointTest, ExportIsPlainHdf5WithNamedDatasetsAndLargeAttributes) {
   EXPECT_EQ(values[5], 6.0f);
   H5Dclose(d);
   H5Fclose(f);
+}
+
+TEST_F(CheckpointTest, ModelComposedInCppResumesBitwiseFromItsNamedTensors) {
+  // examples/custom_model's network, with a layer of its own: saved and restored by parameter
+  // name like a spec-built model, so two more steps after the restore equal two more steps of the
+  // run that never stopped.
+  ops::Context ctx(Device::cpu(), 1);
+  nn::SoftmaxCrossEntropy loss;
+  auto train = [&](nn::Model& m, optim::Sgd& sgd, int from, int to) {
+    for (int step = from; step < to; ++step) {
+      test::SyntheticBatch b = test::synthetic_batch(8, {1, 8, 8}, 4, step);
+      m.zero_grad(ctx);
+      loss.forward(ctx, m.forward(ctx, b.x), b.y);
+      m.backward(ctx, loss.backward(ctx, 1.0f / 8));
+      sgd.step(ctx);
+    }
+  };
+  nn::Model uninterrupted(custom_model::custom_network(8, 4, 6, 4), {1, 8, 8}, 4, /*seed=*/1);
+  optim::Sgd sgd(uninterrupted.parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  train(uninterrupted, sgd, 0, 2);
+  TrainState saved(uninterrupted, sgd, RunLayout{});
+  saved.step = 2;
+  const std::string file = saved.save(dir_.string(), 1);
+
+  nn::Model resumed(custom_model::custom_network(8, 4, 6, 4), {1, 8, 8}, 4, /*seed=*/9);
+  optim::Sgd resumed_sgd(resumed.parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  TrainState restored(resumed, resumed_sgd, RunLayout{});
+  restored.restore(ctx, read_checkpoint(file), file);
+  EXPECT_EQ(restored.step, 2);
+  EXPECT_EQ(test::parameter_values(resumed), test::parameter_values(uninterrupted));
+  train(uninterrupted, sgd, 2, 4);
+  train(resumed, resumed_sgd, 2, 4);
+  EXPECT_EQ(test::parameter_values(resumed), test::parameter_values(uninterrupted));
 }
 
 TEST(CheckpointResume, PositionInEpochIsKeptInSamples) {

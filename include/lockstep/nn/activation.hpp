@@ -13,6 +13,10 @@ class ReLU final : public Module {
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
 
+  std::unique_ptr<Module> clone_structure(Device) const override {
+    return std::make_unique<ReLU>();
+  }
+
  private:
   Tensor y_, dx_;
   bool have_output_ = false;
@@ -24,6 +28,10 @@ class GELU final : public Module {
   Shape output_shape(const Shape& input) const override { return input; }
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+
+  std::unique_ptr<Module> clone_structure(Device) const override {
+    return std::make_unique<GELU>();
+  }
 
  private:
   Tensor x_;

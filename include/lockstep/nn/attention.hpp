@@ -28,6 +28,10 @@ class CausalSelfAttention final : public Module {
   int heads() const { return heads_; }
   // Which attention kernel the ops use (tests and benchmarks compare the naive CUDA path).
   void set_kernel(ops::AttentionKernel kernel) { kernel_ = kernel; }
+  ops::AttentionKernel kernel() const { return kernel_; }
+  std::int64_t depth() const { return depth_; }
+
+  std::unique_ptr<Module> clone_structure(Device device) const override;
 
  private:
   std::int64_t dim_;

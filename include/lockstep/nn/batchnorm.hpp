@@ -32,6 +32,8 @@ class BatchNorm : public Module {
   Buffer& running_mean() { return running_mean_; }
   Buffer& running_var() { return running_var_; }
 
+  std::unique_ptr<Module> clone_structure(Device device) const override;
+
  private:
   Tensor backward_eval(ops::Context& ctx, const Tensor& x, const Tensor& dy);
 

@@ -25,6 +25,11 @@ class Conv2d final : public Module {
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }  // undefined value when built without bias
 
+  std::unique_ptr<Module> clone_structure(Device device) const override {
+    return std::make_unique<Conv2d>(in_, out_, kernel_, params_.stride_h, params_.pad_h, has_bias_,
+                                    device);
+  }
+
  private:
   std::int64_t in_, out_;
   int kernel_;

@@ -26,6 +26,9 @@ class Dropout final : public Module {
   std::uint64_t calls() const { return calls_; }
   void set_calls(std::uint64_t calls) { calls_ = calls; }
 
+  // The copy continues the same masks: same p, seed, layer name and call count.
+  std::unique_ptr<Module> clone_structure(Device device) const override;
+
  private:
   float p_;
   std::uint64_t seed_ = 0;

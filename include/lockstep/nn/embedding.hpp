@@ -29,6 +29,10 @@ class Embedding final : public Module {
   Parameter& token_weight() { return wte_; }
   Parameter& position_weight() { return wpe_; }
 
+  std::unique_ptr<Module> clone_structure(Device device) const override {
+    return std::make_unique<Embedding>(vocab_, ctx_, dim_, device);
+  }
+
  private:
   std::int64_t vocab_, ctx_, dim_;
   Parameter wte_, wpe_;

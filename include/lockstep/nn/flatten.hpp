@@ -12,6 +12,10 @@ class Flatten final : public Module {
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
 
+  std::unique_ptr<Module> clone_structure(Device) const override {
+    return std::make_unique<Flatten>();
+  }
+
  private:
   Shape x_shape_;
 };

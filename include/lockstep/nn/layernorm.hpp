@@ -26,6 +26,10 @@ class LayerNorm final : public Module {
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }
 
+  std::unique_ptr<Module> clone_structure(Device device) const override {
+    return std::make_unique<LayerNorm>(dim_, eps_, device);
+  }
+
  private:
   std::int64_t dim_;
   float eps_;

@@ -11,4 +11,5 @@
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/nn/pool.hpp"
 #include "lockstep/nn/residual.hpp"
+#include "lockstep/nn/sequential.hpp"
 #include "lockstep/nn/transformer.hpp"

@@ -26,6 +26,10 @@ class Linear final : public Module {
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }  // undefined value when built without bias
 
+  std::unique_ptr<Module> clone_structure(Device device) const override {
+    return std::make_unique<Linear>(in_, out_, has_bias_, device);
+  }
+
  private:
   std::int64_t in_, out_;
   bool has_bias_;

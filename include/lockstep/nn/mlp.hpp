@@ -21,6 +21,10 @@ class Mlp final : public Module {
   void set_input_grad(bool needed) override;
   double forward_flops(const Shape& input) const override;
 
+  std::unique_ptr<Module> clone_structure(Device device) const override {
+    return std::make_unique<Mlp>(dim_, depth_, device);
+  }
+
  private:
   std::int64_t dim_, depth_;
   Linear c_fc_, c_proj_;

@@ -1,50 +1,12 @@
-// clang-format off
-// Model: the sequence of layers a replica trains, built from a layer spec. One Model per replica;
-// building twice with the same (spec, sample shape, classes, seed) gives bitwise-identical
-// parameters on any device or thread count, so replicas can be built independently.
-//
-// Spec grammar (whitespace ignored; layers joined by '-'; arguments positional in the order shown,
-// or key=value in any order; [..] optional with the default shown):
-//   conv(out, k[, stride=1][, pad=0][, bias=1])   2-D convolution, k x k kernel
-//   linear(out[, bias=1])                         fully connected; input must be [N, features]
-//   bn                                            BatchNorm1d on [N, C], BatchNorm2d on [N, C, H, W]
-//   relu | gelu                                   activations (GELU: exact erf form)
-//   maxpool(k[, stride=k][, pad=0])               max pooling
-//   avgpool(k[, stride=k][, pad=0])               average pooling
-//   gap                                           global average pooling, [N, C, H, W] -> [N, C]
-//   flatten                                       [N, ...] -> [N, features]
-//   dropout(p)                                    inverted dropout, 0 <= p < 1
-//   res(out[, stride=1])                          ResNet basic block (identity or 1x1 shortcut)
-//   embed(vocab, ctx, dim)                        token + position embedding, i32 [N, T] ->
-//                                                 [N, T, dim]; T > ctx is an error
-//   block(heads[, depth=1])                       pre-LN transformer block (GPT-2); depth, the
-//                                                 number of blocks, scales the residual init
-//   ln                                            LayerNorm over the last dimension
-//   lmhead                                        logits [N*T, vocab] tied to the last embed's
-//                                                 token table (no parameter of its own)
-// Presets (the whole spec):
-//   mlp[:h1,h2,...]   flatten-linear(h1)-relu-...-linear(hk)-relu-linear(classes);
-//                     default 1024,1024
-//   lenet             conv(6,5,pad=2)-relu-maxpool(2)-conv(16,5)-relu-maxpool(2)-flatten-
-//                     linear(120)-relu-linear(84)-relu-linear(classes)
-//   resnet[:n]        CIFAR-style ResNet-(6n+2), n blocks per stage (default 2): conv(16,3,pad=1,
-//                     bias=0)-bn-relu, stages res(16), res(32,2), res(64,2), then
-//                     gap-linear(classes)
-//   gpt(layers, heads, dim[, ctx][, vocab])
-//                     GPT-2: embed(vocab,ctx,dim)-block(heads,depth=layers) x layers-ln-lmhead,
-//                     GPT-2/llm.c initialisation. The data's sample shape is [T] (i32 tokens):
-//                     ctx defaults to T and must be >= T; vocab defaults to num_classes and must
-//                     equal it. The output is one row of logits per position, [N*T, vocab].
-//   gpt2-124m | gpt2-350m | gpt-mini | gpt-tiny
-//                     gpt(12,12,768,ctx=1024,vocab=50257), gpt(24,16,1024,ctx=1024,vocab=50257),
-//                     gpt(4,4,256,ctx=256), gpt(2,2,128,ctx=128); key=value arguments in
-//                     parentheses override the preset's (gpt-mini(ctx=64), gpt2-124m(vocab=256))
-// Classifier head: a spec whose last layer is linear(out) (or lmhead) must have out == num_classes. A spec
-// that ends in any other layer gets a head appended: `flatten` if the output is not yet
-// [N, features], then `linear(num_classes)` (so `conv(8,3)-relu-gap` is a valid model).
-// Errors (unknown layer, bad argument, shapes that do not fit the sample shape) throw
-// lockstep::Error quoting the spec with a caret under the offending layer.
-// clang-format on
+// Model: the modules a replica trains, with what training needs around them: the sample shape
+// and classes, parameters and buffers listed once in forward order, and the grad-ready hook the
+// reducer buckets by. Two front ends make one: Model::build from a spec string (the language in
+// lockstep/nn/spec.hpp), and the constructor from a Sequential composed in C++ (built-in layers
+// and modules of one's own; docs/ARCHITECTURE.md, "Building a model without a spec"). Either way
+// the same modules and seed give bitwise-identical parameters on any device or thread count, and
+// clone() copies a model onto another device (DataParallel's replicas).
+// Invariants: parameter names are unique ("k.<name>" for top-level module k); the modules' shapes
+// chain from [N, sample_shape...] to logits [N * outputs_per_sample(), num_classes].
 #pragma once
 
 #include <cstdint>
@@ -53,18 +15,27 @@
 #include <vector>
 
 #include "lockstep/nn/module.hpp"
+#include "lockstep/nn/sequential.hpp"
+#include "lockstep/nn/spec.hpp"
 
 namespace lockstep::nn {
 
-// The context (ctx) a gpt(...) spec or preset states, or 0 when it leaves ctx to the data (or is
-// not a gpt spec): what a trainer opening token data uses as the window length T.
-std::int64_t spec_context(const std::string& spec);
-
 class Model {
  public:
-  // sample_shape: one sample without the batch dimension, e.g. {1, 28, 28} or {784}.
+  // The spec front end (src/nn/spec.cpp). sample_shape: one sample without the batch dimension,
+  // e.g. {1, 28, 28} or {784}.
   static Model build(const std::string& spec, const Shape& sample_shape, std::int64_t num_classes,
                      std::uint64_t seed, Device device = Device::cpu());
+
+  // A model of modules composed in C++, living on `device`. Initialises every parameter through
+  // the modules' reset_parameters(seed, "k."), as build does. Throws, naming the modules, when
+  // one does not accept its predecessor's output, when the last does not output
+  // [N * T, num_classes], or when two parameters share a name.
+  Model(Sequential modules, const Shape& sample_shape, std::int64_t num_classes, std::uint64_t seed,
+        Device device = Device::cpu());
+  // A deep copy on `device`: same modules, parameter and buffer values, spec and dropout state;
+  // its own gradients and no grad-ready hook. Throws, naming it, when a module cannot be cloned.
+  Model clone(Device device) const;
 
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
@@ -86,8 +57,9 @@ class Model {
   bool training() const { return training_; }
   void zero_grad(ops::Context& ctx);
 
-  const std::string& spec() const { return spec_; }              // as given to build
-  const std::string& layer_spec() const { return layer_spec_; }  // presets expanded, head added
+  // As given to build, presets expanded and head added; both empty for a model composed in C++.
+  const std::string& spec() const { return spec_; }
+  const std::string& layer_spec() const { return layer_spec_; }
   // One line per layer (index, description, output shape) and per parameter/buffer (name,
   // shape): equal on two replicas exactly when they have the same architecture.
   std::string structure() const;
@@ -104,7 +76,7 @@ class Model {
   std::uint64_t seed() const { return seed_; }
   Device device() const { return device_; }
   std::size_t num_layers() const { return layers_.size(); }
-  Module& layer(std::size_t i) { return *layers_.at(i); }
+  Module& layer(std::size_t i) { return layers_.at(i); }
 
   // Dropout masks depend on (seed, layer name, number of training forwards so far). DDP gives
   // each rank its own seed; a trainer resuming from a checkpoint restores the call count.
@@ -113,7 +85,10 @@ class Model {
   void set_dropout_calls(std::uint64_t calls);
 
  private:
-  Model() = default;
+  // Checks and lists the modules but leaves their values as they are (a clone's are copies).
+  struct KeepValues {};
+  Model(Sequential modules, const Shape& sample_shape, std::int64_t num_classes, std::uint64_t seed,
+        Device device, KeepValues);
 
   std::string spec_, layer_spec_;
   Shape sample_shape_;
@@ -121,7 +96,7 @@ class Model {
   std::int64_t outputs_per_sample_ = 1;
   std::uint64_t seed_ = 0;
   Device device_;
-  std::vector<std::unique_ptr<Module>> layers_;
+  Sequential layers_;
   std::vector<Shape> out_shapes_;                      // per layer, for one sample
   std::vector<std::vector<Parameter*>> layer_params_;  // per layer, forward order
   std::vector<Parameter*> parameters_;

@@ -6,6 +6,8 @@
 // when nobody else still holds them (see src/nn/buffers.hpp), so holding on to one is safe but
 // costs a fresh allocation. backward consumes the input cached by forward: one backward per
 // forward, in training and evaluation mode alike.
+// A layer of one's own is a subclass (see docs/ARCHITECTURE.md, "How to add a layer"); it trains
+// under DDP and ZeRO-1 as it is, and under DataParallel once it implements clone_structure.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +76,16 @@ class Module {
     (void)input;
     return 0.0;
   }
+
+  // A new module of this one's configuration on `device`: its own parameters, buffers and
+  // caches, whose values clone() then copies in (a subclass need not). DataParallel makes its
+  // replicas this way. The default throws an error naming the module: a module that cannot be
+  // rebuilt from its configuration (say, it shares a parameter with another) cannot be cloned.
+  virtual std::unique_ptr<Module> clone_structure(Device device) const;
+  // A deep copy on `device`: clone_structure, then every parameter's and buffer's value copied
+  // (matched by name and shape; gradients are the new module's own). Throws when the copy lists
+  // different parameters or buffers than this module.
+  std::unique_ptr<Module> clone(Device device) const;
 
  protected:
   bool training_ = true;

@@ -19,6 +19,8 @@ class Pool2d : public Module {
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
 
+  std::unique_ptr<Module> clone_structure(Device device) const override;
+
  private:
   ops::PoolKind kind_;
   ops::Pool2dParams params_;
@@ -45,6 +47,10 @@ class GlobalAvgPool final : public Module {
   Shape output_shape(const Shape& input) const override;
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+
+  std::unique_ptr<Module> clone_structure(Device) const override {
+    return std::make_unique<GlobalAvgPool>();
+  }
 
  private:
   ops::Pool2dParams params_for(const Shape& input) const;

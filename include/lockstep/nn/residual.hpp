@@ -32,6 +32,10 @@ class BasicBlock final : public Module {
 
   bool has_downsample() const { return downsample_conv_ != nullptr; }
 
+  std::unique_ptr<Module> clone_structure(Device device) const override {
+    return std::make_unique<BasicBlock>(in_, out_, stride_, device);
+  }
+
  private:
   std::int64_t in_, out_;
   int stride_;

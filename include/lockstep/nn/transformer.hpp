@@ -31,6 +31,8 @@ class TransformerBlock final : public Module {
 
   CausalSelfAttention& attention() { return attn_; }
 
+  std::unique_ptr<Module> clone_structure(Device device) const override;
+
  private:
   std::int64_t dim_;
   int heads_;
@@ -55,6 +57,10 @@ class TiedLmHead final : public Module {
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
   double forward_flops(const Shape& input) const override;
+
+  // The table it reads; a Sequential holding both clones the pair (alone, a head cannot be cloned:
+  // the default clone_structure throws).
+  const Parameter& token_weight() const { return wte_; }
 
  private:
   Parameter& wte_;  // the embedding's; survives moves of the Model (layers are heap-allocated)

@@ -25,13 +25,12 @@ struct DataParallelOptions {
 
 class DataParallelEngine final : public Engine {
  public:
-  // Builds the replicas from the master model's spec and copies the master's state into them.
-  // `flat`: the master's parameters laid out flat (shared with the optimizer); when null the
-  // engine lays them out itself. Every replica gets the same layout, so replicating and
-  // gathering are one copy and one sum per replica.
-  DataParallelEngine(ops::Context& master_ctx, nn::Model& master, const std::string& spec,
-                     const Shape& sample_shape, std::int64_t num_classes,
-                     DataParallelOptions options,
+  // Makes the replicas by cloning the master model (nn::Model::clone: any model, spec-built or
+  // composed in C++, whose modules can be cloned) onto their devices. `flat`: the master's
+  // parameters laid out flat (shared with the optimizer); when null the engine lays them out
+  // itself. Every replica gets the same layout, so replicating and gathering are one copy and one
+  // sum per replica.
+  DataParallelEngine(ops::Context& master_ctx, nn::Model& master, DataParallelOptions options,
                      std::shared_ptr<optim::FlatParams> flat = nullptr);
   ~DataParallelEngine() override;
 

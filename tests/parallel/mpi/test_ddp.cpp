@@ -11,6 +11,7 @@
 // average, a wrong slice, a stale bucket) moves parameters by > 1e-3.
 #include <gtest/gtest.h>
 
+#include "custom_model/custom_network.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/parallel/data_parallel.hpp"
 #include "lockstep/parallel/ddp.hpp"
@@ -36,8 +37,7 @@ std::vector<std::vector<float>> train_ddp(const ProblemSpec& p, const DdpRun& ru
   const int rank = comm.rank(), n = comm.size();
   ops::Context ctx(Device::cpu(), 1);
   // A different seed per rank: the broadcast from rank 0 must make the replicas identical.
-  nn::Model model =
-      nn::Model::build(p.model, p.sample, p.classes, p.seed + static_cast<std::uint64_t>(rank));
+  nn::Model model = make_model(p, p.seed + static_cast<std::uint64_t>(rank));
   parallel::DdpOptions options;
   options.reducer = run.buckets;
   options.sync = run.sync;
@@ -134,6 +134,16 @@ TEST(Ddp, BucketSizesDoNotChangeTheResult) {
   EXPECT_LE(max_abs_difference(reference, d), kTolerance);
 }
 
+TEST(Ddp, ExampleCustomModelMatchesSingleProcess) {
+  // examples/custom_model's network, composed in C++ around a layer the example writes itself
+  // (GatedLinearUnit): N ranks train it as one process on the whole batch does.
+  ProblemSpec p;
+  p.sample = {1, 8, 8};
+  p.classes = 4;
+  p.network = [] { return custom_model::custom_network(8, 4, 6, 4); };
+  EXPECT_LE(max_abs_difference(train_single_process(p), train_ddp(p, {})), kTolerance);
+}
+
 TEST(Ddp, ConvNetWithBatchNormMatchesSingleProcess) {
   // BatchNorm makes each rank's statistics local (as in PyTorch DDP without SyncBatchNorm), so
   // only the one-rank case is an exact reference; with N ranks we check the replicas agree.
@@ -156,10 +166,10 @@ TEST(Ddp, DataParallelAndDdpAgreeOnTheSameGlobalBatch) {
   auto ddp = train_ddp(p, {});
   // The DataParallel baseline in this process with as many replicas as there are ranks.
   ops::Context ctx(Device::cpu(), 1);
-  nn::Model master = nn::Model::build(p.model, p.sample, p.classes, p.seed);
+  nn::Model master = make_model(p, p.seed);
   parallel::DataParallelOptions dp;
   dp.replicas = world().size();
-  parallel::DataParallelEngine engine(ctx, master, p.model, p.sample, p.classes, dp);
+  parallel::DataParallelEngine engine(ctx, master, dp);
   optim::SgdOptions so;
   so.lr = p.lr;
   so.momentum = p.momentum;

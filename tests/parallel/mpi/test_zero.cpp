@@ -18,6 +18,7 @@
 #include <cmath>
 #include <memory>
 
+#include "custom_model/custom_network.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/parallel/ddp.hpp"
 #include "lockstep/parallel/zero.hpp"
@@ -71,8 +72,7 @@ Outcome train(const ProblemSpec& p, const ZeroRun& run) {
   comm::Communicator& comm = world();
   const int rank = comm.rank(), n = comm.size();
   ops::Context ctx(Device::cpu(), 1);
-  nn::Model model =
-      nn::Model::build(p.model, p.sample, p.classes, p.seed + static_cast<std::uint64_t>(rank));
+  nn::Model model = make_model(p, p.seed + static_cast<std::uint64_t>(rank));
   parallel::DdpOptions options;
   options.reducer = run.buckets;
   options.zero = run.zero;
@@ -148,6 +148,19 @@ const parallel::ReducerOptions kMixed{1024, 256};    // a few buckets of several
 TEST(Zero, SgdMomentumTrainsExactlyAsDdp) {
   const ProblemSpec p = problem();
   for (const auto& buckets : {kPerParameter, kMixed, parallel::ReducerOptions{}}) {
+    Outcome ddp = train(p, {false, buckets, "sgd"});
+    Outcome zero = train(p, {true, buckets, "sgd"});
+    expect_same_training(ddp, zero, /*bitwise=*/world().size() == 2);
+  }
+}
+
+TEST(Zero, ModelComposedInCppTrainsExactlyAsDdp) {
+  // examples/custom_model's network, with its own GatedLinearUnit: ZeRO-1 shards it as any other.
+  ProblemSpec p = problem();
+  p.sample = {1, 8, 8};
+  p.classes = 4;
+  p.network = [] { return custom_model::custom_network(8, 4, 6, 4); };
+  for (const auto& buckets : {kPerParameter, kMixed}) {
     Outcome ddp = train(p, {false, buckets, "sgd"});
     Outcome zero = train(p, {true, buckets, "sgd"});
     expect_same_training(ddp, zero, /*bitwise=*/world().size() == 2);

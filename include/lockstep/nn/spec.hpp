@@ -1,0 +1,59 @@
+// clang-format off
+// The spec language: a model as one line of text (the trainer's model.spec), one front end of
+// Model (src/nn/spec.cpp turns the text into modules; Model::build is its entry point). The same
+// spec, sample shape, classes and seed always build the same parameters, bit for bit.
+//
+// Spec grammar (whitespace ignored; layers joined by '-'; arguments positional in the order shown,
+// or key=value in any order; [..] optional with the default shown):
+//   conv(out, k[, stride=1][, pad=0][, bias=1])   2-D convolution, k x k kernel
+//   linear(out[, bias=1])                         fully connected; input must be [N, features]
+//   bn                                            BatchNorm1d on [N, C], BatchNorm2d on [N, C, H, W]
+//   relu | gelu                                   activations (GELU: exact erf form)
+//   maxpool(k[, stride=k][, pad=0])               max pooling
+//   avgpool(k[, stride=k][, pad=0])               average pooling
+//   gap                                           global average pooling, [N, C, H, W] -> [N, C]
+//   flatten                                       [N, ...] -> [N, features]
+//   dropout(p)                                    inverted dropout, 0 <= p < 1
+//   res(out[, stride=1])                          ResNet basic block (identity or 1x1 shortcut)
+//   embed(vocab, ctx, dim)                        token + position embedding, i32 [N, T] ->
+//                                                 [N, T, dim]; T > ctx is an error
+//   block(heads[, depth=1])                       pre-LN transformer block (GPT-2); depth, the
+//                                                 number of blocks, scales the residual init
+//   ln                                            LayerNorm over the last dimension
+//   lmhead                                        logits [N*T, vocab] tied to the last embed's
+//                                                 token table (no parameter of its own)
+// Presets (the whole spec):
+//   mlp[:h1,h2,...]   flatten-linear(h1)-relu-...-linear(hk)-relu-linear(classes);
+//                     default 1024,1024
+//   lenet             conv(6,5,pad=2)-relu-maxpool(2)-conv(16,5)-relu-maxpool(2)-flatten-
+//                     linear(120)-relu-linear(84)-relu-linear(classes)
+//   resnet[:n]        CIFAR-style ResNet-(6n+2), n blocks per stage (default 2): conv(16,3,pad=1,
+//                     bias=0)-bn-relu, stages res(16), res(32,2), res(64,2), then
+//                     gap-linear(classes)
+//   gpt(layers, heads, dim[, ctx][, vocab])
+//                     GPT-2: embed(vocab,ctx,dim)-block(heads,depth=layers) x layers-ln-lmhead,
+//                     GPT-2/llm.c initialisation. The data's sample shape is [T] (i32 tokens):
+//                     ctx defaults to T and must be >= T; vocab defaults to num_classes and must
+//                     equal it. The output is one row of logits per position, [N*T, vocab].
+//   gpt2-124m | gpt2-350m | gpt-mini | gpt-tiny
+//                     gpt(12,12,768,ctx=1024,vocab=50257), gpt(24,16,1024,ctx=1024,vocab=50257),
+//                     gpt(4,4,256,ctx=256), gpt(2,2,128,ctx=128); key=value arguments in
+//                     parentheses override the preset's (gpt-mini(ctx=64), gpt2-124m(vocab=256))
+// Classifier head: a spec whose last layer is linear(out) (or lmhead) must have out == num_classes. A spec
+// that ends in any other layer gets a head appended: `flatten` if the output is not yet
+// [N, features], then `linear(num_classes)` (so `conv(8,3)-relu-gap` is a valid model).
+// Errors (unknown layer, bad argument, shapes that do not fit the sample shape) throw
+// lockstep::Error quoting the spec with a caret under the offending layer.
+// clang-format on
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lockstep::nn {
+
+// The context (ctx) a gpt(...) spec or preset states, or 0 when it leaves ctx to the data (or is
+// not a gpt spec): what a trainer opening token data uses as the window length T.
+std::int64_t spec_context(const std::string& spec);
+
+}  // namespace lockstep::nn
