@@ -80,7 +80,9 @@ int run_images(Options& o) {
                       "--classes and --base do not apply to --root");
 
   comm::MpiSession session(nullptr, nullptr);
-  auto comm = comm::make_mpi_communicator(session);
+  // The collectives after decoding wait for the slowest rank's whole share (hours for ImageNet):
+  // no collective timeout.
+  auto comm = comm::make_mpi_communicator(session, {.timeout_s = 1e9});
   const int rank = comm->rank(), world = comm->size();
   const auto start = std::chrono::steady_clock::now();
 
