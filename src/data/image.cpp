@@ -20,6 +20,9 @@ namespace lockstep::data {
 namespace {
 
 constexpr const char* kBadFileHint = "replace or remove the file, or pass --skip-bad to skip it";
+// The largest image decoded (2^28 pixels, 768 MiB as RGB): a corrupt header cannot make a rank
+// allocate more.
+constexpr std::int64_t kMaxPixels = std::int64_t{1} << 28;
 
 std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -123,6 +126,9 @@ Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string&
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   LOCKSTEP_CHECK_HINT(tjDecompressHeader3(tj.get(), data, size, &w, &h, &subsamp, &colorspace) == 0,
                       kBadFileHint, where, ": corrupt JPEG header: ", tjGetErrorStr2(tj.get()));
+  // A few bytes of header can claim 65535 x 65535 pixels (12 GiB): refuse what no photo needs.
+  LOCKSTEP_CHECK_HINT(std::int64_t(w) * h <= kMaxPixels, kBadFileHint, where, ": claims ", w, "x",
+                      h, " pixels, more than ", kMaxPixels, " (corrupt, or not a photo)");
   // The smallest DCT scale that keeps the shorter side at least min_side.
   int sw = w, sh = h;
   if (min_side > 0) {
@@ -213,8 +219,8 @@ bool png_decode_raw(PngSource* src, png_uint_32* width, png_uint_32* height,
   png_read_info(png, info);
   *width = png_get_image_width(png, info);
   *height = png_get_image_height(png, info);
-  if (std::uint64_t(*width) * *height > (std::uint64_t(1) << 28))
-    png_error(png, "claims more than 2^28 pixels");
+  if (std::int64_t(*width) * *height > kMaxPixels)
+    png_error(png, "claims more than 2^28 pixels (corrupt, or not a photo)");
   png_set_expand(png);    // palette -> RGB, gray < 8 bits -> 8 bits, tRNS -> alpha
   png_set_scale_16(png);  // 16 -> 8 bits, rounded
   png_set_strip_alpha(png);

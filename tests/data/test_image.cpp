@@ -123,6 +123,19 @@ TEST(Image, BrokenFilesAreErrorsNamingTheFile) {
   }();
   write_bytes(dir / "cut.png", std::vector<std::uint8_t>(png_bytes.begin(),
                                                          png_bytes.begin() + png_bytes.size() / 2));
+  // A header claiming 60000 x 60000 pixels: refused before 10 GB are allocated.
+  auto huge = encode_jpeg(8, 8, solid(8, 8, 1, 2, 3));
+  for (std::size_t i = 2; i + 8 < huge.size(); ++i)
+    if (huge[i] == 0xFF && huge[i + 1] == 0xC0) {  // SOF0: length, precision, height, width
+      huge[i + 5] = huge[i + 7] = 0xEA;
+      huge[i + 6] = huge[i + 8] = 0x60;
+      break;
+    }
+  write_bytes(dir / "huge.jpg", huge);
+  EXPECT_NE(error_of([&] {
+              read_image(dir / "huge.jpg");
+            }).find(dir / "huge.jpg: claims 60000x60000 pixels"),
+            std::string::npos);
   EXPECT_NE(error_of([&] {
               read_image(dir / "cut.jpg");
             }).find(dir / "cut.jpg" + ": truncated or corrupt JPEG data"),
