@@ -46,18 +46,50 @@ void together(comm::Communicator& comm, const std::function<void()>& step) {
   throw OtherRankFailed{};
 }
 
-// FNV-1a over the list, so ranks that see different files (a file system still syncing) stop.
-std::string list_fingerprint(const ImageList& list) {
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const void* p, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i)
-      h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+// The list as one string, for rank 0 to broadcast: a length-prefixed field after another.
+std::string encode_list(const ImageList& list) {
+  std::string out;
+  auto put = [&](const std::string& field) { out += std::to_string(field.size()) + ':' + field; };
+  auto put_all = [&](const std::vector<std::string>& fields) {
+    put(std::to_string(fields.size()));
+    for (const auto& f : fields)
+      put(f);
   };
-  for (std::size_t i = 0; i < list.paths.size(); ++i) {
-    mix(list.paths[i].data(), list.paths[i].size() + 1);
-    mix(&list.labels[i], sizeof list.labels[i]);
-  }
-  return std::to_string(list.paths.size()) + " files, fingerprint " + std::to_string(h);
+  put(std::to_string(list.num_classes));
+  put(std::to_string(list.ignored_files));
+  put(list.ignored_example);
+  put_all(list.class_names);
+  put_all(list.empty_classes);
+  put_all(list.paths);
+  for (auto label : list.labels)
+    put(std::to_string(label));
+  return out;
+}
+
+ImageList decode_list(const std::string& in) {
+  std::size_t pos = 0;
+  auto take = [&] {
+    const std::size_t colon = in.find(':', pos);
+    const std::size_t n = std::stoull(in.substr(pos, colon - pos));
+    pos = colon + 1 + n;
+    return in.substr(colon + 1, n);
+  };
+  auto take_all = [&] {
+    std::vector<std::string> fields(std::stoull(take()));
+    for (auto& f : fields)
+      f = take();
+    return fields;
+  };
+  ImageList list;
+  list.num_classes = std::stoll(take());
+  list.ignored_files = std::stoll(take());
+  list.ignored_example = take();
+  list.class_names = take_all();
+  list.empty_classes = take_all();
+  list.paths = take_all();
+  for (std::size_t i = 0; i < list.paths.size(); ++i)
+    list.labels.push_back(static_cast<std::int32_t>(std::stol(take())));
+  return list;
 }
 
 int run_images(Options& o) {
@@ -89,9 +121,16 @@ int run_images(Options& o) {
   ImageList list;
   std::vector<float> train_mean, train_std;
   std::vector<std::string> planned;
+  // Rank 0 lists the files and broadcasts the list: one walk of the folder, not one per rank (a
+  // metadata storm on a parallel file system), and every rank converts the same list.
   together(*comm, [&] {
-    list = root.empty() ? data::read_image_list(list_file, base, classes)
-                        : data::list_image_folder(root, opts.skip_bad);
+    if (rank == 0)
+      list = root.empty() ? data::read_image_list(list_file, base, classes)
+                          : data::list_image_folder(root, opts.skip_bad);
+  });
+  const std::string encoded = comm->broadcast(rank == 0 ? encode_list(list) : std::string(), 0);
+  if (rank != 0) list = decode_list(encoded);
+  together(*comm, [&] {
     const auto m = static_cast<std::int64_t>(list.paths.size());
     const std::int64_t sample_bytes = 3 * opts.side * opts.side;
     if (shards == 0)
@@ -121,7 +160,6 @@ int run_images(Options& o) {
                           stale.front(), ", ...): readers would mix them with the new ones");
     }
   });
-  comm::check_same_on_all_ranks(*comm, "the image list", list_fingerprint(list));
 
   data::ShardMeta meta;
   meta.num_shards = shards;
