@@ -72,9 +72,8 @@ inline std::vector<std::uint8_t> with_exif_orientation(const std::vector<std::ui
   const std::size_t len = app1.size() - 2;
   app1[2] = static_cast<std::uint8_t>(len >> 8);
   app1[3] = static_cast<std::uint8_t>(len & 0xFF);
-  std::vector<std::uint8_t> out(jpeg.begin(), jpeg.begin() + 2);
-  out.insert(out.end(), app1.begin(), app1.end());
-  out.insert(out.end(), jpeg.begin() + 2, jpeg.end());
+  std::vector<std::uint8_t> out = jpeg;
+  out.insert(out.begin() + 2, app1.begin(), app1.end());
   return out;
 }
 
