@@ -15,7 +15,7 @@ namespace lockstep::shard_app {
 inline constexpr const char* kImageUsage =
     "  lockstep-shard images (--root=DIR | --list=FILE [--base=DIR] [--classes=K]) --out=DIR\n"
     "                     --resize=S [--fit=crop|pad] [--name=train] [--shards=N]\n"
-    "                     [--train-set=DIR/train] [--skip-bad] [--deflate=0]\n"
+    "                     [--train-set=DIR/train] [--skip-bad] [--threads=T] [--deflate=0]\n"
     "                     (JPEG/PNG to u8 [3,S,S]; under mpirun each rank converts whole\n"
     "                     shards, and the shards are the same for any number of ranks)\n"
     "  lockstep-shard cifar --source=DIR --out=DIR [--labels=fine|coarse] [--shards=1]\n"

@@ -13,6 +13,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <thread>
 
 #include "image_commands.hpp"
 #include "lockstep/comm/bootstrap.hpp"
@@ -103,6 +104,7 @@ int run_images(Options& o) {
   opts.skip_bad = o.get("skip-bad", "0") != "0";
   opts.writer.deflate_level = static_cast<int>(o.get_int("deflate", data::kDefaultDeflateLevel));
   std::int64_t shards = o.get_int("shards", 0);
+  const std::int64_t threads = o.get_int("threads", 0);
   o.check_all_used();
   LOCKSTEP_CHECK_HINT(root.empty() != list_file.empty(), "see lockstep-shard --help",
                       "give exactly one of --root=DIR (an ImageFolder) and --list=FILE");
@@ -116,6 +118,11 @@ int run_images(Options& o) {
   // no collective timeout.
   auto comm = comm::make_mpi_communicator(session, {.timeout_s = 1e9});
   const int rank = comm->rank(), world = comm->size();
+  // Default: the node's cores shared by its converting ranks.
+  opts.threads = static_cast<int>(
+      threads > 0 ? threads
+                  : std::max(1u, std::thread::hardware_concurrency() /
+                                     static_cast<unsigned>(std::max(1, comm->local_size()))));
   const auto start = std::chrono::steady_clock::now();
 
   ImageList list;
@@ -212,11 +219,12 @@ int run_images(Options& o) {
       std::fputs(lines.c_str(), stderr);
     std::printf(
         "wrote %lld shard(s) of set '%s' in %s: %lld images of u8 [3, %lld, %lld] (%s), %lld "
-        "classes; %lld skipped; %d rank(s), %.1f s, %.0f images/s\n",
+        "classes; %lld skipped; %d rank(s) x %d thread(s), %.1f s, %.0f images/s\n",
         static_cast<long long>(shards), name.c_str(), out.c_str(),
         static_cast<long long>(totals[7]), static_cast<long long>(opts.side),
         static_cast<long long>(opts.side), data::image_fit_name(opts.fit),
-        static_cast<long long>(list.num_classes), static_cast<long long>(totals[8]), world, seconds,
+        static_cast<long long>(list.num_classes), static_cast<long long>(totals[8]), world,
+        opts.threads, seconds,
         static_cast<double>(totals[7] + totals[8]) / std::max(seconds, 1e-9));
     for (std::size_t k = 0; k < list.class_names.size() && k < 20; ++k)
       std::printf("  class %zu: %s\n", k, list.class_names[k].c_str());

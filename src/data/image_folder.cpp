@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/file.hpp"
+#include "lockstep/core/thread_pool.hpp"
 
 namespace lockstep::data {
 
@@ -156,43 +158,55 @@ ImageShard convert_image_shard(const ImageList& list, std::int64_t begin, std::i
   shard.sum.assign(3, 0);
   shard.sum_sq.assign(3, 0);
   const std::size_t sample_bytes = static_cast<std::size_t>(3 * side * side);
-  // Appended in blocks: one HDF5 write per block instead of per image.
-  constexpr std::int64_t kBlock = 64;
-  std::vector<std::uint8_t> x;
+  // Blocks of images are decoded by the threads in parallel, each image into its own slot, then
+  // taken in list order: the shard is the same for any thread count. One HDF5 write per block.
+  ThreadPool pool(std::max(1, options.threads));
+  const std::int64_t block = 16 * pool.size();
+  std::vector<std::uint8_t> slots(static_cast<std::size_t>(block) * sample_bytes), x;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(block));
   std::vector<std::int32_t> y;
-  auto flush = [&] {
-    shard.writer->append(x.data(), y.data(), static_cast<std::int64_t>(y.size()));
+  for (std::int64_t first = begin; first < end; first += block) {
+    const std::int64_t n = std::min(block, end - first);
+    pool.parallel_for(n, 1, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t k = b; k < e; ++k) {
+        errors[static_cast<std::size_t>(k)] = nullptr;
+        try {
+          const Image image = read_image(list.paths[static_cast<std::size_t>(first + k)], side);
+          resize_to_square(image, side, options.fit, slots.data() + k * sample_bytes);
+        } catch (const Error&) {
+          errors[static_cast<std::size_t>(k)] = std::current_exception();
+        }
+      }
+    });
     x.clear();
     y.clear();
-  };
-  for (std::int64_t i = begin; i < end; ++i) {
-    const std::string& file = list.paths[static_cast<std::size_t>(i)];
-    Image image;
-    try {
-      image = read_image(file, side);
-    } catch (const Error& e) {
-      if (!options.skip_bad) throw;
-      shard.skipped.push_back(e.message());
-      continue;
-    }
-    x.resize(x.size() + sample_bytes);
-    std::uint8_t* sample = x.data() + x.size() - sample_bytes;
-    resize_to_square(image, side, options.fit, sample);
-    for (int c = 0; c < 3; ++c) {
-      std::int64_t s = 0, s2 = 0;
-      for (std::int64_t p = 0; p < side * side; ++p) {
-        const std::int64_t v = sample[c * side * side + p];
-        s += v;
-        s2 += v * v;
+    for (std::int64_t k = 0; k < n; ++k) {
+      if (const auto& error = errors[static_cast<std::size_t>(k)]) {
+        if (!options.skip_bad) std::rethrow_exception(error);
+        try {
+          std::rethrow_exception(error);
+        } catch (const Error& e) {
+          shard.skipped.push_back(e.message());
+        }
+        continue;
       }
-      shard.sum[static_cast<std::size_t>(c)] += s;
-      shard.sum_sq[static_cast<std::size_t>(c)] += s2;
+      const std::uint8_t* sample = slots.data() + k * sample_bytes;
+      for (int c = 0; c < 3; ++c) {
+        std::int64_t s = 0, s2 = 0;
+        for (std::int64_t p = 0; p < side * side; ++p) {
+          const std::int64_t v = sample[c * side * side + p];
+          s += v;
+          s2 += v * v;
+        }
+        shard.sum[static_cast<std::size_t>(c)] += s;
+        shard.sum_sq[static_cast<std::size_t>(c)] += s2;
+      }
+      shard.pixels += side * side;
+      x.insert(x.end(), sample, sample + sample_bytes);
+      y.push_back(list.labels[static_cast<std::size_t>(first + k)]);
     }
-    shard.pixels += side * side;
-    y.push_back(list.labels[static_cast<std::size_t>(i)]);
-    if (static_cast<std::int64_t>(y.size()) == kBlock) flush();
+    shard.writer->append(x.data(), y.data(), static_cast<std::int64_t>(y.size()));
   }
-  if (!y.empty()) flush();
   return shard;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A folder of JPEGs and PNGs to a trained model (issue 27, docs/IMAGES.md):
 #  1. a generated ImageFolder (four classes that differ by colour, random sizes, JPEG and PNG
-#     alternately) converted by 1 rank and by 2 ranks gives byte-identical shards; the test folder
+#     alternately) converted by 1 rank, by 2 ranks and by 3 threads gives byte-identical shards; the test folder
 #     takes the training set's classes and statistics (--train-set); the same files as a
 #     path,label list (--list) convert too;
 #  2. 2 ranks of lockstep-train learn it: test accuracy >= 0.9 (chance is 0.25), also with
@@ -32,8 +32,12 @@ cat one.log
   { cat two.log; fail "2-rank conversion failed"; }
 grep -q "160 images of u8 \[3, 16, 16\] (crop), 4 classes; 0 skipped; 2 rank(s)" two.log ||
   { cat two.log; fail "the 2-rank summary does not say 160 images, 4 classes, 2 ranks"; }
+# Decoding threads do not change the shards either.
+"$SHARD" images --root=train --out=threads --resize=16 --shards=3 --threads=3 >threads.log 2>&1 ||
+  { cat threads.log; fail "3-thread conversion failed"; }
 for f in one/train-0000{0,1,2}-of-00003.h5; do
   cmp "$f" "two/$(basename "$f")" || fail "$f differs between 1 and 2 ranks"
+  cmp "$f" "threads/$(basename "$f")" || fail "$f differs between 1 and 3 threads"
 done
 grep -q "class 0: blue" one.log && grep -q "class 3: yellow" one.log ||
   fail "classes are not labelled in name order (blue 0 ... yellow 3)"
@@ -114,7 +118,7 @@ grep -q "class folder case/c (class 2) holds no .jpg, .jpeg or .png file" case.l
 "${MPIRUN[@]}" "$SHARD" images --root=case --out=case-out --resize=8 --shards=2 >case.log 2>&1 &&
   fail "2 ranks converted a folder with an empty class"
 [ "$(grep -c "error:" case.log)" = 1 ] || { cat case.log; fail "the error is not printed exactly once"; }
-"${MPIRUN[@]}" "$SHARD" images --root=case --out=case-out --resize=8 --shards=2 --skip-bad \
+"${MPIRUN[@]}" "$SHARD" images --root=case --out=case-out --resize=8 --shards=2 --skip-bad --threads=3 \
   >case.log 2>&1 || { cat case.log; fail "--skip-bad with every bad file failed"; }
 grep -q "6 images .* 3 classes; 4 skipped" case.log && grep -q "empty class folder (kept as a class without samples): case/c" case.log ||
   { cat case.log; fail "the summary does not count 6 images, 4 skipped, the empty class"; }

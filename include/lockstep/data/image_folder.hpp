@@ -52,6 +52,7 @@ struct ImageShardOptions {
   std::int64_t side = 0;  // samples are u8 [3, side, side]
   ImageFit fit = ImageFit::CenterCrop;
   bool skip_bad = false;  // a file that cannot be decoded is skipped (and listed), not an error
+  int threads = 1;        // images decoded at once (the result does not depend on it)
   ShardWriterOptions writer;
 };
 
