@@ -7,6 +7,8 @@
 // PATH.tmp) until the exact integer sums are reduced, then writes them and publishes the files,
 // so no valid-looking shard without statistics ever exists, and the sums, being integers, give
 // the same statistics in any order.
+#include <sched.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -118,11 +120,17 @@ int run_images(Options& o) {
   // no collective timeout.
   auto comm = comm::make_mpi_communicator(session, {.timeout_s = 1e9});
   const int rank = comm->rank(), world = comm->size();
-  // Default: the node's cores shared by its converting ranks.
-  opts.threads = static_cast<int>(
-      threads > 0 ? threads
-                  : std::max(1u, std::thread::hardware_concurrency() /
-                                     static_cast<unsigned>(std::max(1, comm->local_size()))));
+  // Default: the node's cores shared by its converting ranks, and never more than the cores this
+  // rank may run on (mpirun binds each of 2 ranks to one core, Slurm to --cpus-per-task).
+  if (threads > 0) {
+    opts.threads = static_cast<int>(threads);
+  } else {
+    cpu_set_t mask;
+    const int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 1;
+    const int share =
+        static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, comm->local_size());
+    opts.threads = std::max(1, std::min(allowed, share));
+  }
   const auto start = std::chrono::steady_clock::now();
 
   ImageList list;
