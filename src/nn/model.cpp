@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "batch_shape.hpp"
+#include "lockstep/core/trace.hpp"
 #include "lockstep/nn/dropout.hpp"
 #include "lockstep/ops/ops.hpp"
 
@@ -123,6 +124,9 @@ Tensor Model::forward(ops::Context& ctx, const Tensor& x) {
   ctx.begin_reuse(unchanged);
   Tensor h = x;
   for (std::size_t k = 0; k < layers_.size(); ++k) {
+    // log.trace: a span per layer (per block of a GPT), inside the engine's forward span.
+    trace::Span span("compute",
+                     trace::on() ? str("forward ", k, ": ", layers_.at(k).describe()) : "");
     try {
       h = layers_.at(k).forward(ctx, h);
     } catch (const OutOfMemory&) {
@@ -140,6 +144,8 @@ void Model::backward(ops::Context& ctx, const Tensor& dlogits) {
                  dlogits.describe());
   Tensor d = dlogits;
   for (std::size_t k = layers_.size(); k-- > 0;) {
+    trace::Span span("compute",
+                     trace::on() ? str("backward ", k, ": ", layers_.at(k).describe()) : "");
     try {
       d = layers_.at(k).backward(ctx, d);
     } catch (const OutOfMemory&) {

@@ -283,7 +283,8 @@ Ledger make_ledger(const Trace& trace, std::optional<parallel::scaling::Link> li
         !bytes.empty() && *std::max_element(bytes.begin(), bytes.end()) >
                               *std::min_element(bytes.begin(), bytes.end()) * 1.5;
     if (p > 1 && sizes_vary) {
-      ledger.link = parallel::scaling::link_from_ring_fit(parallel::scaling::fit_line(bytes, seconds), p);
+      ledger.link =
+          parallel::scaling::link_from_ring_fit(parallel::scaling::fit_line(bytes, seconds), p);
       ledger.link_source = str("fitted to ", bytes.size(), " gradient collectives of the trace");
     } else if (p > 1 && !bytes.empty()) {
       // One bucket size: no latency can be told apart; all of the time is bandwidth.
@@ -339,7 +340,7 @@ Ledger make_ledger(const Trace& trace, std::optional<parallel::scaling::Link> li
         cost.forward_s = r.forward_us * 1e-6;
         cost.backward_s = (backward_end - backward_begin) * 1e-6;
         r.model_exposed_us = parallel::scaling::predict_step(cost, model_buckets, topology,
-                                                         parallel::scaling::Algorithm::Ring)
+                                                             parallel::scaling::Algorithm::Ring)
                                  .exposed_s *
                              1e6;
       }
@@ -421,7 +422,8 @@ std::string timeline_gnuplot(const Trace& trace, std::int64_t step, const std::s
                                            "#f7b6d2", "#d62728", "#2ca02c"};
   auto color = [](const TraceEvent& e) {
     if (e.track == "data") return 0;
-    if (e.track == "compute") return e.name == "forward" ? 1 : e.name == "backward" ? 2 : 3;
+    if (e.track == "compute" || e.track == "device compute")
+      return e.name.rfind("forward", 0) == 0 ? 1 : e.name.rfind("backward", 0) == 0 ? 2 : 3;
     return e.track == "comm" ? 4 : 5;
   };
   double origin = 1e300;

@@ -3,7 +3,8 @@
 #  1. 2 ranks, rank 1's clock made 5 ms ahead and 2% fast (LOCKSTEP_TEST_TRACE_SKEW_NS and
 #     LOCKSTEP_TEST_TRACE_DRIFT_PPM, the trace clock's test hook): the file is valid trace JSON,
 #     each rank has its process track with data/compute/buckets/comm/optimizer/step thread
-#     tracks, every event of a step lies in that step's span, each bucket's ready instant comes
+#     tracks, every event of a step lies in that step's span, a span per layer lies inside the
+#     engine's forward and backward spans, each bucket's ready instant comes
 #     before its allreduce, and the gradient allreduces end together on both ranks once merged
 #     (a collective completes on every rank at about the same moment): median gap < 1 ms where
 #     the unmerged clocks differ by > 5 ms;
@@ -62,6 +63,16 @@ for e in spans:
     s = steps[(e["pid"], e["args"]["step"])]
     if e["track"] not in ("step", "comm"):  # comm: the thread may still finish a job after
         assert s["ts"] - 1 <= e["ts"] and e["end"] <= s["end"] + 1, f"{e} outside {s}"
+# A span per layer inside the engine's forward and backward spans (per block for a GPT).
+for pid in (0, 1):
+    mine = [e for e in spans if e["pid"] == pid and e["track"] == "compute"]
+    for phase in ("forward", "backward"):
+        outer = [e for e in mine if e["name"] == phase]
+        layers = [e for e in mine if e["name"].startswith(phase + " ")]
+        assert layers and len(layers) % len(outer) == 0, f"rank {pid}: {len(layers)} {phase} layer spans"
+        for l in layers:
+            assert any(o["ts"] - 1 <= l["ts"] and l["end"] <= o["end"] + 1 for o in outer), \
+                f"{l} outside every {phase} span"
 grads = {0: [], 1: []}
 for pid in (0, 1):
     mine = sorted((e for e in spans if e["pid"] == pid), key=lambda e: e["ts"])
