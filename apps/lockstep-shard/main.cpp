@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "image_commands.hpp"  // defines: cmd_images, cmd_cifar, kImageUsage
 #include "lockstep/comm/bootstrap.hpp"
 #include "lockstep/comm/mpi_communicator.hpp"
 #include "lockstep/core/error.hpp"
@@ -488,6 +489,7 @@ int text_job(int argc, char** argv, Args& args) {
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    std::fputs(shard_app::kImageUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
@@ -512,6 +514,8 @@ int main(int argc, char** argv) {
     if (cmd == "text") return text_job(argc, argv, args);
     if (cmd == "tokenize") return cmd_tokenize(args);
     if (cmd == "inspect") return cmd_inspect(args);
+    if (cmd == "images") return shard_app::cmd_images(shard_app::Options(args.options));
+    if (cmd == "cifar") return shard_app::cmd_cifar(shard_app::Options(args.options));
     std::fprintf(stderr, "lockstep-shard: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const std::exception& e) {

@@ -120,6 +120,9 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
       disagree(*s, "dtype of /x", dtype_name(m.dtype), dtype_name(first.dtype));
     if (m.mean != first.mean) disagree(*s, "mean", vec_str(m.mean), vec_str(first.mean));
     if (m.stddev != first.stddev) disagree(*s, "std", vec_str(m.stddev), vec_str(first.stddev));
+    if (m.class_names != first.class_names)
+      disagree(*s, "class_names", std::to_string(m.class_names.size()) + " names",
+               std::to_string(first.class_names.size()) + " names, or other ones");
     auto [it, inserted] = by_index.emplace(m.shard_index, s.get());
     LOCKSTEP_CHECK_HINT(inserted,
                         "a folder may hold several sets (train, test): open DIR/NAME instead",

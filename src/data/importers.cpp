@@ -306,6 +306,7 @@ std::vector<std::string> write_shard_set(const LabeledArray& data, const std::st
   meta.dtype = data.x.dtype();
   meta.mean = mean;
   meta.stddev = stddev;
+  meta.class_names = data.class_names;
   std::vector<std::string> paths;
   const Tensor y = Tensor::from_vector(data.y, {n});
   for (std::int64_t s = 0; s < num_shards; ++s) {

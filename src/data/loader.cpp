@@ -118,6 +118,7 @@ void Loader::run() {
         batch.index_in_epoch = b;
         batch.indices.assign(indices.begin() + begin, indices.begin() + end);
         dataset_->gather(batch.indices, batch.x, batch.y);
+        augment_batch(batch.x, batch.indices, epoch, options_.augment);
         live = push(Item{std::move(batch), nullptr});
       }
       if (live) push(Item{std::nullopt, nullptr});

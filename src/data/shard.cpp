@@ -72,6 +72,32 @@ void validate_meta(const ShardMeta& m, const std::string& where, const char* hin
     LOCKSTEP_CHECK_HINT(s > 0, hint, where, ": attribute 'std' holds ", s,
                         ": every channel's std must be positive");
   }
+  LOCKSTEP_CHECK_HINT(
+      m.class_names.empty() || static_cast<std::int64_t>(m.class_names.size()) == m.num_classes,
+      hint, where, ": attribute 'class_names' names ", m.class_names.size(),
+      " classes but 'num_classes' is ", m.num_classes);
+  for (const auto& name : m.class_names) {
+    LOCKSTEP_CHECK_HINT(name.find('\n') == std::string::npos, hint, where, ": class name '", name,
+                        "' holds a newline, which 'class_names' uses to separate names");
+  }
+}
+
+std::string join_lines(const std::vector<std::string>& names) {
+  std::string joined;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    joined += (i ? "\n" : "") + names[i];
+  return joined;
+}
+
+std::vector<std::string> split_lines(const std::string& joined) {
+  std::vector<std::string> names;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t nl = joined.find('\n', start);
+    names.push_back(joined.substr(start, nl == std::string::npos ? nl : nl - start));
+    if (nl == std::string::npos) return names;
+    start = nl + 1;
+  }
 }
 
 // A dataspace is only a claim: a few KB of HDF5 can declare 2^40 samples and store none (HDF5
@@ -195,6 +221,9 @@ ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta, ShardWr
   // samples), and Fletcher-32 (below) checksums every chunk. Readers need HDF5 1.10 or later.
   h5::CreateOptions create;
   create.v110_format = true;
+  // No object times: converting the same data twice, or with any number of ranks, must give
+  // byte-identical shards (lockstep-shard images is tested with cmp).
+  create.track_times = false;
   m.file = h5::create_file(m.tmp_path, create, "does the output folder exist and is it writable?");
 
   auto make = [&](const char* name, DType dtype, const Shape& sample_shape, std::int64_t chunk) {
@@ -205,6 +234,7 @@ ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta, ShardWr
     auto space =
         h5::space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), maxdims.data()));
     auto dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_obj_track_times(dcpl.get(), 0);
     LOCKSTEP_H5(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk_dims.size()), chunk_dims.data()),
                 "", m.tmp_path, "cannot set the chunking of /", name);
     if (options.deflate_level > 0) {
@@ -232,10 +262,9 @@ ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta, ShardWr
   h5::write_int_attr(f, "num_shards", m.meta.num_shards, m.tmp_path);
   h5::write_int_attr(f, "num_classes", m.meta.num_classes, m.tmp_path);
   h5::write_ints_attr(f, "sample_shape", m.meta.sample_shape, m.tmp_path);
-  if (!m.meta.mean.empty()) {
-    h5::write_floats_attr(f, "mean", m.meta.mean, m.tmp_path);
-    h5::write_floats_attr(f, "std", m.meta.stddev, m.tmp_path);
-  }
+  if (!m.meta.class_names.empty())
+    h5::write_string_attr(f, "class_names", join_lines(m.meta.class_names), m.tmp_path);
+  // mean/std are written at close(): set_stats may still change them.
 }
 
 ShardWriter::~ShardWriter() {
@@ -293,10 +322,24 @@ void ShardWriter::append(const Tensor& x, const Tensor& y) {
   append(x.raw_data(), y.data<std::int32_t>(), x.dim(0));
 }
 
+void ShardWriter::set_stats(const std::vector<float>& mean, const std::vector<float>& stddev) {
+  auto& m = *impl_;
+  LOCKSTEP_CHECK(!m.closed, m.path, ": set_stats after close");
+  ShardMeta with = m.meta;
+  with.mean = mean;
+  with.stddev = stddev;
+  validate_meta(with, m.path, "");
+  m.meta = std::move(with);
+}
+
 void ShardWriter::close() {
   auto& m = *impl_;
   if (m.closed) return;
   h5::Scope scope;
+  if (!m.meta.mean.empty()) {
+    h5::write_floats_attr(m.file.get(), "mean", m.meta.mean, m.tmp_path);
+    h5::write_floats_attr(m.file.get(), "std", m.meta.stddev, m.tmp_path);
+  }
   m.x.reset();
   m.y.reset();
   h5::check(m.file.close(), m.tmp_path, "cannot close the file", "is the disk full?");
@@ -349,6 +392,8 @@ std::unique_ptr<ShardFile> ShardFile::open(const std::string& path, std::size_t 
     m.mean = h5::read_floats_attr(f, "mean", where, hint);
     m.stddev = h5::read_floats_attr(f, "std", where, hint);
   }
+  if (h5::has_attr(f, "class_names", where))
+    m.class_names = split_lines(h5::read_string_attr(f, "class_names", where, hint));
 
   // /x: u8 or f32, [n, ...sample_shape]
   LOCKSTEP_CHECK_HINT(H5Lexists(f, "x", H5P_DEFAULT) > 0, kRegenerateHint, where,

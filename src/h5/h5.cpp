@@ -94,6 +94,8 @@ Handle create_file(const std::string& path, const CreateOptions& options, const 
   Handle fcpl = plist(H5Pcreate(H5P_FILE_CREATE), path, "file creation properties");
   if (options.userblock > 0)
     check(H5Pset_userblock(fcpl.get(), options.userblock), path, "user block");
+  if (!options.track_times)
+    check(H5Pset_obj_track_times(fcpl.get(), 0), path, "the root group's times");
   Handle fapl = plist(H5Pcreate(H5P_FILE_ACCESS), path, "file access properties");
   // The 1.8 object format: readable by every HDF5 since 2008, and it allows attributes over
   // 64 KiB (a large model structure).

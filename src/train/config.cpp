@@ -46,6 +46,8 @@ std::vector<Key> with_limits(std::vector<Key> table) {
   const std::map<std::string, double> limits = {
       {"data.memory_budget_mb", double(std::int64_t{1} << 30)},  // 1 PiB; << 20 stays in int64
       {"data.prefetch", 4096},
+      {"data.pad_crop", 4096},
+      {"data.rrc_scale_max", 1},
       {"train.replicas", 4096},
       {"train.threads", ops::kMaxCpuThreads},
       {"checkpoint.keep", 1 << 20},
@@ -88,6 +90,37 @@ const std::vector<Key>& keys() {
        "token shards: tokens per training window (T); 0 = the model spec's ctx",
        {},
        0},
+      {"data.random_resized_crop", &Config::data_random_resized_crop,
+       "training images: crop a random area fraction (data.rrc_scale_*) and aspect ratio "
+       "(data.rrc_ratio_*) and scale it back to the sample size, as torchvision's "
+       "RandomResizedCrop; the same for a (seed, epoch, sample) on any rank"},
+      {"data.rrc_scale_min",
+       &Config::data_rrc_scale_min,
+       "random-resized-crop: smallest area fraction",
+       {},
+       0},
+      {"data.rrc_scale_max",
+       &Config::data_rrc_scale_max,
+       "random-resized-crop: largest area fraction",
+       {},
+       0},
+      {"data.rrc_ratio_min",
+       &Config::data_rrc_ratio_min,
+       "random-resized-crop: smallest width/height",
+       {},
+       0},
+      {"data.rrc_ratio_max",
+       &Config::data_rrc_ratio_max,
+       "random-resized-crop: largest width/height",
+       {},
+       0},
+      {"data.pad_crop",
+       &Config::data_pad_crop,
+       "training images: pad this many black pixels on each side and cut a random window of the "
+       "sample's size (CIFAR: 4); 0 = off",
+       {},
+       0},
+      {"data.flip", &Config::data_flip, "training images: mirror left-right with probability 1/2"},
       {"model.spec", &Config::model_spec,
        "a preset (mlp:H1,H2,... | lenet | resnet) or a layer spec such as "
        "conv(32,3)-relu-maxpool(2)-flatten-linear(10)"},
@@ -404,6 +437,12 @@ const Key* find_key(const std::string& name) {
 
 void validate(const Config& c) {
   LOCKSTEP_CHECK(!c.data_train.empty(), "key data.train is empty: name the training shards");
+  LOCKSTEP_CHECK(c.data_rrc_scale_min > 0 && c.data_rrc_scale_min <= c.data_rrc_scale_max,
+                 "keys data.rrc_scale_min/max must satisfy 0 < min <= max <= 1, got ",
+                 c.data_rrc_scale_min, " and ", c.data_rrc_scale_max);
+  LOCKSTEP_CHECK(c.data_rrc_ratio_min > 0 && c.data_rrc_ratio_min <= c.data_rrc_ratio_max,
+                 "keys data.rrc_ratio_min/max must satisfy 0 < min <= max, got ",
+                 c.data_rrc_ratio_min, " and ", c.data_rrc_ratio_max);
   comm::GpuChoice::parse(c.train_gpu);  // throws naming train.gpu
   if (c.optim_name == "adamw") {
     LOCKSTEP_CHECK(c.optim_beta1 < 1 && c.optim_beta2 < 1,

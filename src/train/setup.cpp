@@ -434,6 +434,15 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   loader_options.prefetch_depth = static_cast<int>(config.data_prefetch);
   loader_options.drop_last_batch = true;
   loader_options.start_batch = r.state->position.batch_in_epoch;
+  auto& augment = loader_options.augment;
+  augment.random_resized_crop = config.data_random_resized_crop;
+  augment.scale_min = config.data_rrc_scale_min;
+  augment.scale_max = config.data_rrc_scale_max;
+  augment.ratio_min = config.data_rrc_ratio_min;
+  augment.ratio_max = config.data_rrc_ratio_max;
+  augment.pad_crop = config.data_pad_crop;
+  augment.flip = config.data_flip;
+  augment.seed = static_cast<std::uint64_t>(config.train_seed);
   r.loader =
       std::make_unique<data::Loader>(r.train_data(), sampler, r.plan.local_batch, loader_options);
   r.schedule = make_schedule(config, r.plan.total_steps);

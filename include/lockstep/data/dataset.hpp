@@ -64,7 +64,9 @@ class ShardedDataset : public Dataset {
   DType dtype() const { return meta_.dtype; }
   const std::vector<float>& mean() const { return meta_.mean; }      // empty if not stored
   const std::vector<float>& stddev() const { return meta_.stddev; }  // empty if not stored
-  const std::vector<std::string>& files() const { return files_; }   // in shard_index order
+  // What each label means (ShardMeta::class_names); empty if not stored.
+  const std::vector<std::string>& class_names() const { return meta_.class_names; }
+  const std::vector<std::string>& files() const { return files_; }  // in shard_index order
   std::vector<std::int64_t> shard_sizes() const;
   std::int64_t sample_bytes() const { return meta_.sample_bytes(); }
   bool in_memory() const { return resident_ != nullptr; }

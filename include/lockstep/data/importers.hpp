@@ -17,9 +17,10 @@ namespace lockstep::data {
 Tensor read_idx_u8(const std::string& path);
 
 struct LabeledArray {
-  Tensor x;                      // host, U8 or F32, [n, ...sample_shape]
-  std::vector<std::int32_t> y;   // [n]
-  std::int64_t num_classes = 0;  // max label + 1 unless given
+  Tensor x;                              // host, U8 or F32, [n, ...sample_shape]
+  std::vector<std::int32_t> y;           // [n]
+  std::int64_t num_classes = 0;          // max label + 1 unless given
+  std::vector<std::string> class_names;  // optional: label k's name (ShardMeta::class_names)
 };
 
 // MNIST-style pair: idx3 images and idx1 labels -> u8 [n, 1, rows, cols].

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "lockstep/core/tensor.hpp"
+#include "lockstep/data/augment.hpp"
 #include "lockstep/data/dataset.hpp"  // ShardedDataset, what most callers pass
 #include "lockstep/data/dataset_interface.hpp"
 #include "lockstep/data/defaults.hpp"
@@ -36,6 +37,8 @@ struct LoaderOptions {
   bool drop_last_batch = false;  // drop the epoch's last batch when it is short
   // Resume: the first epoch started skips this many batches (their samples are never read).
   std::int64_t start_batch = 0;
+  // Applied to every batch in the loader thread (training only; lockstep/data/augment.hpp).
+  AugmentOptions augment;
 };
 
 class Loader {

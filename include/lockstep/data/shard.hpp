@@ -32,6 +32,10 @@ struct ShardMeta {
   // for u8 data; both empty when the shard does not carry them.
   std::vector<float> mean;
   std::vector<float> stddev;
+  // The name of each class (num_classes entries, none holding a newline), or empty: what label k
+  // means, e.g. the folder names of an ImageFolder. Stored as one string attribute 'class_names',
+  // the names joined by newlines.
+  std::vector<std::string> class_names;
 
   std::int64_t channels() const { return sample_shape.empty() ? 0 : sample_shape[0]; }
   std::int64_t sample_numel() const { return shape_numel(sample_shape); }
@@ -69,6 +73,9 @@ class ShardWriter {
   void append(const void* x, const std::int32_t* y, std::int64_t n);
   // x: [n, ...sample_shape] host tensor of meta.dtype; y: i32 [n].
   void append(const Tensor& x, const Tensor& y);
+  // Sets the per-channel mean/std written at close(), replacing the constructor's: for importers
+  // that know them only once every sample (of every rank) is seen. Before close().
+  void set_stats(const std::vector<float>& mean, const std::vector<float>& stddev);
   void close();
   std::int64_t num_samples() const;
   const std::string& path() const;

@@ -116,6 +116,9 @@ struct CreateOptions {
   bool v18_format = false;    // the 1.8 object format: attributes over 64 KiB, readable by h5py
   bool v110_format = false;   // the 1.10 format: checksummed object headers and chunk index
   bool locking = true;
+  // Object times in the root group's header; off, the same content makes the same bytes (the
+  // caller turns them off for its datasets too, with H5Pset_obj_track_times).
+  bool track_times = true;
 };
 // Creates (truncates) `path`; a failure names the folder problem when there is one.
 Handle create_file(const std::string& path, const CreateOptions& options = {},

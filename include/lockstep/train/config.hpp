@@ -24,6 +24,12 @@ struct Config {
   std::int64_t data_prefetch = data::kDefaultPrefetchDepth;
   std::string data_node_shared = "auto";
   std::int64_t data_context = 0;  // token shards: window length T; 0 = the model's ctx
+  // Training augmentation of u8 image samples (data/augment.hpp; torchvision's defaults).
+  bool data_random_resized_crop = false;
+  double data_rrc_scale_min = 0.08, data_rrc_scale_max = 1.0;
+  double data_rrc_ratio_min = 3.0 / 4.0, data_rrc_ratio_max = 4.0 / 3.0;
+  std::int64_t data_pad_crop = 0;
+  bool data_flip = false;
   // [model]
   std::string model_spec = "mlp:256,256";
   // [train]

@@ -1,0 +1,49 @@
+// Image files to samples: JPEG (libjpeg-turbo's TurboJPEG API) and PNG (libpng) decoded to 8-bit
+// RGB, then resized to the fixed square u8 [3, S, S] samples an image shard holds (docs/IMAGES.md).
+// Every decoded image is RGB whatever the file stores, as torchvision's ImageFolder makes it with
+// PIL's convert("RGB"): grayscale is replicated, CMYK/YCCK JPEG converted, 16-bit PNG scaled to 8
+// bits, palettes expanded, alpha dropped. Unlike PIL, a JPEG's EXIF orientation is applied, so a
+// sample is upright as a viewer shows it. Any file that cannot be decoded completely (empty,
+// truncated, corrupt, not an image) is a lockstep::Error naming the file and what is wrong.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lockstep::data {
+
+struct Image {
+  std::int64_t width = 0, height = 0;
+  std::vector<std::uint8_t> rgb;  // height * width * 3: rows top to bottom, pixels R,G,B
+};
+
+// Decodes a file (JPEG or PNG, told by its first bytes, not its name). min_side > 0 allows a JPEG
+// to be decoded at a reduced DCT scale (1/2, 1/4, 1/8) as long as its shorter side stays at least
+// min_side: the resize that follows then reads up to 64 times fewer pixels.
+Image read_image(const std::string& path, std::int64_t min_side = 0);
+// The same over bytes in memory; `where` names them in errors.
+Image decode_image(const std::uint8_t* data, std::size_t size, const std::string& where,
+                   std::int64_t min_side = 0);
+
+// How a non-square image becomes side x side: CenterCrop scales the shorter side to `side` and
+// cuts the middle of the longer one (torchvision's Resize(S) + CenterCrop(S)); Pad scales the
+// longer side to `side` and fills the rest with black, keeping the whole image.
+enum class ImageFit { CenterCrop, Pad };
+ImageFit image_fit_from_name(const std::string& name);  // "crop" or "pad"
+const char* image_fit_name(ImageFit fit);
+
+// Resizes with an antialiasing triangle filter (PIL's bilinear: the filter widens by the
+// downscaling factor, so every source pixel counts) and writes u8 [3, side, side] (channel-major,
+// as the shard stores it) to out. Deterministic: the same bytes on every rank of one build.
+void resize_to_square(const Image& image, std::int64_t side, ImageFit fit, std::uint8_t* out);
+
+// Resizes the region [top, top + h) x [left, left + w) of a channel-major u8 [channels, H, W]
+// sample to [channels, out_h, out_w] with the same filter: the loader's
+// random-resized-crop (lockstep/data/augment.hpp).
+void resize_region(const std::uint8_t* in, std::int64_t channels, std::int64_t H, std::int64_t W,
+                   std::int64_t top, std::int64_t left, std::int64_t h, std::int64_t w,
+                   std::int64_t out_h, std::int64_t out_w, std::uint8_t* out);
+
+}  // namespace lockstep::data

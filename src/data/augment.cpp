@@ -1,0 +1,113 @@
+#include "lockstep/data/augment.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "lockstep/core/error.hpp"
+#include "lockstep/core/rng.hpp"
+#include "lockstep/data/image.hpp"
+
+namespace lockstep::data {
+
+namespace {
+
+// A sample's draws: stream (epoch, index) under the run's seed; draw k is the k-th number used.
+class Draws {
+ public:
+  Draws(std::uint64_t seed, std::int64_t epoch, std::int64_t index)
+      : rng_(hash_combine(seed, 0x61756731ull /* "aug1" */),
+             hash_combine(static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(index))) {}
+  double uniform() { return static_cast<double>(rng_.u32(next_++)) / 4294967296.0; }
+  // Uniform integer in [lo, hi].
+  std::int64_t integer(std::int64_t lo, std::int64_t hi) {
+    return lo + static_cast<std::int64_t>(uniform() * static_cast<double>(hi - lo + 1));
+  }
+
+ private:
+  Philox rng_;
+  std::uint64_t next_ = 0;
+};
+
+// torchvision's RandomResizedCrop.get_params: ten tries at an area fraction and an aspect ratio
+// that fit, else the whole sample cut to the nearest allowed ratio.
+void crop_params(Draws& d, std::int64_t H, std::int64_t W, const AugmentOptions& o,
+                 std::int64_t& top, std::int64_t& left, std::int64_t& h, std::int64_t& w) {
+  const double area = static_cast<double>(H * W);
+  const double log_lo = std::log(o.ratio_min), log_hi = std::log(o.ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * (o.scale_min + (o.scale_max - o.scale_min) * d.uniform());
+    const double ratio = std::exp(log_lo + (log_hi - log_lo) * d.uniform());
+    w = std::llround(std::sqrt(target * ratio));
+    h = std::llround(std::sqrt(target / ratio));
+    if (w > 0 && h > 0 && w <= W && h <= H) {
+      top = d.integer(0, H - h);
+      left = d.integer(0, W - w);
+      return;
+    }
+  }
+  const double in_ratio = static_cast<double>(W) / static_cast<double>(H);
+  if (in_ratio < o.ratio_min) {
+    w = W, h = std::llround(static_cast<double>(W) / o.ratio_min);
+  } else if (in_ratio > o.ratio_max) {
+    h = H, w = std::llround(static_cast<double>(H) * o.ratio_max);
+  } else {
+    w = W, h = H;
+  }
+  top = (H - h) / 2;
+  left = (W - w) / 2;
+}
+
+}  // namespace
+
+void augment_sample(std::uint8_t* x, std::int64_t C, std::int64_t H, std::int64_t W,
+                    const AugmentOptions& o, std::int64_t epoch, std::int64_t index) {
+  if (!o.any()) return;
+  Draws d(o.seed, epoch, index);
+  const std::size_t bytes = static_cast<std::size_t>(C * H * W);
+  std::vector<std::uint8_t> tmp(bytes);
+  if (o.random_resized_crop) {
+    std::int64_t top = 0, left = 0, h = H, w = W;
+    crop_params(d, H, W, o, top, left, h, w);
+    resize_region(x, C, H, W, top, left, h, w, H, W, tmp.data());
+    std::memcpy(x, tmp.data(), bytes);
+  }
+  if (o.pad_crop > 0) {
+    // Offsets in [-P, P]: the window's top-left corner in the unpadded sample.
+    const std::int64_t dy = d.integer(-o.pad_crop, o.pad_crop);
+    const std::int64_t dx = d.integer(-o.pad_crop, o.pad_crop);
+    std::fill(tmp.begin(), tmp.end(), std::uint8_t{0});
+    for (std::int64_t c = 0; c < C; ++c)
+      for (std::int64_t y = 0; y < H; ++y) {
+        const std::int64_t sy = y + dy;
+        if (sy < 0 || sy >= H) continue;
+        for (std::int64_t xx = 0; xx < W; ++xx) {
+          const std::int64_t sx = xx + dx;
+          if (sx >= 0 && sx < W)
+            tmp[static_cast<std::size_t>((c * H + y) * W + xx)] = x[(c * H + sy) * W + sx];
+        }
+      }
+    std::memcpy(x, tmp.data(), bytes);
+  }
+  if (o.flip && d.uniform() < 0.5) {
+    for (std::int64_t r = 0; r < C * H; ++r)
+      std::reverse(x + r * W, x + (r + 1) * W);
+  }
+}
+
+void augment_batch(Tensor& x, const std::vector<std::int64_t>& indices, std::int64_t epoch,
+                   const AugmentOptions& o) {
+  if (!o.any()) return;
+  LOCKSTEP_CHECK_HINT(x.dtype() == DType::U8 && x.ndim() == 4 && x.device().is_cpu(),
+                      "data.flip, data.pad_crop and data.random_resized_crop are for image shards "
+                      "of u8 [C, H, W] samples",
+                      "cannot augment a batch of ", x.describe());
+  LOCKSTEP_CHECK(static_cast<std::int64_t>(indices.size()) == x.dim(0),
+                 "augment_batch: ", indices.size(), " indices for ", x.dim(0), " samples");
+  const std::int64_t C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  auto* data = x.data<std::uint8_t>();
+  for (std::int64_t i = 0; i < x.dim(0); ++i)
+    augment_sample(data + i * C * H * W, C, H, W, o, epoch, indices[static_cast<std::size_t>(i)]);
+}
+
+}  // namespace lockstep::data

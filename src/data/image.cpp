@@ -1,0 +1,420 @@
+#include "lockstep/data/image.hpp"
+
+#include <png.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "lockstep/core/error.hpp"
+#include "lockstep/core/file.hpp"
+
+namespace lockstep::data {
+
+namespace {
+
+constexpr const char* kBadFileHint = "replace or remove the file, or pass --skip-bad to skip it";
+// The largest image decoded (2^28 pixels, 768 MiB as RGB): a corrupt header cannot make a rank
+// allocate more.
+constexpr std::int64_t kMaxPixels = std::int64_t{1} << 28;
+
+std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  LOCKSTEP_CHECK_HINT(f, kBadFileHint, path, ": cannot open: ", errno_text());
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, std::fclose);
+  std::vector<std::uint8_t> bytes;
+  std::uint8_t buf[1 << 16];
+  for (;;) {
+    std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    bytes.insert(bytes.end(), buf, buf + n);
+    if (n < sizeof buf) break;
+  }
+  LOCKSTEP_CHECK_HINT(!std::ferror(f), kBadFileHint, path, ": cannot read: ", errno_text());
+  return bytes;
+}
+
+// ---- EXIF orientation: tag 0x0112 of IFD0 in an APP1 "Exif" segment, 1 (upright) when absent.
+int exif_orientation(const std::uint8_t* d, std::size_t n) {
+  std::size_t p = 2;  // after SOI
+  while (p + 4 <= n && d[p] == 0xFF) {
+    const int marker = d[p + 1];
+    if (marker == 0xDA || marker == 0xD9) break;  // start of scan: no more headers
+    const std::size_t len = static_cast<std::size_t>(d[p + 2]) << 8 | d[p + 3];
+    if (len < 2 || p + 2 + len > n) break;
+    const std::uint8_t* s = d + p + 4;
+    const std::size_t sn = len - 2;
+    if (marker == 0xE1 && sn >= 14 && std::memcmp(s, "Exif\0\0", 6) == 0) {
+      const std::uint8_t* t = s + 6;  // the TIFF header
+      const std::size_t tn = sn - 6;
+      const bool le = t[0] == 'I' && t[1] == 'I';
+      if (!le && !(t[0] == 'M' && t[1] == 'M')) return 1;
+      auto u16 = [&](std::size_t o) { return le ? t[o] | t[o + 1] << 8 : t[o] << 8 | t[o + 1]; };
+      auto u32 = [&](std::size_t o) {
+        return le ? std::uint32_t(u16(o)) | std::uint32_t(u16(o + 2)) << 16
+                  : std::uint32_t(u16(o)) << 16 | std::uint32_t(u16(o + 2));
+      };
+      const std::size_t ifd = u32(4);
+      if (ifd + 2 > tn) return 1;
+      const int entries = u16(ifd);
+      for (int e = 0; e < entries; ++e) {
+        const std::size_t o = ifd + 2 + 12 * static_cast<std::size_t>(e);
+        if (o + 12 > tn) break;
+        if (u16(o) == 0x0112) {
+          const int v = u16(o + 8);
+          return v >= 1 && v <= 8 ? v : 1;
+        }
+      }
+      return 1;
+    }
+    p += 2 + len;
+  }
+  return 1;
+}
+
+// Turns the stored pixels upright as EXIF orientation `o` says a viewer must show them.
+void apply_orientation(Image& img, int o) {
+  if (o == 1) return;
+  const std::int64_t w = img.width, h = img.height;
+  const bool swap = o >= 5;
+  Image out;
+  out.width = swap ? h : w;
+  out.height = swap ? w : h;
+  out.rgb.resize(img.rgb.size());
+  for (std::int64_t y = 0; y < out.height; ++y) {
+    for (std::int64_t x = 0; x < out.width; ++x) {
+      std::int64_t sx = x, sy = y;
+      switch (o) {
+        case 2:
+          sx = w - 1 - x;
+          break;
+        case 3:
+          sx = w - 1 - x, sy = h - 1 - y;
+          break;
+        case 4:
+          sy = h - 1 - y;
+          break;
+        case 5:
+          sx = y, sy = x;
+          break;  // transpose
+        case 6:
+          sx = y, sy = h - 1 - x;
+          break;  // rotate 90 clockwise
+        case 7:
+          sx = w - 1 - y, sy = h - 1 - x;
+          break;  // transverse
+        case 8:
+          sx = w - 1 - y, sy = x;
+          break;  // rotate 90 counter-clockwise
+      }
+      std::memcpy(&out.rgb[static_cast<std::size_t>((y * out.width + x) * 3)],
+                  &img.rgb[static_cast<std::size_t>((sy * w + sx) * 3)], 3);
+    }
+  }
+  img = std::move(out);
+}
+
+Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& where,
+                  std::int64_t min_side) {
+  std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
+  LOCKSTEP_CHECK(tj, where, ": cannot start the JPEG decoder: ", tjGetErrorStr2(nullptr));
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  LOCKSTEP_CHECK_HINT(tjDecompressHeader3(tj.get(), data, size, &w, &h, &subsamp, &colorspace) == 0,
+                      kBadFileHint, where, ": corrupt JPEG header: ", tjGetErrorStr2(tj.get()));
+  // A few bytes of header can claim 65535 x 65535 pixels (12 GiB): refuse what no photo needs.
+  LOCKSTEP_CHECK_HINT(std::int64_t(w) * h <= kMaxPixels, kBadFileHint, where, ": claims ", w, "x",
+                      h, " pixels, more than ", kMaxPixels, " (corrupt, or not a photo)");
+  // The smallest DCT scale that keeps the shorter side at least min_side.
+  int sw = w, sh = h;
+  if (min_side > 0) {
+    int count = 0;
+    const tjscalingfactor* factors = tjGetScalingFactors(&count);
+    for (int i = 0; factors && i < count; ++i) {
+      const tjscalingfactor f = factors[i];
+      // Only 1/2, 1/4, 1/8: libjpeg-turbo's SIMD has those scaled IDCTs; the others (3/8, 5/8,
+      // ...) decoded 500x375 JPEGs more slowly than full size did (docs/IMAGES.md).
+      if (f.num != 1 || f.denom > 8) continue;
+      const int fw = TJSCALED(w, f), fh = TJSCALED(h, f);
+      if (std::min(fw, fh) >= min_side && std::int64_t(fw) * fh < std::int64_t(sw) * sh)
+        sw = fw, sh = fh;
+    }
+  }
+  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  const int channels = cmyk ? 4 : 3;
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(sw) * sh * channels);
+  // Warnings (a truncated file's "Premature end of JPEG file", corrupt data that libjpeg
+  // papers over with grey) fail the decode too: a half-grey sample is a silently wrong sample.
+  const int rc = tjDecompress2(tj.get(), data, size, pixels.data(), sw, 0, sh,
+                               cmyk ? TJPF_CMYK : TJPF_RGB, TJFLAG_ACCURATEDCT);
+  if (rc != 0) {
+    const bool warning = tjGetErrorCode(tj.get()) == TJERR_WARNING;
+    LOCKSTEP_FAIL_HINT(
+        kBadFileHint, where,
+        warning ? ": truncated or corrupt JPEG data: " : ": cannot decode the JPEG: ",
+        tjGetErrorStr2(tj.get()));
+  }
+  Image img;
+  img.width = sw;
+  img.height = sh;
+  if (cmyk) {
+    // Inverted CMYK, as Photoshop stores it and libjpeg-turbo reads it: a channel times K.
+    img.rgb.resize(static_cast<std::size_t>(sw) * sh * 3);
+    for (std::size_t i = 0, n = static_cast<std::size_t>(sw) * sh; i < n; ++i) {
+      const int k = pixels[i * 4 + 3];
+      for (int c = 0; c < 3; ++c)
+        img.rgb[i * 3 + c] = static_cast<std::uint8_t>((pixels[i * 4 + c] * k + 127) / 255);
+    }
+  } else {
+    img.rgb = std::move(pixels);
+  }
+  apply_orientation(img, exif_orientation(data, size));
+  return img;
+}
+
+// libpng reports errors by longjmp: the decode runs in a function without C++ objects that
+// need destructors between setjmp and the calls that may jump.
+struct PngSource {
+  const std::uint8_t* data;
+  std::size_t size, pos;
+  char message[256];
+  std::jmp_buf jump;
+};
+
+void png_read_bytes(png_structp png, png_bytep out, png_size_t n) {
+  auto* src = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (n > src->size - src->pos) png_error(png, "the file ends early (truncated)");
+  std::memcpy(out, src->data + src->pos, n);
+  src->pos += n;
+}
+void png_on_error(png_structp png, png_const_charp message) {
+  auto* src = static_cast<PngSource*>(png_get_error_ptr(png));
+  std::snprintf(src->message, sizeof src->message, "%s", message);
+  std::longjmp(src->jump, 1);
+}
+void png_on_warning(png_structp, png_const_charp) {}  // e.g. an incorrect sRGB profile: harmless
+
+// Fills width/height/rows; returns false with src->message set on a libpng error.
+bool png_decode_raw(PngSource* src, png_uint_32* width, png_uint_32* height,
+                    std::vector<std::uint8_t>* rgb) {
+  png_structp png =
+      png_create_read_struct(PNG_LIBPNG_VER_STRING, src, png_on_error, png_on_warning);
+  if (!png) {
+    std::snprintf(src->message, sizeof src->message, "out of memory");
+    return false;
+  }
+  png_infop info = png_create_info_struct(png);
+  png_bytep* rows = nullptr;
+  if (setjmp(src->jump)) {
+    std::free(rows);
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
+  if (!info) png_error(png, "out of memory");
+  png_set_read_fn(png, src, png_read_bytes);
+  png_read_info(png, info);
+  *width = png_get_image_width(png, info);
+  *height = png_get_image_height(png, info);
+  if (std::int64_t(*width) * *height > kMaxPixels)
+    png_error(png, "claims more than 2^28 pixels (corrupt, or not a photo)");
+  png_set_expand(png);    // palette -> RGB, gray < 8 bits -> 8 bits, tRNS -> alpha
+  png_set_scale_16(png);  // 16 -> 8 bits, rounded
+  png_set_strip_alpha(png);
+  png_set_gray_to_rgb(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  if (png_get_rowbytes(png, info) != std::size_t(*width) * 3) png_error(png, "unexpected layout");
+  rgb->resize(std::size_t(*width) * *height * 3);
+  rows =
+      static_cast<png_bytep*>(std::malloc(sizeof(png_bytep) * std::max<png_uint_32>(*height, 1)));
+  if (!rows) png_error(png, "out of memory");
+  for (png_uint_32 y = 0; y < *height; ++y)
+    rows[y] = rgb->data() + std::size_t(y) * *width * 3;
+  png_read_image(png, rows);
+  png_read_end(png, nullptr);
+  std::free(rows);
+  png_destroy_read_struct(&png, &info, nullptr);
+  return true;
+}
+
+Image decode_png(const std::uint8_t* data, std::size_t size, const std::string& where) {
+  PngSource src{data, size, 0, {}, {}};
+  png_uint_32 w = 0, h = 0;
+  std::vector<std::uint8_t> rgb;
+  LOCKSTEP_CHECK_HINT(png_decode_raw(&src, &w, &h, &rgb), kBadFileHint, where,
+                      ": cannot decode the PNG: ", src.message);
+  return Image{w, h, std::move(rgb)};
+}
+
+// Sampling weights of one axis: output position o (of out_len, shifted by `offset` in the scaled
+// image) takes input positions first[o] .. first[o] + weights[o].size() - 1.
+struct AxisWeights {
+  std::vector<std::int64_t> first;
+  std::vector<std::vector<float>> weights;
+};
+
+AxisWeights axis_weights(std::int64_t in_len, double scale, std::int64_t offset,
+                         std::int64_t out_len) {
+  // scale = input pixels per output pixel; the triangle's radius grows with it when shrinking.
+  const double support = std::max(scale, 1.0);
+  AxisWeights a;
+  for (std::int64_t o = 0; o < out_len; ++o) {
+    const double center = (static_cast<double>(o + offset) + 0.5) * scale;
+    std::int64_t lo =
+        std::max<std::int64_t>(0, static_cast<std::int64_t>(std::floor(center - support)));
+    std::int64_t hi =
+        std::min<std::int64_t>(in_len, static_cast<std::int64_t>(std::ceil(center + support)));
+    std::vector<float> w;
+    double total = 0;
+    for (std::int64_t i = lo; i < hi; ++i) {
+      const double d = std::abs((static_cast<double>(i) + 0.5 - center) / support);
+      const double v = std::max(0.0, 1.0 - d);
+      w.push_back(static_cast<float>(v));
+      total += v;
+    }
+    if (total <= 0) {  // outside the image (cannot happen for in-range o): nearest pixel
+      lo = std::clamp<std::int64_t>(static_cast<std::int64_t>(center), 0, in_len - 1);
+      w.assign(1, 1.0f);
+      total = 1;
+    }
+    for (auto& v : w)
+      v = static_cast<float>(v / total);
+    a.first.push_back(lo);
+    a.weights.push_back(std::move(w));
+  }
+  return a;
+}
+
+}  // namespace
+
+Image decode_image(const std::uint8_t* data, std::size_t size, const std::string& where,
+                   std::int64_t min_side) {
+  LOCKSTEP_CHECK_HINT(size > 0, kBadFileHint, where, ": empty file (0 bytes)");
+  if (size >= 2 && data[0] == 0xFF && data[1] == 0xD8)  // SOI
+    return decode_jpeg(data, size, where, min_side);
+  static const std::uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  if (size >= 8 && std::memcmp(data, kPngSignature, 8) == 0) return decode_png(data, size, where);
+  std::string head;
+  for (std::size_t i = 0; i < std::min<std::size_t>(size, 8); ++i) {
+    char b[4];
+    std::snprintf(b, sizeof b, "%02x", data[i]);
+    head += (i ? " " : "") + std::string(b);
+  }
+  LOCKSTEP_FAIL_HINT(kBadFileHint, where, ": not a JPEG or PNG file (it starts with bytes ", head,
+                     ")");
+}
+
+Image read_image(const std::string& path, std::int64_t min_side) {
+  const auto bytes = read_file_bytes(path);
+  return decode_image(bytes.data(), bytes.size(), path, min_side);
+}
+
+ImageFit image_fit_from_name(const std::string& name) {
+  if (name == "crop") return ImageFit::CenterCrop;
+  if (name == "pad") return ImageFit::Pad;
+  LOCKSTEP_FAIL_HINT("crop (scale the shorter side, cut the middle) or pad (scale the longer side)",
+                     "unknown fit '", name, "'");
+}
+const char* image_fit_name(ImageFit fit) {
+  return fit == ImageFit::CenterCrop ? "crop" : "pad";
+}
+
+void resize_to_square(const Image& img, std::int64_t side, ImageFit fit, std::uint8_t* out) {
+  LOCKSTEP_CHECK(side >= 1 && img.width >= 1 && img.height >= 1, "cannot resize a ", img.width, "x",
+                 img.height, " image to ", side, "x", side);
+  const std::int64_t w = img.width, h = img.height;
+  const std::int64_t shorter = std::min(w, h), longer = std::max(w, h);
+  // Scaled size of the whole image, and where the side x side window sits in it.
+  const double scale = static_cast<double>(fit == ImageFit::CenterCrop ? shorter : longer) /
+                       static_cast<double>(side);
+  const std::int64_t reference = fit == ImageFit::CenterCrop ? shorter : longer;
+  auto scaled = [&](std::int64_t n) {
+    if (n == reference) return side;  // exact, whatever the rounding of scale
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(n / scale)));
+  };
+  const std::int64_t sw = scaled(w), sh = scaled(h);
+  // CenterCrop: window offset (scaled - side) / 2 >= 0 in the scaled image. Pad: the scaled image
+  // sits at (side - scaled) / 2 in the window; positions outside it stay black.
+  const std::int64_t ow = sw - side, oh = sh - side;
+  const std::int64_t x0 = ow >= 0 ? 0 : -ow / 2, y0 = oh >= 0 ? 0 : -oh / 2;
+  const std::int64_t nx = std::min(side, sw), ny = std::min(side, sh);
+  const auto ax =
+      axis_weights(w, static_cast<double>(w) / static_cast<double>(sw), ow >= 0 ? ow / 2 : 0, nx);
+  const auto ay =
+      axis_weights(h, static_cast<double>(h) / static_cast<double>(sh), oh >= 0 ? oh / 2 : 0, ny);
+  // Horizontal pass over every source row, then vertical, in float.
+  std::vector<float> rows(static_cast<std::size_t>(h * nx * 3));
+  for (std::int64_t y = 0; y < h; ++y) {
+    const std::uint8_t* src = &img.rgb[static_cast<std::size_t>(y * w * 3)];
+    for (std::int64_t x = 0; x < nx; ++x) {
+      float acc[3] = {0, 0, 0};
+      const auto& wx = ax.weights[static_cast<std::size_t>(x)];
+      const std::int64_t f = ax.first[static_cast<std::size_t>(x)];
+      for (std::size_t k = 0; k < wx.size(); ++k)
+        for (int c = 0; c < 3; ++c)
+          acc[c] += wx[k] * static_cast<float>(src[(f + static_cast<std::int64_t>(k)) * 3 + c]);
+      for (int c = 0; c < 3; ++c)
+        rows[static_cast<std::size_t>((y * nx + x) * 3 + c)] = acc[c];
+    }
+  }
+  std::fill(out, out + 3 * side * side, std::uint8_t{0});
+  for (std::int64_t y = 0; y < ny; ++y) {
+    const auto& wy = ay.weights[static_cast<std::size_t>(y)];
+    const std::int64_t f = ay.first[static_cast<std::size_t>(y)];
+    for (std::int64_t x = 0; x < nx; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        float acc = 0;
+        for (std::size_t k = 0; k < wy.size(); ++k)
+          acc +=
+              wy[k] *
+              rows[static_cast<std::size_t>(((f + static_cast<std::int64_t>(k)) * nx + x) * 3 + c)];
+        const long v = std::lround(acc);
+        out[(c * side + (y + y0)) * side + (x + x0)] =
+            static_cast<std::uint8_t>(std::clamp(v, 0L, 255L));
+      }
+    }
+  }
+}
+
+void resize_region(const std::uint8_t* in, std::int64_t channels, std::int64_t H, std::int64_t W,
+                   std::int64_t top, std::int64_t left, std::int64_t h, std::int64_t w,
+                   std::int64_t out_h, std::int64_t out_w, std::uint8_t* out) {
+  LOCKSTEP_CHECK(top >= 0 && left >= 0 && h >= 1 && w >= 1 && top + h <= H && left + w <= W &&
+                     out_h >= 1 && out_w >= 1,
+                 "resize_region: region ", h, "x", w, " at (", top, ", ", left, ") of ", H, "x", W);
+  const auto ax = axis_weights(w, static_cast<double>(w) / static_cast<double>(out_w), 0, out_w);
+  const auto ay = axis_weights(h, static_cast<double>(h) / static_cast<double>(out_h), 0, out_h);
+  std::vector<float> rows(static_cast<std::size_t>(h * out_w));
+  for (std::int64_t c = 0; c < channels; ++c) {
+    const std::uint8_t* plane = in + c * H * W;
+    for (std::int64_t y = 0; y < h; ++y) {
+      const std::uint8_t* src = plane + (top + y) * W + left;
+      for (std::int64_t x = 0; x < out_w; ++x) {
+        const auto& wx = ax.weights[static_cast<std::size_t>(x)];
+        const std::int64_t f = ax.first[static_cast<std::size_t>(x)];
+        float acc = 0;
+        for (std::size_t k = 0; k < wx.size(); ++k)
+          acc += wx[k] * static_cast<float>(src[f + static_cast<std::int64_t>(k)]);
+        rows[static_cast<std::size_t>(y * out_w + x)] = acc;
+      }
+    }
+    for (std::int64_t y = 0; y < out_h; ++y) {
+      const auto& wy = ay.weights[static_cast<std::size_t>(y)];
+      const std::int64_t f = ay.first[static_cast<std::size_t>(y)];
+      for (std::int64_t x = 0; x < out_w; ++x) {
+        float acc = 0;
+        for (std::size_t k = 0; k < wy.size(); ++k)
+          acc += wy[k] *
+                 rows[static_cast<std::size_t>((f + static_cast<std::int64_t>(k)) * out_w + x)];
+        out[(c * out_h + y) * out_w + x] =
+            static_cast<std::uint8_t>(std::clamp(std::lround(acc), 0L, 255L));
+      }
+    }
+  }
+}
+
+}  // namespace lockstep::data

@@ -1,0 +1,335 @@
+// Image files to samples (lockstep/data/image.hpp, image_folder.hpp, cifar.hpp): every layout a
+// JPEG or PNG may have decodes to the RGB a viewer shows, every broken file is an error naming
+// it, an ImageFolder's labels follow its sorted class names, and CIFAR records keep their labels.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+
+#include "lockstep/core/error.hpp"
+#include "lockstep/data/cifar.hpp"
+#include "lockstep/data/dataset.hpp"
+#include "lockstep/data/image.hpp"
+#include "lockstep/data/image_folder.hpp"
+#include "support/image_files.hpp"
+#include "support/temp_dir.hpp"
+
+namespace lockstep::data {
+namespace {
+
+using test::encode_jpeg;
+using test::solid;
+using test::TempDir;
+using test::write_bytes;
+using test::write_png;
+
+std::array<int, 3> pixel(const Image& img, std::int64_t x, std::int64_t y) {
+  const auto* p = &img.rgb[static_cast<std::size_t>((y * img.width + x) * 3)];
+  return {p[0], p[1], p[2]};
+}
+
+// The message of the Error that fn throws ("" if it throws none).
+template <class F>
+std::string error_of(F fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Image, JpegAndPngDecodeToTheirColours) {
+  TempDir dir;
+  write_bytes(dir / "a.jpg", encode_jpeg(20, 10, solid(20, 10, 200, 30, 30)));
+  write_png(dir / "b.png", 20, 10, PNG_COLOR_TYPE_RGB, 8, solid(20, 10, 10, 220, 40));
+  const Image a = read_image(dir / "a.jpg"), b = read_image(dir / "b.png");
+  EXPECT_EQ(a.width, 20);
+  EXPECT_EQ(a.height, 10);
+  for (int c = 0; c < 3; ++c)
+    EXPECT_NEAR(pixel(a, 5, 5)[c], (std::array{200, 30, 30})[c], 3);
+  EXPECT_EQ(pixel(b, 19, 9), (std::array{10, 220, 40}));
+}
+
+TEST(Image, GrayscaleAndCmykJpegBecomeRgb) {
+  TempDir dir;
+  write_bytes(dir / "g.jpg", encode_jpeg(16, 16, std::vector<std::uint8_t>(256, 90), TJPF_GRAY));
+  std::vector<std::uint8_t> cmyk(16 * 16 * 4);
+  for (std::size_t i = 0; i < cmyk.size(); i += 4)  // inverted CMYK of pure red
+    cmyk[i] = 255, cmyk[i + 1] = 0, cmyk[i + 2] = 0, cmyk[i + 3] = 255;
+  write_bytes(dir / "k.jpg", encode_jpeg(16, 16, cmyk, TJPF_CMYK));
+  const auto g = pixel(read_image(dir / "g.jpg"), 8, 8);
+  EXPECT_NEAR(g[0], 90, 2);
+  EXPECT_EQ(g[0], g[1]);
+  EXPECT_EQ(g[1], g[2]);
+  const auto k = pixel(read_image(dir / "k.jpg"), 8, 8);
+  EXPECT_GE(k[0], 250);
+  EXPECT_LE(k[1], 5);
+  EXPECT_LE(k[2], 5);
+}
+
+TEST(Image, SixteenBitPalettedGrayAndAlphaPngBecomeEightBitRgb) {
+  TempDir dir;
+  std::vector<std::uint8_t> deep(4 * 4 * 3 * 2, 0);
+  for (std::size_t i = 0; i < deep.size(); i += 6)
+    deep[i] = 0xC8, deep[i + 1] = 0x00;  // red 0xC800 of 0xFFFF: 199.2 of 255
+  write_png(dir / "deep.png", 4, 4, PNG_COLOR_TYPE_RGB, 16, deep);
+  write_png(dir / "pal.png", 4, 4, PNG_COLOR_TYPE_PALETTE, 8, std::vector<std::uint8_t>(16, 1),
+            {0, 0, 0, 12, 34, 56});
+  write_png(dir / "gray.png", 4, 4, PNG_COLOR_TYPE_GRAY, 8, std::vector<std::uint8_t>(16, 77));
+  std::vector<std::uint8_t> rgba(4 * 4 * 4, 0);
+  for (std::size_t i = 0; i < rgba.size(); i += 4)
+    rgba[i] = 100, rgba[i + 1] = 150, rgba[i + 2] = 200, rgba[i + 3] = 0;  // fully transparent
+  write_png(dir / "alpha.png", 4, 4, PNG_COLOR_TYPE_RGB_ALPHA, 8, rgba);
+  EXPECT_EQ(pixel(read_image(dir / "deep.png"), 0, 0), (std::array{199, 0, 0}));
+  EXPECT_EQ(pixel(read_image(dir / "pal.png"), 3, 3), (std::array{12, 34, 56}));
+  EXPECT_EQ(pixel(read_image(dir / "gray.png"), 1, 2), (std::array{77, 77, 77}));
+  // Alpha is dropped, as PIL's convert("RGB") drops it: the colour stays.
+  EXPECT_EQ(pixel(read_image(dir / "alpha.png"), 2, 2), (std::array{100, 150, 200}));
+}
+
+TEST(Image, ExifOrientationTurnsTheImageUpright) {
+  TempDir dir;
+  // Stored 32 wide and 16 high, the left half red; orientation 6 (rotate 90 clockwise to show)
+  // makes it 16 wide and 32 high with the top half red.
+  std::vector<std::uint8_t> px = solid(32, 16, 0, 0, 0);
+  for (int y = 0; y < 16; ++y)
+    for (int x = 0; x < 16; ++x)
+      px[static_cast<std::size_t>((y * 32 + x) * 3)] = 255;
+  write_bytes(dir / "r.jpg", test::with_exif_orientation(encode_jpeg(32, 16, px), 6));
+  const Image img = read_image(dir / "r.jpg");
+  ASSERT_EQ(img.width, 16);
+  ASSERT_EQ(img.height, 32);
+  EXPECT_GT(pixel(img, 8, 4)[0], 200);
+  EXPECT_LT(pixel(img, 8, 28)[0], 50);
+}
+
+TEST(Image, BrokenFilesAreErrorsNamingTheFile) {
+  TempDir dir;
+  std::vector<std::uint8_t> noise(64 * 64 * 3);
+  for (std::size_t i = 0; i < noise.size(); ++i)
+    noise[i] = static_cast<std::uint8_t>(i * 131 % 251);
+  const auto jpeg = encode_jpeg(64, 64, noise);
+  write_bytes(dir / "cut.jpg",
+              std::vector<std::uint8_t>(jpeg.begin(), jpeg.begin() + jpeg.size() * 3 / 4));
+  write_bytes(dir / "zero.jpg", {});
+  write_bytes(dir / "text.png", {'h', 'e', 'l', 'l', 'o'});
+  std::filesystem::create_symlink("nowhere.jpg", dir / "link.jpg");
+  const auto png_bytes = [&] {
+    write_png(dir / "full.png", 64, 64, PNG_COLOR_TYPE_RGB, 8, noise);
+    std::ifstream f(dir / "full.png", std::ios::binary);
+    return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(f), {});
+  }();
+  write_bytes(dir / "cut.png", std::vector<std::uint8_t>(png_bytes.begin(),
+                                                         png_bytes.begin() + png_bytes.size() / 2));
+  // A header claiming 60000 x 60000 pixels: refused before 10 GB are allocated.
+  auto huge = encode_jpeg(8, 8, solid(8, 8, 1, 2, 3));
+  for (std::size_t i = 2; i + 8 < huge.size(); ++i)
+    if (huge[i] == 0xFF && huge[i + 1] == 0xC0) {  // SOF0: length, precision, height, width
+      huge[i + 5] = huge[i + 7] = 0xEA;
+      huge[i + 6] = huge[i + 8] = 0x60;
+      break;
+    }
+  write_bytes(dir / "huge.jpg", huge);
+  EXPECT_NE(error_of([&] {
+              read_image(dir / "huge.jpg");
+            }).find(dir / "huge.jpg: claims 60000x60000 pixels"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              read_image(dir / "cut.jpg");
+            }).find(dir / "cut.jpg" + ": truncated or corrupt JPEG data"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              read_image(dir / "zero.jpg");
+            }).find(dir / "zero.jpg" + ": empty file (0 bytes)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              read_image(dir / "text.png");
+            }).find(dir / "text.png" + ": not a JPEG or PNG file"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { read_image(dir / "link.jpg"); }).find(dir / "link.jpg" + ": cannot open"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              read_image(dir / "cut.png");
+            }).find(dir / "cut.png" + ": cannot decode the PNG"),
+            std::string::npos);
+}
+
+TEST(Image, CenterCropKeepsTheMiddleAndPadKeepsEverything) {
+  // 30 wide, 10 high: red | green | blue thirds. Cropped to 10x10 only green is left; padded,
+  // all three colours fit in the middle rows and the rows above and below are black.
+  Image img{30, 10, solid(30, 10, 0, 0, 0)};
+  for (int y = 0; y < 10; ++y)
+    for (int x = 0; x < 30; ++x)
+      img.rgb[static_cast<std::size_t>((y * 30 + x) * 3 + x / 10)] = 255;
+  std::vector<std::uint8_t> out(3 * 10 * 10);
+  resize_to_square(img, 10, ImageFit::CenterCrop, out.data());
+  auto at = [&](int c, int y, int x) {
+    return int(out[static_cast<std::size_t>((c * 10 + y) * 10 + x)]);
+  };
+  for (int x = 0; x < 10; ++x) {
+    EXPECT_EQ(at(1, 5, x), 255) << x;
+    EXPECT_EQ(at(0, 5, x), 0) << x;
+  }
+  resize_to_square(img, 9, ImageFit::Pad, out.data());
+  auto pad = [&](int c, int y, int x) {
+    return int(out[static_cast<std::size_t>((c * 9 + y) * 9 + x)]);
+  };
+  EXPECT_EQ(pad(0, 4, 1), 255);  // the scaled image is 9x3, rows 3..5
+  EXPECT_EQ(pad(1, 4, 4), 255);
+  EXPECT_EQ(pad(2, 4, 7), 255);
+  EXPECT_EQ(pad(0, 0, 1) + pad(1, 8, 4), 0);
+}
+
+TEST(ImageFolder, LabelsFollowSortedClassNamesAndFilesAreSorted) {
+  TempDir dir;
+  for (const char* c : {"zebra", "ant", "moose"}) {
+    std::filesystem::create_directories(dir / c);
+    write_bytes(dir / c + "/b.jpg", encode_jpeg(4, 4, solid(4, 4, 1, 2, 3)));
+    write_png(dir / c + "/a.png", 4, 4, PNG_COLOR_TYPE_RGB, 8, solid(4, 4, 1, 2, 3));
+    write_bytes(dir / c + "/notes.txt", {'x'});
+  }
+  const ImageList list = list_image_folder(dir.path(), false);
+  EXPECT_EQ(list.class_names, (std::vector<std::string>{"ant", "moose", "zebra"}));
+  ASSERT_EQ(list.paths.size(), 6u);
+  EXPECT_EQ(list.paths[0], dir / "ant/a.png");
+  EXPECT_EQ(list.paths[1], dir / "ant/b.jpg");
+  EXPECT_EQ(list.paths[5], dir / "zebra/b.jpg");
+  EXPECT_EQ(list.labels, (std::vector<std::int32_t>{0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(list.ignored_files, 3);
+}
+
+TEST(ImageFolder, AnEmptyClassIsAnErrorOrKeepsItsLabel) {
+  TempDir dir;
+  for (const char* c : {"a", "b", "c"})
+    std::filesystem::create_directories(dir / c);
+  write_bytes(dir / "a/1.jpg", encode_jpeg(4, 4, solid(4, 4, 1, 2, 3)));
+  write_bytes(dir / "c/1.jpg", encode_jpeg(4, 4, solid(4, 4, 1, 2, 3)));
+  EXPECT_NE(error_of([&] {
+              list_image_folder(dir.path(), false);
+            }).find("class folder " + dir / "b (class 1) holds no"),
+            std::string::npos);
+  const ImageList kept = list_image_folder(dir.path(), true);
+  EXPECT_EQ(kept.num_classes, 3);
+  EXPECT_EQ(kept.labels, (std::vector<std::int32_t>{0, 2}));  // c keeps label 2
+  EXPECT_EQ(kept.empty_classes, (std::vector<std::string>{dir / "b"}));
+}
+
+TEST(ImageFolder, AListGivesPathsRelativeToItsFolderAndChecksLabels) {
+  TempDir dir;
+  write_bytes(dir / "list.txt", std::vector<std::uint8_t>{});
+  {
+    std::ofstream f(dir / "list.txt");
+    f << "# path,label\nx/1,2.jpg,3\n/abs/2.png,0\n\n";
+  }
+  const ImageList list = read_image_list(dir / "list.txt", "", 0);
+  EXPECT_EQ(list.paths, (std::vector<std::string>{dir / "x/1,2.jpg", "/abs/2.png"}));
+  EXPECT_EQ(list.labels, (std::vector<std::int32_t>{3, 0}));
+  EXPECT_EQ(list.num_classes, 4);
+  EXPECT_NE(error_of([&] {
+              read_image_list(dir / "list.txt", "", 3);
+            }).find(dir / "list.txt, line 2: label 3 is outside [0, 3)"),
+            std::string::npos);
+  {
+    std::ofstream f(dir / "bad.txt");
+    f << "a.jpg,cat\n";
+  }
+  EXPECT_NE(error_of([&] {
+              read_image_list(dir / "bad.txt", "", 0);
+            }).find(dir / "bad.txt, line 1: label 'cat'"),
+            std::string::npos);
+}
+
+TEST(ImageFolder, ConvertedShardsCarryLabelsClassNamesAndStats) {
+  TempDir dir;
+  for (const char* c : {"blue", "red"})
+    std::filesystem::create_directories(dir / ("in/" + std::string(c)));
+  write_bytes(dir / "in/red/1.jpg", encode_jpeg(12, 8, solid(12, 8, 255, 0, 0), TJPF_RGB, 100));
+  write_png(dir / "in/blue/1.png", 8, 12, PNG_COLOR_TYPE_RGB, 8, solid(8, 12, 0, 0, 255));
+  write_bytes(dir / "in/blue/2.jpg", {});  // skipped
+  const ImageList list = list_image_folder(dir / "in", false);
+  ShardMeta meta;
+  meta.num_classes = 2;
+  meta.sample_shape = {3, 4, 4};
+  meta.class_names = list.class_names;
+  ImageShardOptions opts;
+  opts.side = 4;
+  opts.skip_bad = true;
+  std::filesystem::create_directories(dir / "out");
+  ImageShard shard =
+      convert_image_shard(list, 0, 3, dir / "out/train-00000-of-00001.h5", meta, opts);
+  ASSERT_EQ(shard.skipped.size(), 1u);
+  EXPECT_NE(shard.skipped[0].find(dir / "in/blue/2.jpg: empty file"), std::string::npos);
+  std::vector<float> mean, stddev;
+  image_stats(shard.sum, shard.sum_sq, shard.pixels, mean, stddev);
+  EXPECT_NEAR(mean[0], 0.5, 0.01);  // one red, one blue sample
+  EXPECT_NEAR(mean[2], 0.5, 0.01);
+  shard.writer->set_stats(mean, stddev);
+  shard.writer->close();
+  auto ds = ShardedDataset::open(dir / "out/train");
+  EXPECT_EQ(ds->class_names(), (std::vector<std::string>{"blue", "red"}));
+  EXPECT_EQ(ds->labels(), (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(ds->mean(), mean);
+  opts.skip_bad = false;
+  EXPECT_NE(error_of([&] {
+              convert_image_shard(list, 0, 3, dir / "out/x.h5", meta, opts);
+            }).find(dir / "in/blue/2.jpg: empty file"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/x.h5"));
+}
+
+TEST(Cifar, RecordsKeepTheirLabelsAndPlanes) {
+  TempDir dir;
+  auto record = [](int coarse, int label, bool two) {
+    std::vector<std::uint8_t> r;
+    if (two) r.push_back(static_cast<std::uint8_t>(coarse));
+    r.push_back(static_cast<std::uint8_t>(label));
+    for (int p = 0; p < 3072; ++p)
+      r.push_back(static_cast<std::uint8_t>(p / 1024 * 10 + label));
+    return r;
+  };
+  std::vector<std::uint8_t> train, test;
+  for (int i = 0; i < 3; ++i) {
+    auto r = record(i % 20, 90 + i, true);
+    train.insert(train.end(), r.begin(), r.end());
+  }
+  test = record(4, 7, true);
+  write_bytes(dir / "train.bin", train);
+  write_bytes(dir / "test.bin", test);
+  const CifarSplits fine = read_cifar(dir.path());
+  EXPECT_EQ(fine.kind, "cifar-100");
+  EXPECT_EQ(fine.train.y, (std::vector<std::int32_t>{90, 91, 92}));
+  EXPECT_EQ(fine.train.num_classes, 100);
+  EXPECT_EQ(fine.train.x.shape(), (Shape{3, 3, 32, 32}));
+  const auto* x = fine.train.x.data<std::uint8_t>();
+  EXPECT_EQ(x[1 * 3072 + 0], 91);              // red plane of sample 1
+  EXPECT_EQ(x[1 * 3072 + 2048 + 5], 20 + 91);  // its blue plane
+  EXPECT_EQ(read_cifar(dir.path(), true).train.y, (std::vector<std::int32_t>{0, 1, 2}));
+  train.pop_back();
+  write_bytes(dir / "train.bin", train);
+  EXPECT_NE(error_of([&] {
+              read_cifar(dir.path());
+            }).find(dir / "train.bin: 9221 bytes is not a whole number of 3074-byte records"),
+            std::string::npos);
+}
+
+TEST(Cifar, TenClassBatchesNeedAllFiveAndValidLabels) {
+  TempDir dir;
+  std::vector<std::uint8_t> rec(3073, 1);
+  for (int b = 1; b <= 4; ++b)
+    write_bytes(dir / ("data_batch_" + std::to_string(b) + ".bin"), rec);
+  write_bytes(dir / "test_batch.bin", rec);
+  EXPECT_NE(error_of([&] { read_cifar(dir.path()); }).find(dir / "data_batch_5.bin is missing"),
+            std::string::npos);
+  rec[0] = 10;
+  write_bytes(dir / "data_batch_5.bin", rec);
+  EXPECT_NE(error_of([&] {
+              read_cifar(dir.path());
+            }).find(dir / "data_batch_5.bin: record 0 has label 10"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace lockstep::data
