@@ -25,11 +25,11 @@
 #include "bench.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
-#include "lockstep/parallel/reducer.hpp"
-#include "lockstep/parallel/scaling_model.hpp"
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/nn/model.hpp"
 #include "lockstep/ops/context.hpp"
+#include "lockstep/parallel/reducer.hpp"
+#include "lockstep/parallel/scaling_model.hpp"
 #include "lockstep/train/config.hpp"
 #include "lockstep/train/metrics.hpp"
 

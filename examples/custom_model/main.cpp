@@ -19,10 +19,10 @@
 #include "lockstep/data/dataset.hpp"
 #include "lockstep/data/loader.hpp"
 #include "lockstep/data/shard.hpp"
-#include "lockstep/parallel/ddp.hpp"
 #include "lockstep/nn/model.hpp"
 #include "lockstep/ops/context.hpp"
 #include "lockstep/optim/sgd.hpp"
+#include "lockstep/parallel/ddp.hpp"
 
 namespace {
 

@@ -302,7 +302,8 @@ Image decode_image(const std::uint8_t* data, std::size_t size, const std::string
   for (std::size_t i = 0; i < std::min<std::size_t>(size, 8); ++i) {
     char b[4];
     std::snprintf(b, sizeof b, "%02x", data[i]);
-    head += (i ? " " : "") + std::string(b);
+    if (i) head += ' ';  // appended apart: GCC 12 warns falsely on "lit" + std::string&&
+    head += b;
   }
   LOCKSTEP_FAIL_HINT(kBadFileHint, where, ": not a JPEG or PNG file (it starts with bytes ", head,
                      ")");

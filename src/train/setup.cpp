@@ -16,9 +16,9 @@
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
 #include "lockstep/data/sampler.hpp"
-#include "lockstep/parallel/data_parallel.hpp"
 #include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/sgd.hpp"
+#include "lockstep/parallel/data_parallel.hpp"
 #include "lockstep/train/checkpoint_lock.hpp"
 #include "lockstep/train/run_files.hpp"
 #include "lockstep/train/token_data.hpp"
@@ -153,7 +153,8 @@ std::unique_ptr<parallel::Engine> make_engine(Run& run, const Config& config) {
   ddp.input = run.norm;
   ddp.zero = config.dist_zero == 1;
   ddp.reducer.grad_dtype = parallel::parse_grad_dtype(config.dist_grad_dtype, "dist.grad_dtype");
-  return std::make_unique<parallel::DdpEngine>(*run.ctx, *run.model, *run.gradient_comm, ddp, run.flat);
+  return std::make_unique<parallel::DdpEngine>(*run.ctx, *run.model, *run.gradient_comm, ddp,
+                                               run.flat);
 }
 
 }  // namespace

@@ -14,8 +14,8 @@
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/file.hpp"
-#include "lockstep/parallel/zero.hpp"
 #include "lockstep/ops/ops.hpp"
+#include "lockstep/parallel/zero.hpp"
 
 namespace fs = std::filesystem;
 

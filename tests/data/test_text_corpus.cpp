@@ -182,7 +182,8 @@ std::vector<std::string> whole_text_cut(const std::string& text, DocumentSplit m
     } else if (mode == DocumentSplit::Line) {
       docs.emplace_back(line);
     } else {
-      paragraph += (paragraph.empty() ? "" : "\n") + std::string(line);
+      if (!paragraph.empty()) paragraph += '\n';
+      paragraph += line;
     }
   }
   if (!paragraph.empty()) docs.push_back(paragraph);

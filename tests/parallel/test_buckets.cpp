@@ -8,7 +8,8 @@ namespace {
 std::vector<nn::Parameter> make_params(const std::vector<std::int64_t>& sizes) {
   std::vector<nn::Parameter> out;
   for (std::size_t i = 0; i < sizes.size(); ++i)
-    out.push_back({"p" + std::to_string(i), Tensor::zeros({sizes[i]}), Tensor()});
+    out.push_back(
+        {std::string("p").append(std::to_string(i)), Tensor::zeros({sizes[i]}), Tensor()});
   return out;
 }
 std::vector<nn::Parameter*> pointers(std::vector<nn::Parameter>& v) {

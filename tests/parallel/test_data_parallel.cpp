@@ -11,10 +11,10 @@
 #include <thread>
 
 #include "custom_model/custom_network.hpp"
-#include "lockstep/parallel/data_parallel.hpp"
 #include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/device_runtime.hpp"
 #include "lockstep/ops/ops.hpp"
+#include "lockstep/parallel/data_parallel.hpp"
 #include "support/device_test_support.hpp"
 #include "support/training.hpp"
 

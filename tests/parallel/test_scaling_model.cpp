@@ -8,9 +8,9 @@
 #include <cmath>
 
 #include "lockstep/core/error.hpp"
-#include "lockstep/parallel/reducer.hpp"
 #include "lockstep/nn/model.hpp"
 #include "lockstep/optim/flat.hpp"
+#include "lockstep/parallel/reducer.hpp"
 
 namespace lockstep::parallel::scaling {
 namespace {

@@ -1,10 +1,10 @@
 // The run's timeline recorder (log.trace): named spans and instants on named tracks of this
 // process, recorded only while a window of steps is traced. Every layer records through it (data
 // wait in train/, each bucket's readiness in parallel/, each collective on the communication thread
-// in comm/, forward and backward in nn/ and parallel/); train/trace_file.hpp merges the ranks onto one
-// clock and writes the Chrome trace.
-// Off, a span costs one relaxed atomic load; on, one steady-clock read at each end and an append
-// under a mutex (a step records tens to hundreds of events, far below the step's own work).
+// in comm/, forward and backward in nn/ and parallel/); train/trace_file.hpp merges the ranks onto
+// one clock and writes the Chrome trace. Off, a span costs one relaxed atomic load; on, one
+// steady-clock read at each end and an append under a mutex (a step records tens to hundreds of
+// events, far below the step's own work).
 #pragma once
 
 #include <atomic>

@@ -14,9 +14,9 @@
 // are set in one place, FlatLayout::build.
 //
 // Why in optim: the layout exists so that the optimizer can update everything in one op, and
-// the optimizer's state is what ZeRO-1 shards; the Reducer (parallel, a layer above) communicates the
-// gradient buckets of this layout, and nn stays unaware of it (a parameter is just a view).
-// One FlatParams per model replica; the optimizer and the engine share it.
+// the optimizer's state is what ZeRO-1 shards; the Reducer (parallel, a layer above) communicates
+// the gradient buckets of this layout, and nn stays unaware of it (a parameter is just a view). One
+// FlatParams per model replica; the optimizer and the engine share it.
 #pragma once
 
 #include <cstddef>

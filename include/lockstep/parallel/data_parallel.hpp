@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "lockstep/core/thread_pool.hpp"
+#include "lockstep/optim/flat.hpp"
 #include "lockstep/parallel/ddp.hpp"
 #include "lockstep/parallel/engine.hpp"
-#include "lockstep/optim/flat.hpp"
 
 namespace lockstep::parallel {
 

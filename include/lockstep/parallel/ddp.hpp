@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "lockstep/comm/communicator.hpp"
-#include "lockstep/parallel/engine.hpp"
-#include "lockstep/parallel/reducer.hpp"
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/ops/device_runtime.hpp"
+#include "lockstep/parallel/engine.hpp"
+#include "lockstep/parallel/reducer.hpp"
 
 namespace lockstep::parallel {
 

@@ -7,7 +7,8 @@
 //
 // Pure arithmetic: nothing here communicates or times anything. The equations, their calibration
 // on measured runs and their check against published results are in docs/SCALING.md; the
-// hand-computed cases are in tests/parallel/test_scaling_model.cpp. Times in seconds, sizes in bytes.
+// hand-computed cases are in tests/parallel/test_scaling_model.cpp. Times in seconds, sizes in
+// bytes.
 #pragma once
 
 #include <cstddef>

@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "lockstep/core/rng.hpp"
-#include "lockstep/parallel/reducer.hpp"
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/nn/model.hpp"
+#include "lockstep/parallel/reducer.hpp"
 #include "support/mpi_env.hpp"
 
 namespace lockstep::test {

@@ -2,8 +2,8 @@
 // first host wait (the gradient check), not as a non-finite gradient with a hint to lower the
 // learning rate: on every device kind (the emulated GPU everywhere, CUDA where a GPU answers).
 //
-// Needs the parallel layer, which the GPU-check build (LOCKSTEP_GPU_CHECK_ONLY) does not have: there
-// the file compiles to nothing.
+// Needs the parallel layer, which the GPU-check build (LOCKSTEP_GPU_CHECK_ONLY) does not have:
+// there the file compiles to nothing.
 #include "support/device_test_support.hpp"
 
 #if __has_include("lockstep/parallel/ddp.hpp")

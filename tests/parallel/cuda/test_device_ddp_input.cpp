@@ -10,8 +10,8 @@
 
 #if __has_include("lockstep/parallel/ddp.hpp")
 #include "lockstep/comm/local.hpp"
-#include "lockstep/parallel/ddp.hpp"
 #include "lockstep/optim/sgd.hpp"
+#include "lockstep/parallel/ddp.hpp"
 
 namespace lockstep::testing {
 namespace {

@@ -20,11 +20,11 @@
 
 #include "custom_model/custom_network.hpp"
 #include "lockstep/core/error.hpp"
-#include "lockstep/parallel/ddp.hpp"
-#include "lockstep/parallel/zero.hpp"
 #include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/clip.hpp"
 #include "lockstep/optim/sgd.hpp"
+#include "lockstep/parallel/ddp.hpp"
+#include "lockstep/parallel/zero.hpp"
 #include "lockstep/train/config.hpp"
 #include "lockstep/train/setup.hpp"
 #include "support/mpi_env.hpp"
