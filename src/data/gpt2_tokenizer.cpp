@@ -22,7 +22,8 @@
 #include <unordered_map>
 
 #include "lockstep/core/error.hpp"
-#include "utf8.hpp"
+#include "lockstep/core/json.hpp"
+#include "lockstep/core/utf8.hpp"
 
 namespace lockstep::data::gpt2 {
 
@@ -122,122 +123,25 @@ class ByteCharDecoder {
   }();
 };
 
-// encoder.json: one flat JSON object {"token": id, ...}. A tiny parser for exactly that shape
-// (strings with escapes, non-negative integers), so the library needs no JSON dependency.
+// encoder.json: one flat JSON object {"token": id, ...}, read with the library's strict reader.
 std::vector<std::pair<std::string, std::int64_t>> parse_encoder_json(const std::string& text,
                                                                      const std::string& path) {
-  std::size_t i = 0;
-  auto fail = [&](const char* what) {
-    LOCKSTEP_FAIL_HINT(kFileHint, path, ": not GPT-2's encoder.json: ", what, " at byte ", i);
-  };
-  auto skip_ws = [&] {
-    while (i < text.size() &&
-           (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t'))
-      ++i;
-  };
-  auto hex4 = [&]() -> char32_t {
-    if (i + 4 > text.size()) fail("truncated \\u escape");
-    char32_t v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = text[i++];
-      v <<= 4;
-      if (c >= '0' && c <= '9')
-        v |= static_cast<char32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        v |= static_cast<char32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        v |= static_cast<char32_t>(c - 'A' + 10);
-      else
-        fail("bad \\u escape");
-    }
-    return v;
-  };
-  auto parse_string = [&]() {
-    if (i >= text.size() || text[i] != '"') fail("expected a string");
-    ++i;
-    std::string out;
-    for (;;) {
-      if (i >= text.size()) fail("unterminated string");
-      const char c = text[i++];
-      if (c == '"') return out;
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (i >= text.size()) fail("unterminated escape");
-      const char e = text[i++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          char32_t cp = hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF) {  // a surrogate pair
-            if (i + 2 > text.size() || text[i] != '\\' || text[i + 1] != 'u')
-              fail("lone surrogate");
-            i += 2;
-            const char32_t lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) fail("bad surrogate pair");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            fail("lone surrogate");
-          }
-          utf8::append(out, cp);
-          break;
-        }
-        default:
-          fail("unknown escape");
-      }
-    }
-  };
+  const json::Source source{path, "not GPT-2's encoder.json", kFileHint};
+  json::Reader r(text, source);
   std::vector<std::pair<std::string, std::int64_t>> out;
-  skip_ws();
-  if (i >= text.size() || text[i] != '{') fail("expected '{'");
-  ++i;
-  skip_ws();
-  if (i < text.size() && text[i] == '}') return out;
-  for (;;) {
-    skip_ws();
-    std::string key = parse_string();
-    skip_ws();
-    if (i >= text.size() || text[i] != ':') fail("expected ':'");
-    ++i;
-    skip_ws();
-    std::int64_t v = 0;
-    const std::size_t digits_at = i;
-    while (i < text.size() && text[i] >= '0' && text[i] <= '9' && i - digits_at < 12)
-      v = v * 10 + (text[i++] - '0');
-    if (i == digits_at) fail("expected a token id");
-    out.emplace_back(std::move(key), v);
-    skip_ws();
-    if (i < text.size() && text[i] == ',') {
-      ++i;
-      continue;
-    }
-    if (i < text.size() && text[i] == '}') return out;
-    fail("expected ',' or '}'");
-  }
+  r.expect('{', "expected '{'");
+  if (r.take('}')) return out;
+  do {
+    std::string key;
+    r.string(&key);
+    r.expect(':', "expected ':'");
+    const std::int64_t id = r.integer();
+    if (id < 0) r.fail("a negative token id");
+    out.emplace_back(std::move(key), id);
+  } while (r.take(','));
+  r.expect('}', "expected ',' or '}'");
+  if (!r.at_end()) r.fail("text after the object");
+  return out;
 }
 
 // gpt2.tiktoken: one "base64(token bytes) rank" per line, ranks 0..50255 (tiktoken's format; the

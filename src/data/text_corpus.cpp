@@ -17,9 +17,9 @@
 #include <thread>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/core/utf8.hpp"
 #include "lockstep/data/shard.hpp"
 #include "text_input.hpp"
-#include "utf8.hpp"
 
 namespace lockstep::data {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "lockstep/core/error.hpp"
-#include "utf8.hpp"
+#include "lockstep/core/json.hpp"
 
 namespace lockstep::data {
 
@@ -199,194 +199,38 @@ std::int64_t input_size(const std::string& path) {
   return ec ? -1 : static_cast<std::int64_t>(size);
 }
 
-// A strict reader of one JSON value at a time: enough to find one string field of a record and
-// to skip every other value, nested ones included.
-namespace {
-
-class JsonLine {
- public:
-  JsonLine(std::string_view text, const std::string& where) : s_(text), where_(where) {}
-
-  [[noreturn]] void fail(const char* what) const {
-    LOCKSTEP_FAIL_HINT(
-        "each line must be one JSON object holding the field as a string (JSON Lines)", where_,
-        ": not a JSON Lines record: ", what, " at column ", i_ + 1);
-  }
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r' || s_[i_] == '\n'))
-      ++i_;
-  }
-  bool at(char c) {
-    ws();
-    return i_ < s_.size() && s_[i_] == c;
-  }
-  void expect(char c, const char* what) {
-    if (!at(c)) fail(what);
-    ++i_;
-  }
-  bool at_end() {
-    ws();
-    return i_ == s_.size();
-  }
-
-  // A string at i_; its unescaped text into out when out is given.
-  void string(std::string* out) {
-    expect('"', "expected a string");
-    if (out) out->clear();
-    for (;;) {
-      if (i_ >= s_.size()) fail("unterminated string");
-      const char c = s_[i_++];
-      if (c == '"') return;
-      if (static_cast<unsigned char>(c) < 0x20) fail("a control character in a string");
-      if (c != '\\') {
-        if (out) *out += c;
-        continue;
-      }
-      if (i_ >= s_.size()) fail("unterminated escape");
-      const char e = s_[i_++];
-      char plain = 0;
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          plain = e;
-          break;
-        case 'b':
-          plain = '\b';
-          break;
-        case 'f':
-          plain = '\f';
-          break;
-        case 'n':
-          plain = '\n';
-          break;
-        case 'r':
-          plain = '\r';
-          break;
-        case 't':
-          plain = '\t';
-          break;
-        case 'u': {
-          char32_t cp = hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (i_ + 2 > s_.size() || s_[i_] != '\\' || s_[i_ + 1] != 'u')
-              fail("a lone surrogate \\u escape");
-            i_ += 2;
-            const char32_t lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) fail("a bad surrogate pair");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            fail("a lone surrogate \\u escape");
-          }
-          if (out) utf8::append(*out, cp);
-          continue;
-        }
-        default:
-          fail("an unknown escape");
-      }
-      if (out) *out += plain;
-    }
-  }
-
-  // Any value, skipped; `depth` bounds nesting so a hostile line cannot overflow the stack.
-  void skip_value(int depth = 0) {
-    if (depth > 256) fail("nesting deeper than 256");
-    ws();
-    if (i_ >= s_.size()) fail("expected a value");
-    const char c = s_[i_];
-    if (c == '"') return string(nullptr);
-    if (c == '{' || c == '[') {
-      const char close = c == '{' ? '}' : ']';
-      ++i_;
-      if (at(close)) {
-        ++i_;
-        return;
-      }
-      for (;;) {
-        if (close == '}') {
-          string(nullptr);
-          expect(':', "expected ':'");
-        }
-        skip_value(depth + 1);
-        if (at(',')) {
-          ++i_;
-          continue;
-        }
-        expect(close, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
-        return;
-      }
-    }
-    for (std::string_view word : {"true", "false", "null"}) {
-      if (s_.substr(i_, word.size()) == word) {
-        i_ += word.size();
-        return;
-      }
-    }
-    const std::size_t start = i_;  // a number, loosely: its characters
-    while (i_ < s_.size() && std::strchr("+-0123456789.eE", s_[i_]) && s_[i_] != '\0')
-      ++i_;
-    if (i_ == start) fail("expected a value");
-  }
-
- private:
-  char32_t hex4() {
-    if (i_ + 4 > s_.size()) fail("a truncated \\u escape");
-    char32_t v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = s_[i_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9')
-        v |= static_cast<char32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        v |= static_cast<char32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        v |= static_cast<char32_t>(c - 'A' + 10);
-      else
-        fail("a bad \\u escape");
-    }
-    return v;
-  }
-
-  std::string_view s_;
-  const std::string& where_;
-  std::size_t i_ = 0;
-};
-
-}  // namespace
-
 void json_string_field(std::string_view line, std::string_view field, std::string& out,
                        const std::string& where) {
-  JsonLine j(line, where);
+  constexpr std::string_view kHint =
+      "give the field that holds each record's text with --jsonl-field";
+  const json::Source source{where, "not a JSON Lines record",
+                            "each line must be one JSON object holding the field as a string "
+                            "(JSON Lines)",
+                            true};
+  json::Reader j(line, source);
   j.expect('{', "expected '{'");
   bool found = false;
   std::string key;
-  if (j.at('}')) {
-    j.expect('}', "");
-  } else {
+  if (!j.take('}')) {
     for (;;) {
       j.string(&key);
       j.expect(':', "expected ':'");
       if (!found && key == field) {
-        if (!j.at('"')) {
-          LOCKSTEP_FAIL_HINT("give the field that holds each record's text with --jsonl-field",
-                             where, ": field \"", field, "\" is not a string");
-        }
+        if (!j.at('"'))
+          LOCKSTEP_FAIL_HINT(std::string(kHint), where, ": field \"", field, "\" is not a string");
         j.string(&out);
         found = true;
       } else {
         j.skip_value();
       }
-      if (j.at(',')) {
-        j.expect(',', "");
-        continue;
-      }
+      if (j.take(',')) continue;
       j.expect('}', "expected ',' or '}'");
       break;
     }
   }
   if (!j.at_end()) j.fail("text after the object");
-  LOCKSTEP_CHECK_HINT(found, "give the field that holds each record's text with --jsonl-field",
-                      where, ": the JSON Lines record has no field \"", field, "\"");
+  LOCKSTEP_CHECK_HINT(found, std::string(kHint), where, ": the JSON Lines record has no field \"",
+                      field, "\"");
 }
 
 }  // namespace lockstep::data

@@ -5,7 +5,7 @@
 
 #include "gpt2_tokenizer.hpp"
 #include "lockstep/core/error.hpp"
-#include "utf8.hpp"
+#include "lockstep/core/utf8.hpp"
 
 namespace lockstep::data {
 

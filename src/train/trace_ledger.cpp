@@ -8,153 +8,10 @@
 #include <sstream>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/core/json.hpp"
 
 namespace lockstep::train {
 namespace {
-
-// A JSON value: enough of JSON to read a Chrome trace (objects, arrays, strings, numbers, true,
-// false, null).
-struct Json {
-  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-  double number = 0;
-  std::string text;
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> fields;
-  const Json* get(const std::string& key) const {
-    for (const auto& [k, v] : fields)
-      if (k == key) return &v;
-    return nullptr;
-  }
-  double num(const std::string& key, double fallback = 0) const {
-    const Json* v = get(key);
-    return v && v->kind == Number ? v->number : fallback;
-  }
-  std::string str(const std::string& key) const {
-    const Json* v = get(key);
-    return v && v->kind == String ? v->text : "";
-  }
-};
-
-class Parser {
- public:
-  Parser(const std::string& text, const std::string& path) : s_(text), path_(path) {}
-  Json parse() {
-    Json v = value();
-    space();
-    if (at_ != s_.size()) fail("text after the JSON value");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) const {
-    LOCKSTEP_FAIL_HINT("pass a file written by lockstep-train's log.trace", path_,
-                       ": not a trace: ", what, " at byte ", at_);
-  }
-  void space() {
-    while (at_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[at_])))
-      ++at_;
-  }
-  bool take(char c) {
-    space();
-    if (at_ < s_.size() && s_[at_] == c) {
-      ++at_;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c) {
-    if (!take(c)) fail(std::string("expected '") + c + "'");
-  }
-  Json value() {
-    space();
-    if (at_ >= s_.size()) fail("unexpected end");
-    const char c = s_[at_];
-    Json v;
-    if (c == '{') {
-      v.kind = Json::Object;
-      ++at_;
-      if (take('}')) return v;
-      do {
-        space();
-        std::string key = string();
-        expect(':');
-        v.fields.emplace_back(std::move(key), value());
-      } while (take(','));
-      expect('}');
-    } else if (c == '[') {
-      v.kind = Json::Array;
-      ++at_;
-      if (take(']')) return v;
-      do
-        v.items.push_back(value());
-      while (take(','));
-      expect(']');
-    } else if (c == '"') {
-      v.kind = Json::String;
-      v.text = string();
-    } else if (s_.compare(at_, 4, "true") == 0 || s_.compare(at_, 5, "false") == 0) {
-      v.kind = Json::Bool;
-      v.number = s_[at_] == 't';
-      at_ += s_[at_] == 't' ? 4 : 5;
-    } else if (s_.compare(at_, 4, "null") == 0) {
-      at_ += 4;
-    } else {
-      const char* begin = s_.c_str() + at_;
-      char* end = nullptr;
-      v.kind = Json::Number;
-      v.number = std::strtod(begin, &end);
-      if (end == begin) fail("expected a value");
-      at_ += static_cast<std::size_t>(end - begin);
-    }
-    return v;
-  }
-  std::string string() {
-    if (at_ >= s_.size() || s_[at_] != '"') fail("expected a string");
-    ++at_;
-    std::string out;
-    while (at_ < s_.size() && s_[at_] != '"') {
-      char c = s_[at_++];
-      if (c == '\\') {
-        if (at_ >= s_.size()) break;
-        const char e = s_[at_++];
-        switch (e) {
-          case 'n':
-            c = '\n';
-            break;
-          case 't':
-            c = '\t';
-            break;
-          case 'r':
-            c = '\r';
-            break;
-          case 'b':
-            c = '\b';
-            break;
-          case 'f':
-            c = '\f';
-            break;
-          case 'u': {
-            // Names lockstep writes escape only control characters (\u00XX).
-            if (at_ + 4 > s_.size()) fail("a cut \\u escape");
-            c = static_cast<char>(std::stoi(s_.substr(at_, 4), nullptr, 16));
-            at_ += 4;
-            break;
-          }
-          default:
-            c = e;
-        }
-      }
-      out += c;
-    }
-    if (at_ >= s_.size()) fail("an unterminated string");
-    ++at_;
-    return out;
-  }
-
-  const std::string& s_;
-  const std::string& path_;
-  std::size_t at_ = 0;
-};
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -170,23 +27,25 @@ Trace read_trace(const std::string& path) {
   LOCKSTEP_CHECK_HINT(in.good(), "pass the file named by log.trace", "cannot read trace ", path);
   std::ostringstream text;
   text << in.rdbuf();
-  const Json root = Parser(text.str(), path).parse();
-  const Json* events = root.get("traceEvents");
-  LOCKSTEP_CHECK_HINT(events && events->kind == Json::Array,
+  const std::string body = text.str();
+  const json::Value root =
+      json::parse(body, {path, "not a trace", "pass a file written by lockstep-train's log.trace"});
+  const json::Value* events = root.get("traceEvents");
+  LOCKSTEP_CHECK_HINT(events && events->kind == json::Value::Array,
                       "pass a file written by lockstep-train's log.trace", path,
                       ": no traceEvents array");
   Trace trace;
-  if (const Json* other = root.get("otherData")) {
+  if (const json::Value* other = root.get("otherData")) {
     trace.ranks = static_cast<int>(other->num("ranks"));
     trace.clock_residual_us = other->num("clock_residual_us");
   }
   std::map<std::pair<int, int>, std::string> tracks;
-  for (const Json& e : events->items)
+  for (const json::Value& e : events->items)
     if (e.str("ph") == "M" && e.str("name") == "thread_name")
-      if (const Json* args = e.get("args"))
+      if (const json::Value* args = e.get("args"))
         tracks[{static_cast<int>(e.num("pid")), static_cast<int>(e.num("tid"))}] =
             args->str("name");
-  for (const Json& e : events->items) {
+  for (const json::Value& e : events->items) {
     const std::string ph = e.str("ph");
     const int pid = static_cast<int>(e.num("pid"));
     trace.ranks = std::max(trace.ranks, pid + 1);
@@ -204,7 +63,8 @@ Trace read_trace(const std::string& path) {
     ev.name = e.str("name");
     ev.ts_us = e.num("ts");
     ev.dur_us = ph == "X" ? e.num("dur") : -1;
-    if (const Json* args = e.get("args")) ev.step = static_cast<std::int64_t>(args->num("step"));
+    if (const json::Value* args = e.get("args"))
+      ev.step = static_cast<std::int64_t>(args->num("step"));
     trace.events.push_back(std::move(ev));
   }
   trace.rank_names.resize(static_cast<std::size_t>(trace.ranks));

@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "data/gpt2_tokenizer.hpp"
-#include "data/utf8.hpp"
 #include "data_test_util.hpp"
 #include "lockstep/core/error.hpp"
+#include "lockstep/core/utf8.hpp"
 #include "lockstep/data/tokenizer.hpp"
 
 using namespace lockstep;

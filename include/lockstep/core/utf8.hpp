@@ -1,11 +1,13 @@
-// UTF-8 decoding shared by the tokenizers: strict (RFC 3629) so that text which is not UTF-8 is
-// refused where it is read, not turned into replacement characters that end up in token shards.
+// UTF-8 shared by the tokenizers and the JSON reader: strict (RFC 3629) so that text which is not
+// UTF-8 is refused where it is read, not turned into replacement characters that end up in token
+// shards.
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
-namespace lockstep::data::utf8 {
+namespace lockstep::utf8 {
 
 // Decodes the sequence starting at text[i] into cp and returns its length (1..4), or 0 when the
 // bytes there are not a well-formed sequence (a stray continuation byte, a truncated sequence,
@@ -57,4 +59,4 @@ inline void append(std::string& out, char32_t cp) {
   }
 }
 
-}  // namespace lockstep::data::utf8
+}  // namespace lockstep::utf8
