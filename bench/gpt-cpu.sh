@@ -34,7 +34,7 @@ PRECISION=${PRECISION:-fp32}
 case "$PRECISION" in fp32 | bf16) ;; *) echo "gpt-cpu: PRECISION must be fp32 or bf16, got '$PRECISION'" >&2; exit 2 ;; esac
 [ "$RANKS" -gt 1 ] && TRAIN=1
 [ "$TRAIN" = 1 ] && OPTIMIZER=adamw
-PYTHON=${PYTHON:-/usr/bin/python3}
+. bench/torch-peer-env.sh  # TORCH=pip (2.15, default) | debian (1.13); sets PYTHON
 OUT=${OUT:-results/gpt-cpu}
 # Both sides' worker threads sleep when idle (the machine is shared; see docs/ARCHITECTURE.md).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
@@ -46,10 +46,6 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo; then
   export OPENBLAS_CORETYPE=SkylakeX
 fi
 [ -x build/apps/lockstep-bench ] || scripts/build.sh
-if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
-  echo "gpt-cpu: $PYTHON has no torch (apt-get install python3-torch)" >&2
-  exit 77
-fi
 mkdir -p "$OUT"
 : >"$OUT/runs.jsonl"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -32,18 +32,12 @@ import sys
 import time
 
 
-def _threads_from_argv(default=2):
-    for arg in sys.argv[1:]:
-        if arg.startswith("--threads="):
-            return arg.split("=", 1)[1]
-    return str(default)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_setup  # noqa: E402
 
-
-# torch.set_num_threads covers PyTorch's own (OpenMP) threads, not the OpenBLAS its Debian build
-# calls for matmuls, which starts one thread per core when it loads: cap both before the import,
-# so --threads=1 means one thread, as it does for lockstep.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads_from_argv())
-os.environ.setdefault("OMP_NUM_THREADS", _threads_from_argv())
+# glibc's malloc thresholds and the thread caps (OpenMP, MKL, Debian's OpenBLAS), before torch
+# loads: bench/torch_setup.py.
+torch_setup.prepare(default_threads=2)
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# lockstep against Debian's PyTorch 1.13 on one process: training steps (forward, loss, backward,
+# lockstep against PyTorch (TORCH=pip: 2.15, default; TORCH=debian: 1.13) on one process: training steps (forward, loss, backward,
 # SGD with momentum) of the MLP 784-1024-1024-10 at batch 256 in fp32, at 1 and 2 threads,
 # `lockstep-bench mlp` vs bench/precision_torch.py (the same model, batch and optimizer). Both are
 # capped at the same threads (PyTorch's OpenMP and its OpenBLAS alike).
 #
-# PyTorch runs its fp32 matmuls in Debian's OpenBLAS, which picks its kernels from the CPU model;
+# Debian's PyTorch 1.13 runs its fp32 matmuls in Debian's OpenBLAS (2.15 from PyPI: MKL and oneDNN), which picks its kernels from the CPU model;
 # on CPUs newer than OpenBLAS 0.3.21 (e.g. Emerald Rapids) it falls back to generic SSE3 kernels.
 # So PyTorch is measured twice: as installed ("torch"), and, where the CPU has AVX512, with
 # OPENBLAS_CORETYPE=SkylakeX ("torch_skx", OpenBLAS's AVX512 kernels, PyTorch at its best here).
@@ -26,14 +26,10 @@ THREADS=${THREADS:-"1 2"}
 STEPS=${STEPS:-10}
 BATCH=${BATCH:-256}
 OUT=${OUT:-results/mlp-torch}
-PYTHON=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch lives in the system interpreter
+. bench/torch-peer-env.sh  # TORCH=pip (2.15, default) | debian (1.13); sets PYTHON
 BENCH=build/apps/lockstep-bench
 export OMP_WAIT_POLICY=PASSIVE  # both sides' OpenMP workers sleep instead of spinning
 [ -x "$BENCH" ] || scripts/build.sh
-"$PYTHON" -c 'import torch' 2>/dev/null || {
-  echo "mlp-torch: $PYTHON cannot import torch (apt-get install python3-torch)" >&2
-  exit 77
-}
 AVX512=0
 grep -qw avx512f /proc/cpuinfo && AVX512=1
 mkdir -p "$OUT"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Precision on the CPU, measured in one run on this machine: lockstep fp32 vs bf16 against
-# Debian's PyTorch 1.13 fp32 and torch.autocast('cpu', dtype=torch.bfloat16) on the same model.
+# PyTorch (TORCH=pip: 2.15 from PyPI; TORCH=debian: 1.13) fp32 and torch.autocast('cpu', dtype=torch.bfloat16) on the same model.
 #   - a 1024^3 matmul: `lockstep-bench ops --only=gemm` (GFLOP/s) vs torch `a @ b`, 1 thread
 #   - training steps of the MLP 784-1024-1024-10, batch 256, SGD momentum, at 1 and 2 threads:
 #     `lockstep-bench mlp --precision=P` vs bench/precision_torch.py (identical model and batch)
@@ -32,14 +32,10 @@ STEPS=${STEPS:-10}
 OUT=${OUT:-results/precision}
 DDP_RANKS=${DDP_RANKS:-2}
 DATA=${DATA:-data/fashion-mnist}
-PYTHON=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch lives in the system interpreter
+. bench/torch-peer-env.sh  # TORCH=pip (2.15, default) | debian (1.13); sets PYTHON
 BENCH=build/apps/lockstep-bench
 export OMP_WAIT_POLICY=PASSIVE  # both sides' OpenMP workers sleep instead of spinning
 [ -x "$BENCH" ] || scripts/build.sh
-"$PYTHON" -c 'import torch' 2>/dev/null || {
-  echo "precision.sh: $PYTHON cannot import torch (apt-get install python3-torch)" >&2
-  exit 1
-}
 if [ "$DDP_RANKS" -gt 1 ]; then
   command -v mpirun >/dev/null || { echo "precision.sh: mpirun not found (DDP_RANKS=0 leaves DDP out)" >&2; exit 1; }
   compgen -G "$DATA/train-*.h5" >/dev/null ||
@@ -187,7 +183,7 @@ with open(f"{out}/summary.md", "w") as f:
                 "what the CPU can do; rerun with OPENBLAS_CORETYPE=SkylakeX (AVX512) for tuned "
                 "fp32 figures.\n\n")
     f.write("| 1024^3 matmul, 1 thread | fp32 GFLOP/s | bf16 GFLOP/s | bf16/fp32 |\n| --- | --- | --- | --- |\n")
-    for who, k in (("lockstep (oneDNN)", "lockstep-ops"), ("PyTorch 1.13", "torch-matmul")):
+    for who, k in (("lockstep (oneDNN)", "lockstep-ops"), ("PyTorch " + next((r.get("torch", "?") for r in runs if r["kind"] == "torch-matmul"), "?"), "torch-matmul")):
         f.write(f"| {who} | {mm[k+'_fp32']:.1f} | {mm[k+'_bf16']:.1f} | {mm[k+'_bf16']/mm[k+'_fp32']:.2f} |\n")
     f.write("\n| MLP 784-1024-1024-10, batch 256 | threads | lockstep fp32 | lockstep bf16 | torch fp32 "
             "| torch autocast bf16 | lockstep bf16 / autocast | lockstep bf16 / fp32 |\n"

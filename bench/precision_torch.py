@@ -16,13 +16,8 @@
 
 Each prints one JSON line: the median over --reps of the mean step (or call) time.
 
-PyTorch gets glibc's malloc tuned (TORCH_MALLOC=tuned, the default; TORCH_MALLOC=default leaves
-it): Debian's PyTorch 1.13 frees its large CPU temporaries back to the kernel every step
-(glibc's mmap and trim thresholds), so each step faults its pages in again. On the AMD EPYC
-Zen 5 VM (2026-12-02) that was three quarters of an autocast bf16 step (41-64 ms at 1 thread;
-12 ms with the thresholds raised to 1 GiB, the effect PyTorch's CPU tuning guides get from
-jemalloc or tcmalloc). The peer should run at its best, so the script re-executes itself
-with GLIBC_TUNABLES set before torch loads; the JSON line records the setting.
+PyTorch gets glibc's malloc tuned and its threads capped before it loads (bench/torch_setup.py;
+the JSON line records the malloc setting).
 """
 import argparse
 import json
@@ -31,31 +26,10 @@ import statistics
 import sys
 import time
 
-TUNED_MALLOC = "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824"
-_malloc = os.environ.get("TORCH_MALLOC", "tuned")
-if _malloc not in ("tuned", "default"):
-    sys.exit(f"precision_torch.py: TORCH_MALLOC={_malloc!r}: use 'tuned' or 'default'")
-if _malloc == "tuned" and "GLIBC_TUNABLES" not in os.environ:
-    # glibc reads its tunables once, at process start: set them and start again.
-    os.environ["GLIBC_TUNABLES"] = TUNED_MALLOC
-    os.execv(sys.executable, [sys.executable] + sys.argv)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_setup  # noqa: E402
 
-
-def _threads_from_argv(default="1"):
-    for i, arg in enumerate(sys.argv[1:], 1):
-        if arg.startswith("--threads="):
-            return arg.split("=", 1)[1]
-        if arg == "--threads" and i + 1 < len(sys.argv):
-            return sys.argv[i + 1]
-    return default
-
-
-# torch.set_num_threads covers PyTorch's own (OpenMP) threads, not the OpenBLAS its Debian build
-# calls for fp32 matmuls, which starts one thread per core when it loads: cap both before the
-# import, so --threads 1 means one thread, as it does for lockstep (bench/gpt_torch.py does the
-# same).
-os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads_from_argv())
-os.environ.setdefault("OMP_NUM_THREADS", _threads_from_argv())
+torch_setup.prepare(default_threads=1)  # malloc thresholds, thread caps: before torch loads
 
 import torch  # noqa: E402
 

@@ -1,4 +1,4 @@
-// lockstep-bench mlp: one training step (forward, loss, backward, SGD step) of an MLP, by default
+// lockstep-bench mlp: one training step (forward, loss, backward, SGD step) of a model, by default
 // 784-1024-1024-10 at batch 256, against the time its GEMMs alone take on the same Context.
 //
 // The bound is the sum, over the GEMMs the step really runs, of each GEMM's median time when run
@@ -49,6 +49,24 @@ Tensor random_f32(const Shape& shape, std::uint64_t stream) {
   return Tensor::from_vector(v, shape);
 }
 
+// "C,H,W" (or "F", "C,H,W" with 'x' as separator too): one sample's shape.
+Shape parse_sample_shape(const std::string& text) {
+  Shape shape;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t end = text.find_first_of(",x", pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(pos, end - pos);
+    char* stop = nullptr;
+    const long long v = std::strtoll(item.c_str(), &stop, 10);
+    LOCKSTEP_CHECK(!item.empty() && stop == item.c_str() + item.size() && v > 0,
+                   "--input must be a sample shape such as 1,28,28 or 3,32,32, got '", text, "'");
+    shape.push_back(v);
+    pos = end + 1;
+  }
+  return shape;
+}
+
 std::string join_ms(const std::vector<double>& seconds) {
   std::string out;
   for (std::size_t i = 0; i < seconds.size(); ++i)
@@ -72,18 +90,22 @@ int run(const Args& args) {
   const int reps = static_cast<int>(args.get_int("reps", 7));
   const int steps = static_cast<int>(args.get_int("steps", 10));
   const bool reuse = args.get_int("reuse", 1) != 0;
+  const bool split_phases = args.get_int("phases", 1) != 0;  // 0: skip the per-phase run
   LOCKSTEP_CHECK(reps >= 5, "--reps must be at least 5 (medians of >= 5 repetitions), got ", reps);
   LOCKSTEP_CHECK(threads >= 1 && batch >= 1 && steps >= 1,
                  "--threads, --batch, --steps must be positive");
-  const std::int64_t classes = 10;
-  const Shape sample{1, 28, 28};
+  const std::int64_t classes = args.get_int("classes", 10);
+  const Shape sample = parse_sample_shape(args.get("input", "1,28,28"));
+  LOCKSTEP_CHECK(classes >= 2, "--classes must be at least 2, got ", classes);
 
   ops::Context ctx(Device::cpu(), threads);
   ctx.set_precision(ops::precision_from_name(args.get("precision", "fp32")));
   nn::Model model = nn::Model::build(spec, sample, classes, 1);
   optim::Sgd sgd(model.parameters(), {.lr = 0.01f, .momentum = 0.9f});
   nn::SoftmaxCrossEntropy loss;
-  Tensor x = random_f32({batch, 1, 28, 28}, 1);
+  Shape input_shape{batch};
+  input_shape.insert(input_shape.end(), sample.begin(), sample.end());
+  Tensor x = random_f32(input_shape, 1);
   std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
   for (std::size_t i = 0; i < labels.size(); ++i)
     labels[i] = static_cast<std::int32_t>(i % classes);
@@ -194,7 +216,7 @@ int run(const Args& args) {
     }
     if (rep >= 0) it->second.push_back(t);
   };
-  for (int rep = -1; rep < reps * steps; ++rep) {  // rep -1 warms up and is not recorded
+  for (int rep = -1; split_phases && rep < reps * steps; ++rep) {  // rep -1: warm-up, unrecorded
     timed(
         "zero_grad", [&] { sgd.flat_params()->zero_grad(ctx); }, rep);
     if (reuse) ctx.begin_reuse(weights);  // as Model::forward does
@@ -225,7 +247,8 @@ int run(const Args& args) {
   std::ostringstream json;
   json << "{\"benchmark\": \"mlp\", \"machine\": " << machine_json() << ",\n"
        << " \"config\": {\"model\": \"" << spec << "\", \"layers\": \"" << model.layer_spec()
-       << "\", \"batch\": " << batch << ", \"threads\": " << threads << ", \"reps\": " << reps
+       << "\", \"input\": \"" << shape_str(sample) << "\", \"classes\": " << classes
+       << ", \"batch\": " << batch << ", \"threads\": " << threads << ", \"reps\": " << reps
        << ", \"steps_per_rep\": " << steps << ", \"precision\": \""
        << ops::precision_name(ctx.precision()) << "\", \"precision_info\": \""
        << ctx.precision_info() << "\", \"reuse\": " << (reuse ? "true" : "false") << "},\n"
@@ -272,7 +295,8 @@ int run(const Args& args) {
 
 LOCKSTEP_BENCH("mlp",
                "MLP training step vs the GEMM bound (--threads=2 --batch=256 --model=mlp:1024,1024 "
-               "--precision=fp32|tf32|bf16 --reuse=1)",
-               "batch model precision reps reuse steps threads", run);
+               "--precision=fp32|tf32|bf16 --reuse=1); any model spec with --input=3,32,32 "
+               "--classes=10; --phases=0 skips the per-phase split",
+               "batch classes input model phases precision reps reuse steps threads", run);
 
 }  // namespace lockstep::bench

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the PyTorch that the bench scripts measure lockstep against (bench-only; lockstep, its
+# build and its tests never use it).
+#   bench/install-torch-peer.sh pip      torch 2.15.0 + torchvision 0.29.2 from PyPI into a virtual
+#                                        environment, ~/.cache/lockstep/bench-venv (or
+#                                        $LOCKSTEP_BENCH_VENV); about 5.5 GB (PyPI's wheel is the
+#                                        CUDA build; its CPU kernels are the same)
+#   bench/install-torch-peer.sh debian   Debian 12's python3-torch 1.13 (apt-get, as root)
+# torch.compile (inductor) needs a C++ compiler at run time: g++ from build-essential.
+set -euo pipefail
+what=${1:-pip}
+case "$what" in
+  pip)
+    venv=${LOCKSTEP_BENCH_VENV:-$HOME/.cache/lockstep/bench-venv}
+    if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+      [ "$(id -u)" = 0 ] || { echo "install-torch-peer: needs python3-venv (apt-get as root)" >&2; exit 1; }
+      apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+    fi
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q "torch==2.15.0" "torchvision==0.29.2"
+    "$venv/bin/python" -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'
+    ;;
+  debian)
+    [ "$(id -u)" = 0 ] || { echo "install-torch-peer: apt-get needs root" >&2; exit 1; }
+    apt-get update -qq && apt-get install -y -qq python3-torch >/dev/null
+    /usr/bin/python3 -c 'import torch; print("torch", torch.__version__)'
+    ;;
+  *) echo "usage: bench/install-torch-peer.sh pip|debian" >&2; exit 2 ;;
+esac
+command -v g++ >/dev/null || echo "install-torch-peer: no g++: torch.compile (inductor) will fail" >&2
