@@ -179,6 +179,9 @@ class HierarchicalCommunicator final : public Communicator {
   std::vector<std::string> allgather(const std::string& value) override {
     return mpi_.allgather(value);
   }
+  std::vector<std::string> gather(const std::string& value, int root) override {
+    return mpi_.gather(value, root);
+  }
 
  private:
   // On the communication thread.

@@ -48,6 +48,10 @@ class SingleRankCommunicator final : public Communicator {
   void allreduce(std::vector<std::int64_t>&, ReduceOp) override {}
   std::string broadcast(const std::string& value, int) override { return value; }
   std::vector<std::string> allgather(const std::string& value) override { return {value}; }
+  std::vector<std::string> gather(const std::string& value, int root) override {
+    LOCKSTEP_CHECK(root == 0, "gather: root ", root, " is not a rank of a 1-rank communicator");
+    return {value};
+  }
 };
 
 }  // namespace

@@ -219,6 +219,35 @@ class MpiCommunicator final : public Communicator {
     return result;
   }
 
+  std::vector<std::string> gather(const std::string& value, int root) override {
+    LOCKSTEP_CHECK(root >= 0 && root < size_, "gather: root ", root, " is not a rank of ", size_);
+    std::vector<std::string> result;
+    MPI_Comm comm = comm_;
+    const int size = size_;
+    const bool is_root = rank_ == root;
+    submit("gather(string)", [&result, &value, comm, size, root,
+                              is_root](detail::CollectiveWatch& watch) {
+      int mine = mpi_count(static_cast<std::int64_t>(value.size()), "gather(string)");
+      std::vector<int> lengths(is_root ? size : 0), offsets(is_root ? size : 0);
+      MPI_Request request;
+      LOCKSTEP_CHECK_MPI(
+          MPI_Igather(&mine, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm, &request));
+      watch.wait(request);
+      std::int64_t total = 0;
+      for (int r = 0; is_root && r < size; ++r) {
+        offsets[r] = static_cast<int>(total);
+        total += lengths[r];
+      }
+      std::string all(is_root ? mpi_count(total, "gather(string)") : 0, '\0');
+      LOCKSTEP_CHECK_MPI(MPI_Igatherv(value.data(), mine, MPI_CHAR, all.data(), lengths.data(),
+                                      offsets.data(), MPI_CHAR, root, comm, &request));
+      watch.wait(request);
+      for (int r = 0; is_root && r < size; ++r)
+        result.push_back(all.substr(offsets[r], lengths[r]));
+    })->wait();
+    return result;
+  }
+
   // For comm/ algorithms made of several MPI calls (comm/mpi_job.hpp).
   WorkPtr submit_watched_job(std::string what,
                              std::function<void(MPI_Comm, detail::CollectiveWatch&)> job) {

@@ -193,6 +193,9 @@ class StreamCommunicator final : public Communicator {
   std::vector<std::string> allgather(const std::string& value) override {
     return control_.allgather(value);
   }
+  std::vector<std::string> gather(const std::string& value, int root) override {
+    return control_.gather(value, root);
+  }
 
  private:
   void check_device(const Tensor& t, const std::string& what) const {

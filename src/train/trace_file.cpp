@@ -162,7 +162,7 @@ void TraceWindow::write(std::int64_t last_step) {
   // Each rank: its host, its window's start and end on its own clock, whether it was cut, events.
   const std::string header =
       str(host_name(), '\t', start_ns_, '\t', end_local, '\t', cut_short ? 1 : 0, '\n');
-  const std::vector<std::string> all = comm_->allgather(header + serialize(mine));
+  const std::vector<std::string> all = comm_->gather(header + serialize(mine), 0);
   if (comm_->rank() != 0) return;
 
   const int world = comm_->size();

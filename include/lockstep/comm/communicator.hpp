@@ -83,6 +83,9 @@ class Communicator {
   virtual std::string broadcast(const std::string& value, int root) = 0;
   // Returns every rank's `value`, indexed by rank (lengths may differ).
   virtual std::vector<std::string> allgather(const std::string& value) = 0;
+  // Returns every rank's `value`, indexed by rank, on root; an empty vector on the other ranks
+  // (what only root writes, such as a merged trace, need not cross every rank).
+  virtual std::vector<std::string> gather(const std::string& value, int root) = 0;
 
  private:
   std::atomic<std::int64_t> step_{0};

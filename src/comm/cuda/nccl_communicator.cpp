@@ -265,6 +265,9 @@ class NcclCommunicator final : public Communicator {
   std::vector<std::string> allgather(const std::string& value) override {
     return bootstrap_.allgather(value);
   }
+  std::vector<std::string> gather(const std::string& value, int root) override {
+    return bootstrap_.gather(value, root);
+  }
 
   cudaStream_t compute_stream() const { return compute_stream_; }
 

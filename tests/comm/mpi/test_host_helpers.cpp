@@ -63,6 +63,22 @@ TEST(MpiHostHelpers, StringAllgatherReturnsEveryRanksValueByRank) {
     EXPECT_EQ(all[q], value_of(q)) << "rank " << q;
 }
 
+TEST(MpiHostHelpers, StringGatherReturnsEveryRanksValueOnRootOnly) {
+  const int W = world().size(), r = world().rank();
+  auto value_of = [](int rank) { return std::string(5 * rank + 1, static_cast<char>('a' + rank)); };
+  for (int root : {0, W - 1}) {
+    std::vector<std::string> all = world().gather(value_of(r), root);
+    if (r != root) {
+      EXPECT_TRUE(all.empty()) << "rank " << r << " is not root " << root;
+      continue;
+    }
+    ASSERT_EQ(static_cast<int>(all.size()), W);
+    for (int q = 0; q < W; ++q)
+      EXPECT_EQ(all[q], value_of(q)) << "rank " << q << ", root " << root;
+  }
+  EXPECT_THROW(world().gather("x", W), Error);
+}
+
 TEST(MpiHostHelpers, CheckSameOnAllRanksNamesTheFirstDifferingRank) {
   const int W = world().size(), r = world().rank();
   EXPECT_NO_THROW(check_same_on_all_ranks(world(), "config hash", "5f3a9c"));
