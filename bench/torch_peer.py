@@ -172,6 +172,9 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3)
     a = p.parse_args()
+    if a.mode == "compile" and not hasattr(torch, "compile"):
+        sys.exit(f"torch_peer.py: torch.compile needs PyTorch 2.0 or later; this is "
+                 f"{torch.__version__} (MODES=eager)")
     if a.ranks > 1:
         import torch_ddp
         torch_ddp.spawn(run, (a,), a.ranks)

@@ -67,12 +67,13 @@ PY
   fi
 fi
 
-# run_rss FILE CMD...: runs CMD, stdout to FILE; prints the peak RSS (KiB) of its largest process.
+# run_rss FILE CMD...: runs CMD, stdout to FILE, stderr to FILE.err; prints the peak RSS (KiB) of
+# its largest process, or minus the exit status when it failed.
 run_rss() {
   python3 -c 'import resource, subprocess, sys
-with open(sys.argv[1], "w") as out:
-    rc = subprocess.run(sys.argv[2:], stdout=out, stderr=subprocess.DEVNULL).returncode
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if rc == 0 else -rc)' "$@"
+with open(sys.argv[1], "w") as out, open(sys.argv[1] + ".err", "w") as err:
+    rc = subprocess.run(sys.argv[2:], stdout=out, stderr=err).returncode
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if rc == 0 else -abs(rc) or -1)' "$@"
 }
 # record MODEL PREC LAYOUT PEER REP RSS FILE: one line of runs.jsonl from a JSON result.
 record() {
@@ -82,7 +83,10 @@ model, prec, layout, peer, rep, rss, path = sys.argv[1:]
 r = {"model": model, "prec": prec, "layout": layout, "peer": peer, "rep": int(rep)}
 text = open(path).read().strip()
 if int(rss) <= 0 or not text:
-    r["error"] = f"exit status {-int(rss)}"
+    err = open(path + ".err", errors="replace").read().strip().splitlines() if \
+        __import__("os").path.exists(path + ".err") else []
+    err = [l for l in err if "Warning" not in l and l.strip()]
+    r["error"] = f"exit status {-int(rss)}" + (f": {err[-1][:300]}" if err else "")
 else:
     if path.endswith(".jsonl"):  # lockstep-train's metrics: median of intervals after the first
         recs = [json.loads(l) for l in text.splitlines()]
@@ -96,7 +100,8 @@ else:
         if "tokens_per_s" in j and "samples_per_s" not in j:
             j["samples_per_s"] = j["tokens_per_s"] / j["config"]["seq"]
         r["samples_per_s"] = j["samples_per_s"]
-        for k in ("torch", "optimizer", "warmup_s", "model_source"):
+        for k in ("torch", "optimizer", "warmup_s", "model_source", "compiled_graphs",
+                  "graph_breaks"):
             if k in j:
                 r[k] = j[k]
         if "config" in j and "precision_info" in j["config"]:
@@ -156,7 +161,7 @@ for rep in $(seq 1 "$REPS"); do
     done
   done
 done
-rm -f "$OUT/one.json" "$OUT/train.jsonl" "$OUT/train.log"
+rm -f "$OUT/one.json" "$OUT/one.json.err" "$OUT/train.jsonl" "$OUT/train.log" "$OUT/train.log.err"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 python3 - "$OUT" "$load_start" "$load_end" "$TORCH_PEER" <<'PY'
