@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "lockstep/comm/local.hpp"
+#include "lockstep/data/importers.hpp"
+#include "lockstep/nn/model.hpp"
 #include "lockstep/train/loop.hpp"
 #include "lockstep/train/setup.hpp"
 #include "support/tiny_run.hpp"
@@ -157,4 +159,30 @@ TEST(Setup, ZeroInitResidualOnAModelWithoutResidualBlocksIsAnError) {
   EXPECT_NE(e.find("model.zero_init_residual = true but model.spec = mlp:8 has no residual"),
             std::string::npos)
       << e;
+}
+
+TEST(Setup, ZeroInitResidualZeroesEveryBlocksLastBatchNormScale) {
+  test::TempDir dir;
+  data::LabeledArray images;
+  images.x = Tensor::empty({16, 3, 8, 8});
+  Philox(8, 9).fill_uniform(images.x.data<float>(), images.x.numel(), 0.0f, 1.0f);
+  for (int i = 0; i < 16; ++i)
+    images.y.push_back(i % 3);
+  images.num_classes = 3;
+  data::write_shard_set(images, dir.path(), "train", 2, {}, {});
+  for (bool zero : {false, true}) {
+    Config c = test::tiny_config(dir.path() + "/train");
+    c.model_spec = "resnet:1";
+    c.model_zero_init_residual = zero;
+    auto comm = comm::make_single_rank_communicator();
+    auto run = setup_run(c, *comm);
+    int blocks = 0;
+    for (nn::Parameter* p : run->model->parameters()) {
+      if (p->name.find("bn2.weight") == std::string::npos) continue;
+      ++blocks;
+      for (float g : p->value.to_vector<float>())
+        EXPECT_EQ(g, zero ? 0.0f : 1.0f) << p->name;
+    }
+    EXPECT_EQ(blocks, 3);
+  }
 }
