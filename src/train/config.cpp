@@ -126,9 +126,9 @@ const std::vector<Key>& keys() {
        "spec such as "
        "conv(32,3)-relu-maxpool(2)-flatten-linear(10)"},
       {"model.zero_init_residual", &Config::model_zero_init_residual,
-       "start every residual block (res, bottleneck) with its last BatchNorm scale 0, so it is "
-       "the identity at first (torchvision's zero_init_residual; Goyal et al. 2017, helps large "
-       "batches)"},
+       "start every residual block (res, bottleneck) with its last BatchNorm scale 0, so it "
+       "begins as relu(shortcut(x)) (torchvision's zero_init_residual; Goyal et al. 2017, helps "
+       "large batches)"},
       {"train.epochs", &Config::train_epochs, "passes over the training set", {}, 1},
       {"train.global_batch",
        &Config::train_global_batch,
