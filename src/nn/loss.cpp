@@ -5,12 +5,18 @@
 
 namespace lockstep::nn {
 
+SoftmaxCrossEntropy::SoftmaxCrossEntropy(float label_smoothing)
+    : label_smoothing_(label_smoothing) {
+  LOCKSTEP_CHECK(label_smoothing >= 0.0f && label_smoothing < 1.0f,
+                 "softmax cross-entropy: label_smoothing must be in [0, 1), got ", label_smoothing);
+}
+
 Tensor SoftmaxCrossEntropy::forward(ops::Context& ctx, const Tensor& logits, const Tensor& labels) {
   LOCKSTEP_CHECK(logits.ndim() == 2, "softmax cross-entropy expects logits [N, C], got ",
                  logits.describe());
   Tensor& probs = detail::reuse_buffer(probs_, logits.shape(), logits.device());
   Tensor& loss = detail::reuse_buffer(loss_, {1}, logits.device());
-  ops::softmax_xent_forward(ctx, logits, labels, probs, loss);
+  ops::softmax_xent_forward(ctx, logits, labels, probs, loss, label_smoothing_);
   labels_ = labels;
   have_forward_ = true;
   return loss;
@@ -21,7 +27,7 @@ Tensor SoftmaxCrossEntropy::backward(ops::Context& ctx, float scale) {
                       "softmax cross-entropy: backward without forward");
   have_forward_ = false;
   Tensor& dlogits = detail::reuse_buffer(dlogits_, probs_.shape(), probs_.device());
-  ops::softmax_xent_backward(ctx, probs_, labels_, scale, dlogits);
+  ops::softmax_xent_backward(ctx, probs_, labels_, scale, dlogits, label_smoothing_);
   labels_ = Tensor();
   return dlogits;
 }

@@ -18,9 +18,10 @@ namespace {
 constexpr const char* kLayerHint =
     "layers are conv(out,k[,stride=][,pad=][,bias=]), linear(out[,bias=]), bn, relu, gelu, "
     "maxpool(k[,stride][,pad]), avgpool(k[,stride][,pad]), gap, flatten, dropout(p), "
-    "res(out[,stride]), embed(vocab,ctx,dim), block(heads[,depth]), ln, lmhead joined by '-'; "
-    "presets are mlp[:h1,h2,...], lenet, resnet[:n], gpt(layers,heads,dim[,ctx][,vocab]), "
-    "gpt2-124m, gpt2-350m, gpt-mini, gpt-tiny";
+    "res(out[,stride]), bottleneck(width[,stride]), embed(vocab,ctx,dim), block(heads[,depth]), "
+    "ln, lmhead joined by '-'; presets are mlp[:h1,h2,...], lenet, resnet[:n], resnet18, "
+    "resnet34, resnet50, gpt(layers,heads,dim[,ctx][,vocab]), gpt2-124m, gpt2-350m, gpt-mini, "
+    "gpt-tiny";
 
 struct Arg {
   std::string key;  // empty for a positional argument
@@ -147,6 +148,14 @@ constexpr double kIntMax = std::numeric_limits<int>::max();
 // The deepest CIFAR ResNet of He et al. has 200 blocks per stage; more is a typo, and expanding
 // it would build a spec of billions of layers.
 constexpr std::int64_t kMaxResNetBlocks = 1000;
+
+// The presets expand_preset knows (the gpt presets have their own expansion).
+bool is_preset_name(const std::string& name) {
+  for (const char* preset : {"mlp", "lenet", "resnet", "resnet18", "resnet34", "resnet50"}) {
+    if (name == preset) return true;
+  }
+  return false;
+}
 
 std::vector<double> bind_args(const SpecText& spec, const LayerToken& t,
                               const std::vector<Formal>& formals) {
@@ -282,6 +291,13 @@ std::unique_ptr<Module> make_layer(const SpecText& spec, const LayerToken& t, co
     return std::make_unique<BasicBlock>(in[1], static_cast<std::int64_t>(v[0]), as_int(v[1]),
                                         device);
   }
+  if (n == "bottleneck") {
+    auto v =
+        bind_args(spec, t, {{"width", kRequired, true, 1, kInf}, {"stride", 1, true, 1, kInf}});
+    need_rank(4, "[N, C, H, W]");
+    return std::make_unique<Bottleneck>(in[1], static_cast<std::int64_t>(v[0]), as_int(v[1]),
+                                        device);
+  }
   // ---- GPT layers (the gpt(...) presets expand to these)
   if (n == "embed") {
     auto v = bind_args(spec, t,
@@ -315,21 +331,38 @@ std::unique_ptr<Module> make_layer(const SpecText& spec, const LayerToken& t, co
     spec.fail(t.pos, t.len, "a gpt(...) model cannot be combined with other layers",
               "a gpt spec is the whole model, e.g. gpt(layers=2,heads=2,dim=128)");
   }
-  if (n == "mlp" || n == "lenet" || n == "resnet") {
+  if (is_preset_name(n)) {
     spec.fail(t.pos, t.len, str("preset '", n, "' cannot be combined with other layers"),
               "a preset is the whole spec, e.g. `mlp:512,256`");
   }
   spec.fail(t.pos, n.size(), str("unknown layer '", n, "'"), kLayerHint);
 }
 
-// Expands a preset ("mlp:512,256", "lenet", "resnet:3") into a layer spec; returns "" when spec
-// is not a preset.
+// torchvision.models.resnet18/34/50: the ImageNet stem (7x7/2 conv, 3x3/2 max pool), four stages
+// of widths 64..512, the first block of stages 2-4 strided, then global pooling and the head.
+std::string imagenet_resnet(const std::string& name, std::int64_t classes) {
+  const bool bottleneck = name == "resnet50";
+  const std::int64_t blocks[4] = {name == "resnet18" ? 2 : 3, name == "resnet18" ? 2 : 4,
+                                  name == "resnet18" ? 2 : 6, name == "resnet18" ? 2 : 3};
+  std::string out = "conv(64,7,stride=2,pad=3,bias=0)-bn-relu-maxpool(3,stride=2,pad=1)";
+  for (int stage = 0; stage < 4; ++stage) {
+    const std::int64_t width = std::int64_t{64} << stage;
+    for (std::int64_t b = 0; b < blocks[stage]; ++b) {
+      const int stride = stage > 0 && b == 0 ? 2 : 1;
+      out += str(bottleneck ? "-bottleneck(" : "-res(", width, stride == 2 ? ",2)" : ")");
+    }
+  }
+  return out + str("-gap-linear(", classes, ")");
+}
+
+// Expands a preset ("mlp:512,256", "lenet", "resnet:3", "resnet50") into a layer spec; returns ""
+// when spec is not a preset.
 std::string expand_preset(const std::string& spec, std::int64_t classes, std::string& preset) {
   std::size_t offset = 0;
   std::string s = trim(spec, offset);
   std::size_t colon = s.find(':');
   std::string name = s.substr(0, colon);
-  if (name != "mlp" && name != "lenet" && name != "resnet") return "";
+  if (!is_preset_name(name)) return "";
   preset = name;
   SpecText text{spec, ""};
   std::vector<std::int64_t> values;
@@ -365,9 +398,13 @@ std::string expand_preset(const std::string& spec, std::int64_t classes, std::st
       out += str("-linear(", h, ")-relu");
     return out + str("-linear(", classes, ")");
   }
+  if (name != "mlp" && name != "resnet" && !values.empty()) {
+    text.fail(offset + colon, s.size() - colon, str(name, " takes no arguments"), "");
+  }
+  if (name == "resnet18" || name == "resnet34" || name == "resnet50") {
+    return imagenet_resnet(name, classes);
+  }
   if (name == "lenet") {
-    if (!values.empty())
-      text.fail(offset + colon, s.size() - colon, "lenet takes no arguments", "");
     return str(
         "conv(6,5,pad=2)-relu-maxpool(2)-conv(16,5)-relu-maxpool(2)-flatten-linear(120)-"
         "relu-linear(84)-relu-linear(",

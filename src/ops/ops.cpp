@@ -402,9 +402,20 @@ void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
 
 // ---- loss
 
+namespace {
+
+// Label smoothing eps must be in [0, 1): eps = 1 would ignore the labels altogether.
+void check_label_smoothing(const char* op, float label_smoothing) {
+  LOCKSTEP_CHECK(label_smoothing >= 0.0f && label_smoothing < 1.0f, op,
+                 ": label_smoothing must be in [0, 1), got ", label_smoothing);
+}
+
+}  // namespace
+
 void softmax_xent_forward(Context& ctx, const Tensor& logits, const Tensor& labels, Tensor& probs,
-                          Tensor& loss) {
+                          Tensor& loss, float label_smoothing) {
   const char* op = "softmax_xent_forward";
+  check_label_smoothing(op, label_smoothing);
   check_f32(ctx, op, "logits", logits);
   check_ndim(op, "logits", logits, 2);
   LOCKSTEP_CHECK(logits.dim(1) >= 1, op, ": logits need at least one class, got ",
@@ -414,18 +425,19 @@ void softmax_xent_forward(Context& ctx, const Tensor& logits, const Tensor& labe
   check_same_shape(op, "logits", logits, "probs", probs);
   check_f32(ctx, op, "loss", loss);
   LOCKSTEP_CHECK(loss.numel() == 1, op, ": loss must have one element, got ", loss.describe());
-  ctx.backend().softmax_xent_forward(logits, labels, probs, loss);
+  ctx.backend().softmax_xent_forward(logits, labels, probs, loss, label_smoothing);
 }
 
 void softmax_xent_backward(Context& ctx, const Tensor& probs, const Tensor& labels, float scale,
-                           Tensor& dlogits) {
+                           Tensor& dlogits, float label_smoothing) {
   const char* op = "softmax_xent_backward";
+  check_label_smoothing(op, label_smoothing);
   check_f32(ctx, op, "probs", probs);
   check_ndim(op, "probs", probs, 2);
   check_labels_tensor(ctx, op, probs, labels);
   check_f32(ctx, op, "dlogits", dlogits);
   check_same_shape(op, "probs", probs, "dlogits", dlogits);
-  ctx.backend().softmax_xent_backward(probs, labels, scale, dlogits);
+  ctx.backend().softmax_xent_backward(probs, labels, scale, dlogits, label_smoothing);
 }
 
 std::int64_t count_correct(Context& ctx, const Tensor& logits, const Tensor& labels) {

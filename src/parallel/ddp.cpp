@@ -28,7 +28,11 @@ void prepare_input(ops::Context& ctx, const Tensor& x, const InputNormalization&
 
 DdpEngine::DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& comm,
                      DdpOptions options, std::shared_ptr<optim::FlatParams> flat)
-    : ctx_(ctx), model_(model), comm_(comm), options_(std::move(options)) {
+    : ctx_(ctx),
+      model_(model),
+      comm_(comm),
+      options_(std::move(options)),
+      loss_(options_.label_smoothing) {
   LOCKSTEP_CHECK_HINT(!options_.zero || options_.sync, "set dist.sync = true, or dist.zero = 0",
                       "dist.zero = 1 needs gradient communication, but dist.sync = false");
   const bool zero = options_.zero && comm_.size() > 1;

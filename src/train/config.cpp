@@ -122,8 +122,13 @@ const std::vector<Key>& keys() {
        0},
       {"data.flip", &Config::data_flip, "training images: mirror left-right with probability 1/2"},
       {"model.spec", &Config::model_spec,
-       "a preset (mlp:H1,H2,... | lenet | resnet) or a layer spec such as "
+       "a preset (mlp:H1,H2,... | lenet | resnet[:n] | resnet18 | resnet34 | resnet50) or a layer "
+       "spec such as "
        "conv(32,3)-relu-maxpool(2)-flatten-linear(10)"},
+      {"model.zero_init_residual", &Config::model_zero_init_residual,
+       "start every residual block (res, bottleneck) with its last BatchNorm scale 0, so it "
+       "begins as relu(shortcut(x)) (torchvision's zero_init_residual; Goyal et al. 2017, helps "
+       "large batches)"},
       {"train.epochs", &Config::train_epochs, "passes over the training set", {}, 1},
       {"train.global_batch",
        &Config::train_global_batch,
@@ -184,6 +189,14 @@ const std::vector<Key>& keys() {
        "also evaluate on data.test every this many steps (0 = after each epoch only)",
        {},
        0},
+      {"train.label_smoothing",
+       &Config::train_label_smoothing,
+       "label smoothing eps of the training loss, as torch.nn.CrossEntropyLoss(label_smoothing): "
+       "targets (1 - eps) onehot + eps / classes; evaluation reports the plain loss",
+       {},
+       0,
+       false,
+       0.999},
       {"optim.name", &Config::optim_name, "sgd or adamw", {"sgd", "adamw"}},
       {"optim.lr", &Config::optim_lr, "peak learning rate", {}, 0},
       {"optim.momentum", &Config::optim_momentum, "SGD momentum", {}, 0},

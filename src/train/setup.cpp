@@ -16,6 +16,7 @@
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
 #include "lockstep/data/sampler.hpp"
+#include "lockstep/nn/residual.hpp"
 #include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/sgd.hpp"
 #include "lockstep/parallel/data_parallel.hpp"
@@ -129,6 +130,7 @@ std::unique_ptr<parallel::Engine> make_engine(Run& run, const Config& config) {
     dp.replicas = run.replicas;
     dp.threads_per_replica = run.threads;
     dp.input = run.norm;
+    dp.label_smoothing = static_cast<float>(config.train_label_smoothing);
     if (run.ctx->device().is_cuda()) {
       LOCKSTEP_CHECK(cuda_device_count() >= run.replicas, "train.replicas = ", run.replicas,
                      " but only ", cuda_device_count(), " GPUs are visible");
@@ -151,6 +153,7 @@ std::unique_ptr<parallel::Engine> make_engine(Run& run, const Config& config) {
       static_cast<std::size_t>(config.dist_first_bucket_mb * (1 << 20));
   ddp.sync = config.dist_sync;
   ddp.input = run.norm;
+  ddp.label_smoothing = static_cast<float>(config.train_label_smoothing);
   ddp.zero = config.dist_zero == 1;
   ddp.reducer.grad_dtype = parallel::parse_grad_dtype(config.dist_grad_dtype, "dist.grad_dtype");
   return std::make_unique<parallel::DdpEngine>(*run.ctx, *run.model, *run.gradient_comm, ddp,
@@ -322,6 +325,12 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
   r.model = std::make_unique<nn::Model>(
       nn::Model::build(config.model_spec, input_shape, classes,
                        static_cast<std::uint64_t>(config.train_seed), device));
+  if (config.model_zero_init_residual) {
+    LOCKSTEP_CHECK_HINT(nn::zero_init_residual(*r.model) > 0,
+                        "set model.zero_init_residual = false, or use a ResNet spec",
+                        "model.zero_init_residual = true but model.spec = ", config.model_spec,
+                        " has no residual blocks (res or bottleneck)");
+  }
   if (tokens) check_token_model(r);
   comm::check_same_on_all_ranks(control, "model structure", r.model->structure());
   comm::check_same_on_all_ranks(control, "training data",

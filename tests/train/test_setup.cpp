@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "lockstep/comm/local.hpp"
+#include "lockstep/data/importers.hpp"
+#include "lockstep/nn/model.hpp"
 #include "lockstep/train/loop.hpp"
 #include "lockstep/train/setup.hpp"
 #include "support/tiny_run.hpp"
@@ -123,4 +125,64 @@ TEST(Setup, AnUnwritableExportFailsAtSetupNotAfterTraining) {
   EXPECT_NE(e.find("checkpoint.export = " + c.checkpoint_export + ": cannot create the folder"),
             std::string::npos)
       << e;
+}
+
+// train.label_smoothing reaches the loss of both engines: the first micro-batch's loss is the
+// smoothed one, and 0 (the default) leaves it as it was.
+TEST(Setup, LabelSmoothingReachesTheLossOfEitherEngine) {
+  test::TempDir dir;
+  const std::string data = test::write_tiny_set(dir.path(), "train");
+  Tensor x = Tensor::empty({8, 4});
+  Philox(5, 6).fill_uniform(x.data<float>(), x.numel(), -1.0f, 1.0f);
+  Tensor y = Tensor::from_vector<std::int32_t>({0, 1, 2, 0, 1, 2, 2, 1}, {8});
+  for (const char* parallel : {"none", "dp"}) {
+    SCOPED_TRACE(parallel);
+    auto first_loss = [&](double eps) {
+      Config c = test::tiny_config(data);
+      c.train_parallel = parallel;
+      c.train_label_smoothing = eps;
+      auto comm = comm::make_single_rank_communicator();
+      auto run = setup_run(c, *comm);
+      return run->engine->forward_backward(x, y, 1.0f / 8, true).to(Device::cpu()).item();
+    };
+    const float plain = first_loss(0.0), smoothed = first_loss(0.3);
+    EXPECT_EQ(first_loss(0.0), plain);
+    EXPECT_NE(smoothed, plain);
+  }
+}
+
+TEST(Setup, ZeroInitResidualOnAModelWithoutResidualBlocksIsAnError) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  c.model_zero_init_residual = true;
+  const std::string e = test::setup_error(c);
+  EXPECT_NE(e.find("model.zero_init_residual = true but model.spec = mlp:8 has no residual"),
+            std::string::npos)
+      << e;
+}
+
+TEST(Setup, ZeroInitResidualZeroesEveryBlocksLastBatchNormScale) {
+  test::TempDir dir;
+  data::LabeledArray images;
+  images.x = Tensor::empty({16, 3, 8, 8});
+  Philox(8, 9).fill_uniform(images.x.data<float>(), images.x.numel(), 0.0f, 1.0f);
+  for (int i = 0; i < 16; ++i)
+    images.y.push_back(i % 3);
+  images.num_classes = 3;
+  data::write_shard_set(images, dir.path(), "train", 2, {}, {});
+  for (bool zero : {false, true}) {
+    Config c = test::tiny_config(dir.path() + "/train");
+    c.model_spec = "resnet:1";
+    c.model_zero_init_residual = zero;
+    auto comm = comm::make_single_rank_communicator();
+    auto run = setup_run(c, *comm);
+    int blocks = 0;
+    for (nn::Parameter* p : run->model->parameters()) {
+      if (p->name.find("bn2.weight") == std::string::npos) continue;
+      ++blocks;
+      for (float g : p->value.to_vector<float>())
+        EXPECT_EQ(g, zero ? 0.0f : 1.0f) << p->name;
+    }
+    EXPECT_EQ(blocks, 3);
+  }
 }

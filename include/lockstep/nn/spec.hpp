@@ -15,6 +15,9 @@
 //   flatten                                       [N, ...] -> [N, features]
 //   dropout(p)                                    inverted dropout, 0 <= p < 1
 //   res(out[, stride=1])                          ResNet basic block (identity or 1x1 shortcut)
+//   bottleneck(width[, stride=1])                 ResNet bottleneck block (v1.5: the stride on
+//                                                 the 3x3), 1x1-3x3-1x1, output 4 * width
+//                                                 channels (identity or 1x1 shortcut)
 //   embed(vocab, ctx, dim)                        token + position embedding, i32 [N, T] ->
 //                                                 [N, T, dim]; T > ctx is an error
 //   block(heads[, depth=1])                       pre-LN transformer block (GPT-2); depth, the
@@ -30,6 +33,13 @@
 //   resnet[:n]        CIFAR-style ResNet-(6n+2), n blocks per stage (default 2): conv(16,3,pad=1,
 //                     bias=0)-bn-relu, stages res(16), res(32,2), res(64,2), then
 //                     gap-linear(classes)
+//   resnet18 | resnet34 | resnet50
+//                     torchvision.models.resnet18/34/50 (11.7M/21.8M/25.6M parameters at 1000
+//                     classes): the ImageNet stem conv(64,7,stride=2,pad=3,bias=0)-bn-relu-
+//                     maxpool(3,stride=2,pad=1), four stages of widths 64, 128, 256, 512 (stages
+//                     2-4 start with stride 2) of res(w) blocks [2,2,2,2] / [3,4,6,3] or of
+//                     bottleneck(w) blocks [3,4,6,3], then gap-linear(classes). The final maps are
+//                     1/32 of the input (224x224: 7x7; 32x32: 1x1)
 //   gpt(layers, heads, dim[, ctx][, vocab])
 //                     GPT-2: embed(vocab,ctx,dim)-block(heads,depth=layers) x layers-ln-lmhead,
 //                     GPT-2/llm.c initialisation. The data's sample shape is [T] (i32 tokens):

@@ -65,9 +65,9 @@ class Backend {
                                   Tensor& dgamma, Tensor& dbeta) = 0;
 
   virtual void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
-                                    Tensor& loss) = 0;
+                                    Tensor& loss, float label_smoothing) = 0;
   virtual void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
-                                     Tensor& dlogits) = 0;
+                                     Tensor& dlogits, float label_smoothing) = 0;
   virtual std::int64_t count_correct(const Tensor& logits, const Tensor& labels) = 0;
 
   virtual double sum_squares(const Tensor& x) = 0;

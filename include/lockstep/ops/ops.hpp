@@ -118,11 +118,15 @@ void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
 // probs [N, C] receives softmax(logits); loss [1] receives the mean over N of -log p[label].
 // Labels outside [0, C) are an error naming the first bad one. probs may be logits itself, and
 // dlogits may be probs (in place: a language model's [N, vocab] rows need not be stored twice).
+// label_smoothing = eps in [0, 1) is torch.nn.CrossEntropyLoss's: the target is
+// (1 - eps) onehot + eps / C, so a row's loss is (1 - eps) (-log p[label]) + eps mean_k(-log p_k);
+// eps = 0 computes exactly what the unsmoothed loss does, bit for bit.
 void softmax_xent_forward(Context& ctx, const Tensor& logits, const Tensor& labels, Tensor& probs,
-                          Tensor& loss);
-// dlogits = (probs - onehot(labels)) * scale   (scale = 1/N for a mean over N samples)
+                          Tensor& loss, float label_smoothing = 0.0f);
+// dlogits = (probs - (1 - eps) onehot(labels) - eps / C) * scale   (scale = 1/N for a mean over
+// N samples)
 void softmax_xent_backward(Context& ctx, const Tensor& probs, const Tensor& labels, float scale,
-                           Tensor& dlogits);
+                           Tensor& dlogits, float label_smoothing = 0.0f);
 // Number of rows whose argmax equals the label (synchronises with the device).
 std::int64_t count_correct(Context& ctx, const Tensor& logits, const Tensor& labels);
 

@@ -21,6 +21,7 @@ struct DataParallelOptions {
   int threads_per_replica = 1;
   std::vector<Device> devices;  // one per replica; empty = all on the CPU
   InputNormalization input;
+  float label_smoothing = 0.0f;  // of the training loss (nn::SoftmaxCrossEntropy)
 };
 
 class DataParallelEngine final : public Engine {

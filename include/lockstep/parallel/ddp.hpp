@@ -34,6 +34,7 @@ struct DdpOptions {
   bool sync = true;   // false: no gradient communication at all (to measure its cost)
   bool zero = false;  // ZeRO-1 (dist.zero = 1); needs sync; with one rank it changes nothing
   InputNormalization input;
+  float label_smoothing = 0.0f;  // of the training loss (nn::SoftmaxCrossEntropy)
 };
 
 class DdpEngine final : public Engine {

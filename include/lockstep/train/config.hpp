@@ -32,6 +32,7 @@ struct Config {
   bool data_flip = false;
   // [model]
   std::string model_spec = "mlp:256,256";
+  bool model_zero_init_residual = false;
   // [train]
   std::int64_t train_epochs = 1;
   std::int64_t train_global_batch = 256;
@@ -48,6 +49,7 @@ struct Config {
   std::string train_nan_policy = "stop";
   bool train_eval = true;
   std::int64_t train_eval_every_steps = 0;
+  double train_label_smoothing = 0.0;
   // [optim]
   std::string optim_name = "sgd";
   double optim_lr = 0.1;

@@ -78,10 +78,10 @@ class CpuBackend final : public Backend {
                           const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
                           Tensor& dgamma, Tensor& dbeta) override;
 
-  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
-                            Tensor& loss) override;
+  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs, Tensor& loss,
+                            float label_smoothing) override;
   void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
-                             Tensor& dlogits) override;
+                             Tensor& dlogits, float label_smoothing) override;
   std::int64_t count_correct(const Tensor& logits, const Tensor& labels) override;
 
   double sum_squares(const Tensor& x) override;

@@ -63,8 +63,11 @@ double softmax_row(const float* row, float* prow, std::int64_t c, std::int32_t l
 
 }  // namespace
 
+// With label smoothing eps a row's loss is (1 - eps) nll + eps mean_k(-log p_k), and
+// -log p_k = nll + x[label] - x_k, so it is nll + eps (x[label] - mean_k x_k): the mean of the
+// logits is read before softmax_row may overwrite them (in place).
 void CpuBackend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
-                                      Tensor& loss) {
+                                      Tensor& loss, float label_smoothing) {
   const std::int64_t n = logits.dim(0), c = logits.dim(1);
   const float* px = logits.data<float>();
   const std::int32_t* pl = labels.data<std::int32_t>();
@@ -78,8 +81,17 @@ void CpuBackend::softmax_xent_forward(const Tensor& logits, const Tensor& labels
       [&](std::int64_t b0, std::int64_t b1) {
         for (std::int64_t blk = b0; blk < b1; ++blk) {
           double block_loss = 0.0;
-          for (std::int64_t i = blk * kLossRows; i < std::min(n, (blk + 1) * kLossRows); ++i)
-            block_loss += softmax_row(px + i * c, pp + i * c, c, pl[i]);
+          for (std::int64_t i = blk * kLossRows; i < std::min(n, (blk + 1) * kLossRows); ++i) {
+            const float* row = px + i * c;
+            double smoothing = 0.0;
+            if (label_smoothing > 0.0f) {
+              double sum_x = 0.0;
+              for (std::int64_t j = 0; j < c; ++j)
+                sum_x += row[j];
+              smoothing = label_smoothing * (row[pl[i]] - sum_x / static_cast<double>(c));
+            }
+            block_loss += softmax_row(row, pp + i * c, c, pl[i]) + smoothing;
+          }
           partial[blk] = block_loss;
         }
       });
@@ -90,8 +102,11 @@ void CpuBackend::softmax_xent_forward(const Tensor& logits, const Tensor& labels
 }
 
 void CpuBackend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
-                                       Tensor& dlogits) {
+                                       Tensor& dlogits, float label_smoothing) {
   const std::int64_t n = probs.dim(0), c = probs.dim(1);
+  // The target is (1 - eps) onehot + eps / C; eps = 0 subtracts 0 and 1 exactly as before.
+  const float off = label_smoothing / static_cast<float>(c);
+  const float hit = 1.0f - label_smoothing;
   const float* pp = probs.data<float>();
   const std::int32_t* pl = labels.data<std::int32_t>();
   float* pd = dlogits.data<float>();
@@ -105,8 +120,8 @@ void CpuBackend::softmax_xent_backward(const Tensor& probs, const Tensor& labels
                      const float p_label = prow[pl[i]];  // before drow (maybe prow) changes
                      LOCKSTEP_IVDEP
                      for (std::int64_t j = 0; j < c; ++j)
-                       drow[j] = prow[j] * scale;
-                     drow[pl[i]] = (p_label - 1.0f) * scale;
+                       drow[j] = (prow[j] - off) * scale;
+                     drow[pl[i]] = (p_label - hit - off) * scale;
                    }
                  });
 }

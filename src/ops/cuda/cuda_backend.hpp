@@ -170,10 +170,10 @@ class CudaBackend final : public Backend {
                           Tensor& dgamma, Tensor& dbeta) override;
 
   // ---- loss, metrics and reductions: cuda_loss_optim.cu
-  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
-                            Tensor& loss) override;
+  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs, Tensor& loss,
+                            float label_smoothing) override;
   void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
-                             Tensor& dlogits) override;
+                             Tensor& dlogits, float label_smoothing) override;
   std::int64_t count_correct(const Tensor& logits, const Tensor& labels) override;
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;

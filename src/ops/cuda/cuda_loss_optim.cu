@@ -31,9 +31,10 @@ __device__ __forceinline__ void record_bad_label(unsigned long long* bad, i64 ro
 }
 
 // One warp per row: max, sum of exp, probabilities, -log p[label] = log(sum) - (x[label] - max).
+// Label smoothing eps adds eps (x[label] - mean_k x_k) (the CPU backend's note says why).
 __global__ void softmax_xent_forward_kernel(const float* logits, const std::int32_t* labels,
                                             float* probs, float* row_loss, i64 rows, i64 classes,
-                                            unsigned long long* bad) {
+                                            float label_smoothing, unsigned long long* bad) {
   i64 row = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -45,10 +46,13 @@ __global__ void softmax_xent_forward_kernel(const float* logits, const std::int3
   const bool label_ok = label >= 0 && label < classes;
   const float x_label = lane == 0 && label_ok ? x[label] : 0.0f;
   __syncwarp();  // orders that read before every lane's writes below
-  float mx = -INFINITY;
-  for (i64 j = lane; j < classes; j += 32)
+  float mx = -INFINITY, sum_x = 0.0f;
+  for (i64 j = lane; j < classes; j += 32) {
     mx = fmaxf(mx, x[j]);
+    sum_x += x[j];
+  }
   mx = warp_max(mx);
+  sum_x = warp_sum(sum_x);  // lane 0 holds the row's sum
   float sum = 0.0f;
   for (i64 j = lane; j < classes; j += 32)
     sum += expf(x[j] - mx);
@@ -62,7 +66,10 @@ __global__ void softmax_xent_forward_kernel(const float* logits, const std::int3
       record_bad_label(bad, row, label);
       row_loss[row] = NAN;
     } else {
-      row_loss[row] = logf(sum) - (x_label - mx);
+      float loss = logf(sum) - (x_label - mx);
+      if (label_smoothing > 0.0f)
+        loss += label_smoothing * (x_label - sum_x / static_cast<float>(classes));
+      row_loss[row] = loss;
     }
   }
 }
@@ -75,15 +82,16 @@ __global__ void mean_kernel(const float* values, i64 n, float* out) {
   if (threadIdx.x == 0) *out = acc / static_cast<float>(n);
 }
 
+// The target is hit * onehot + off: hit = 1 - eps, off = eps / C (1 and 0 without smoothing).
 __global__ void softmax_xent_backward_kernel(const float* probs, const std::int32_t* labels,
-                                             float scale, float* dlogits, i64 rows, i64 classes,
-                                             unsigned long long* bad) {
+                                             float scale, float hit, float off, float* dlogits,
+                                             i64 rows, i64 classes, unsigned long long* bad) {
   i64 total = rows * classes;
   LOCKSTEP_GRID_STRIDE(i, total) {
     i64 row = i / classes, j = i % classes;
     std::int32_t label = labels[row];
     if (j == 0 && (label < 0 || label >= classes)) record_bad_label(bad, row, label);
-    dlogits[i] = (probs[i] - (j == label ? 1.0f : 0.0f)) * scale;
+    dlogits[i] = (probs[i] - (j == label ? hit : 0.0f) - off) * scale;
   }
 }
 
@@ -170,22 +178,24 @@ __global__ void adamw_update_kernel(float* param, const float* grad, float* m, f
 // [0, classes) is recorded as (row << 32 | label) by atomicMin, never cleared here.
 void softmax_xent_forward(const float* logits, const std::int32_t* labels, float* probs,
                           float* row_loss, float* loss, i64 rows, i64 classes,
-                          unsigned long long* bad_label, cudaStream_t s) {
+                          float label_smoothing, unsigned long long* bad_label, cudaStream_t s) {
   if (rows == 0) return;
   constexpr int kRowsPerBlock = kThreads / 32;
   unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
   softmax_xent_forward_kernel<<<blocks, kThreads, 0, s>>>(logits, labels, probs, row_loss, rows,
-                                                          classes, bad_label);
+                                                          classes, label_smoothing, bad_label);
   LOCKSTEP_CHECK_LAUNCH();
   mean_kernel<<<1, kThreads, 0, s>>>(row_loss, rows, loss);
   LOCKSTEP_CHECK_LAUNCH();
 }
 
 void softmax_xent_backward(const float* probs, const std::int32_t* labels, float scale,
-                           float* dlogits, i64 rows, i64 classes, unsigned long long* bad_label,
-                           cudaStream_t s) {
-  LOCKSTEP_LAUNCH(softmax_xent_backward_kernel, rows * classes, s, probs, labels, scale, dlogits,
-                  rows, classes, bad_label);
+                           float label_smoothing, float* dlogits, i64 rows, i64 classes,
+                           unsigned long long* bad_label, cudaStream_t s) {
+  const float hit = 1.0f - label_smoothing;
+  const float off = classes > 0 ? label_smoothing / static_cast<float>(classes) : 0.0f;
+  LOCKSTEP_LAUNCH(softmax_xent_backward_kernel, rows * classes, s, probs, labels, scale, hit, off,
+                  dlogits, rows, classes, bad_label);
 }
 
 // *count = number of rows whose (first) argmax equals the label.
@@ -238,7 +248,7 @@ AdamWArgs adamw_args(const AdamWParams& p) {
 // next call that waits for the stream anyway (synchronize, count_correct, sum_squares, a copy
 // to the host): checking here would cost a stream synchronisation per step.
 void CudaBackend::softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
-                                       Tensor& loss) {
+                                       Tensor& loss, float label_smoothing) {
   activate();
   std::int64_t rows = logits.dim(0), classes = logits.dim(1);
   Tensor row_loss = Tensor::empty({rows}, DType::F32, device_);
@@ -246,15 +256,15 @@ void CudaBackend::softmax_xent_forward(const Tensor& logits, const Tensor& label
   note_label_op("softmax_xent_forward");
   cuda::softmax_xent_forward(logits.data<float>(), labels.data<std::int32_t>(), probs.data<float>(),
                              row_loss.data<float>(), loss.data<float>(), rows, classes,
-                             &results()->bad_label, stream_);
+                             label_smoothing, &results()->bad_label, stream_);
 }
 void CudaBackend::softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
-                                        Tensor& dlogits) {
+                                        Tensor& dlogits, float label_smoothing) {
   activate();
   label_classes_ = probs.dim(1);
   note_label_op("softmax_xent_backward");
   cuda::softmax_xent_backward(probs.data<float>(), labels.data<std::int32_t>(), scale,
-                              dlogits.data<float>(), probs.dim(0), probs.dim(1),
+                              label_smoothing, dlogits.data<float>(), probs.dim(0), probs.dim(1),
                               &results()->bad_label, stream_);
 }
 std::int64_t CudaBackend::count_correct(const Tensor& logits, const Tensor& labels) {

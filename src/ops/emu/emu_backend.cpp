@@ -196,15 +196,19 @@ class EmuBackend final : public Backend {
     });
   }
 
-  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs,
-                            Tensor& loss) override {
-    launch([logits = view(logits), labels = view(labels), probs = view(probs), loss = view(loss)](
-               Backend& b) mutable { b.softmax_xent_forward(logits, labels, probs, loss); });
+  void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs, Tensor& loss,
+                            float label_smoothing) override {
+    launch([logits = view(logits), labels = view(labels), probs = view(probs), loss = view(loss),
+            label_smoothing](Backend& b) mutable {
+      b.softmax_xent_forward(logits, labels, probs, loss, label_smoothing);
+    });
   }
   void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
-                             Tensor& dlogits) override {
-    launch([probs = view(probs), labels = view(labels), scale, dlogits = view(dlogits)](
-               Backend& b) mutable { b.softmax_xent_backward(probs, labels, scale, dlogits); });
+                             Tensor& dlogits, float label_smoothing) override {
+    launch([probs = view(probs), labels = view(labels), scale, dlogits = view(dlogits),
+            label_smoothing](Backend& b) mutable {
+      b.softmax_xent_backward(probs, labels, scale, dlogits, label_smoothing);
+    });
   }
   std::int64_t count_correct(const Tensor& logits, const Tensor& labels) override {
     return result<std::int64_t>([logits = view(logits), labels = view(labels)](Backend& b) {

@@ -257,6 +257,20 @@ std::vector<Row> rows() {
          io.out(dlogits);
          io.out_value(static_cast<double>(ops::count_correct(io.ctx(), io.in(0), io.in(1))));
        }});
+  r.push_back(
+      {"softmax_xent_label_smoothing", 1e-6,
+       [] {
+         return std::vector<Tensor>{uniform({33, 10}, 26, -4, 4), random_labels(33, 10, 27)};
+       },
+       [](Io& io) {
+         Tensor probs = io.empty({33, 10}), loss = io.empty({1});
+         Tensor dlogits = io.empty({33, 10});
+         ops::softmax_xent_forward(io.ctx(), io.in(0), io.in(1), probs, loss, 0.1f);
+         ops::softmax_xent_backward(io.ctx(), probs, io.in(1), 1.0f / 33, dlogits, 0.1f);
+         io.out(probs);
+         io.out(loss);
+         io.out(dlogits);
+       }});
   r.push_back({"reductions", 1e-6, [] { return std::vector<Tensor>{uniform({100003}, 25)}; },
                [](Io& io) {
                  io.out_value(ops::sum_squares(io.ctx(), io.in(0)));
