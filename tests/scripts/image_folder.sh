@@ -77,7 +77,7 @@ done >list.txt
 "$SHARD" inspect listed/train >inspect.log 2>&1 || { cat inspect.log; fail "cannot inspect the listed set"; }
 grep -q "samples: *160" inspect.log && [ "$(grep -Ec '^ +[0-3]: +40 ' inspect.log)" = 4 ] ||
   { cat inspect.log; fail "the listed set is not 160 samples, 40 of each of 4 classes"; }
-echo "PASS: 1 and 2 ranks wrote identical shards"
+echo "PASS: 1 and 2 ranks wrote identical shards, raw and encoded"
 
 # ---- 2. training: 2 ranks learn the colours
 "${MPIRUN[@]}" "$BUILD/apps/lockstep-train" --config "$SOURCE/configs/ci_tiny.ini" \

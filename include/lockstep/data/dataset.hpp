@@ -4,6 +4,8 @@
 // samples by hyperslab (contiguous runs in one call). Both modes return identical samples.
 // In memory, samples keep the files' dtype (u8 stays u8; batches are normalised on the device),
 // and the block holding them may be one shared by the ranks of a node (ResidentAllocator).
+// Encoded image sets (JPEG/PNG bytes, SampleStorage::Encoded) are always read on demand and
+// decoded per sample by gather (center crop) or gather_augmented (the crop of the original).
 #pragma once
 
 #include <atomic>
