@@ -1,6 +1,9 @@
 // lockstep-bench loader: how fast the data layer feeds a training loop.
 //   lockstep-bench loader --data=DIR/train [--batch=256] [--reps=3] [--consume=20000]
 //                         [--consume-batches=100] [--world=1] [--rank=0] [--out=PATH]
+//                         [--rrc=0] [--flip=0] [--decode-threads=1]
+// --rrc/--flip: the training augmentation (for encoded image shards, the decode and crop of
+// each original, docs/IMAGES.md); encoded sets are read on demand only.
 // For each mode (in memory, on demand) it measures: the time to open the set, the loader's
 // throughput with a consumer that takes batches as fast as they come (median epoch of --reps),
 // and, against a consumer that needs batch/consume seconds per batch (a stand-in for the training
@@ -35,6 +38,10 @@ ModeResult run_mode(const std::string& mode, const Args& a) {
   const std::int64_t consume_batches = a.get_int("consume-batches", 100);
   const int world = static_cast<int>(a.get_int("world", 1));
   const int rank = static_cast<int>(a.get_int("rank", 0));
+  data::LoaderOptions options;
+  options.augment.random_resized_crop = a.get_int("rrc", 0) != 0;
+  options.augment.flip = a.get_int("flip", 0) != 0;
+  options.decode_threads = static_cast<int>(a.get_int("decode-threads", 1));
 
   ModeResult r;
   r.mode = mode;
@@ -46,7 +53,7 @@ ModeResult run_mode(const std::string& mode, const Args& a) {
                  " does not fit the default memory budget");
 
   data::DistributedSampler sampler(ds->size(), world, rank, true, 1234);
-  data::Loader loader(ds, sampler, batch);
+  data::Loader loader(ds, sampler, batch, options);
   std::int64_t epoch = 0;
   for (int rep = 0; rep < reps; ++rep, ++epoch) {
     loader.start_epoch(epoch);
@@ -86,7 +93,11 @@ int bench_loader(const Args& a) {
   LOCKSTEP_CHECK_HINT(!a.get("data", "").empty(),
                       "make shards with lockstep-shard fashion-mnist --out=DIR",
                       "lockstep-bench loader needs --data=DIR/NAME");
-  std::vector<ModeResult> results{run_mode("in-memory", a), run_mode("on-demand", a)};
+  const bool encoded =
+      data::ShardedDataset::open(a.get("data", ""), 0)->storage() == data::SampleStorage::Encoded;
+  std::vector<ModeResult> results;
+  if (!encoded) results.push_back(run_mode("in-memory", a));
+  results.push_back(run_mode("on-demand", a));
 
   std::string json = str(
       "{\"benchmark\": \"loader\", \"machine\": ", machine_json(), ", \"data\": \"",
@@ -108,7 +119,7 @@ int bench_loader(const Args& a) {
     std::fprintf(stderr, "%-10s %8.3f %14.0f %13.1f%% %16.0f\n", r.mode.c_str(), r.open_s,
                  median(r.samples_per_s), 100.0 * r.consume_wait_fraction, r.consume_achieved);
   }
-  const double ratio = median(results[0].samples_per_s) / median(results[1].samples_per_s);
+  const double ratio = median(results.front().samples_per_s) / median(results.back().samples_per_s);
   json += str("], \"in_memory_over_on_demand\": ", ratio, "}\n");
   std::fprintf(stderr, "in-memory / on-demand throughput: %.1fx\n", ratio);
   write_output(a, json);
@@ -117,7 +128,8 @@ int bench_loader(const Args& a) {
 
 LOCKSTEP_BENCH("loader",
                "data loader throughput, in-memory vs on-demand, and data wait at --consume",
-               "batch consume consume-batches data rank reps world", bench_loader);
+               "batch consume consume-batches data decode-threads flip rank reps rrc world",
+               bench_loader);
 
 }  // namespace
 }  // namespace lockstep::bench

@@ -103,6 +103,7 @@ int run_images(Options& o) {
   data::ImageShardOptions opts;
   opts.side = o.get_int("resize", 0);
   opts.fit = data::image_fit_from_name(o.get("fit", "crop"));
+  opts.storage = data::sample_storage_from_name(o.get("store", "raw"));
   opts.skip_bad = o.get("skip-bad", "0") != "0";
   opts.writer.deflate_level = static_cast<int>(o.get_int("deflate", data::kDefaultDeflateLevel));
   std::int64_t shards = o.get_int("shards", 0);
@@ -114,6 +115,11 @@ int run_images(Options& o) {
                       "missing --resize=S: the side of the square samples");
   LOCKSTEP_CHECK_HINT(root.empty() || (classes == 0 && base.empty()), "they go with --list",
                       "--classes and --base do not apply to --root");
+  LOCKSTEP_CHECK_HINT(
+      opts.storage == data::SampleStorage::Raw || opts.fit == data::ImageFit::CenterCrop,
+      "--store=encoded goes with --fit=crop; --fit=pad needs --store=raw",
+      "--store=encoded: the loader decodes to --fit=crop's resize and center crop, "
+      "not --fit=pad's");
 
   comm::MpiSession session(nullptr, nullptr);
   // The collectives after decoding wait for the slowest rank's whole share (hours for ImageNet):
@@ -182,8 +188,10 @@ int run_images(Options& o) {
   meta.sample_shape = {3, opts.side, opts.side};
   meta.dtype = DType::U8;
   meta.class_names = list.class_names;
+  meta.storage = opts.storage;
   std::vector<data::ImageShard> mine;
-  std::vector<std::int64_t> totals(9, 0);  // sum[3], sum_sq[3], pixels, written, skipped
+  // sum[3], sum_sq[3], pixels, written, skipped, encoded bytes
+  std::vector<std::int64_t> totals(10, 0);
   std::string skipped;
   together(*comm, [&] {
     for (std::int64_t s = rank; s < shards; s += world) {
@@ -202,6 +210,7 @@ int run_images(Options& o) {
       totals[6] += shard.pixels;
       totals[7] += shard.writer->num_samples();
       totals[8] += static_cast<std::int64_t>(shard.skipped.size());
+      totals[9] += shard.encoded_bytes;
       for (const auto& why : shard.skipped)
         skipped += "  skipped " + why + "\n";
     }
@@ -226,11 +235,16 @@ int run_images(Options& o) {
     for (const auto& lines : skipped_by_rank)
       std::fputs(lines.c_str(), stderr);
     std::printf(
-        "wrote %lld shard(s) of set '%s' in %s: %lld images of u8 [3, %lld, %lld] (%s), %lld "
+        "wrote %lld shard(s) of set '%s' in %s: %lld images of u8 [3, %lld, %lld] (%s%s), %lld "
         "classes; %lld skipped; %d rank(s) x %d thread(s), %.1f s, %.0f images/s\n",
         static_cast<long long>(shards), name.c_str(), out.c_str(),
         static_cast<long long>(totals[7]), static_cast<long long>(opts.side),
         static_cast<long long>(opts.side), data::image_fit_name(opts.fit),
+        opts.storage == data::SampleStorage::Encoded
+            ? (", stored encoded: " + format_bytes(static_cast<double>(totals[9])) +
+               " of JPEG/PNG, decoded by the loader")
+                  .c_str()
+            : "",
         static_cast<long long>(list.num_classes), static_cast<long long>(totals[8]), world,
         opts.threads, seconds,
         static_cast<double>(totals[7] + totals[8]) / std::max(seconds, 1e-9));

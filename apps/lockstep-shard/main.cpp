@@ -455,6 +455,9 @@ int cmd_inspect(Args& a) {
   std::printf("samples:      %lld\n", static_cast<long long>(ds->size()));
   std::printf("sample shape: %s\n", shape_str(ds->sample_shape()).c_str());
   std::printf("dtype:        %s\n", dtype_name(ds->dtype()));
+  if (ds->storage() == data::SampleStorage::Encoded)
+    std::printf(
+        "storage:      encoded (JPEG/PNG bytes, decoded by the loader to the shape above)\n");
   std::printf("classes:      %lld\n", static_cast<long long>(ds->num_classes()));
   if (!ds->mean().empty()) {
     for (std::size_t c = 0; c < ds->mean().size() && c < 8; ++c)

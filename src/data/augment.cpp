@@ -19,6 +19,8 @@ class Draws {
       : rng_(hash_combine(seed, 0x61756731ull /* "aug1" */),
              hash_combine(static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(index))) {}
   double uniform() { return static_cast<double>(rng_.u32(next_++)) / 4294967296.0; }
+  std::uint64_t used() const { return next_; }
+  void skip_to(std::uint64_t used) { next_ = used; }
   // Uniform integer in [lo, hi].
   std::int64_t integer(std::int64_t lo, std::int64_t hi) {
     return lo + static_cast<std::int64_t>(uniform() * static_cast<double>(hi - lo + 1));
@@ -58,25 +60,14 @@ void crop_params(Draws& d, std::int64_t H, std::int64_t W, const AugmentOptions&
   left = (W - w) / 2;
 }
 
-}  // namespace
-
-void augment_sample(std::uint8_t* x, std::int64_t C, std::int64_t H, std::int64_t W,
-                    const AugmentOptions& o, std::int64_t epoch, std::int64_t index) {
-  if (!o.any()) return;
-  Draws d(o.seed, epoch, index);
-  const std::size_t bytes = static_cast<std::size_t>(C * H * W);
-  std::vector<std::uint8_t> tmp(bytes);
-  if (o.random_resized_crop) {
-    std::int64_t top = 0, left = 0, h = H, w = W;
-    crop_params(d, H, W, o, top, left, h, w);
-    resize_region(x, C, H, W, top, left, h, w, H, W, tmp.data());
-    std::memcpy(x, tmp.data(), bytes);
-  }
+// The steps after the crop, on a C x H x W sample, drawing on from where the crop stopped.
+void pad_crop_and_flip(Draws& d, std::uint8_t* x, std::int64_t C, std::int64_t H, std::int64_t W,
+                       const AugmentOptions& o) {
   if (o.pad_crop > 0) {
     // Offsets in [-P, P]: the window's top-left corner in the unpadded sample.
     const std::int64_t dy = d.integer(-o.pad_crop, o.pad_crop);
     const std::int64_t dx = d.integer(-o.pad_crop, o.pad_crop);
-    std::fill(tmp.begin(), tmp.end(), std::uint8_t{0});
+    std::vector<std::uint8_t> tmp(static_cast<std::size_t>(C * H * W), std::uint8_t{0});
     for (std::int64_t c = 0; c < C; ++c)
       for (std::int64_t y = 0; y < H; ++y) {
         const std::int64_t sy = y + dy;
@@ -87,12 +78,67 @@ void augment_sample(std::uint8_t* x, std::int64_t C, std::int64_t H, std::int64_
             tmp[static_cast<std::size_t>((c * H + y) * W + xx)] = x[(c * H + sy) * W + sx];
         }
       }
-    std::memcpy(x, tmp.data(), bytes);
+    std::memcpy(x, tmp.data(), tmp.size());
   }
   if (o.flip && d.uniform() < 0.5) {
     for (std::int64_t r = 0; r < C * H; ++r)
       std::reverse(x + r * W, x + (r + 1) * W);
   }
+}
+
+}  // namespace
+
+void augment_sample(std::uint8_t* x, std::int64_t C, std::int64_t H, std::int64_t W,
+                    const AugmentOptions& o, std::int64_t epoch, std::int64_t index) {
+  if (!o.any()) return;
+  Draws d(o.seed, epoch, index);
+  if (o.random_resized_crop) {
+    std::int64_t top = 0, left = 0, h = H, w = W;
+    crop_params(d, H, W, o, top, left, h, w);
+    std::vector<std::uint8_t> tmp(static_cast<std::size_t>(C * H * W));
+    resize_region(x, C, H, W, top, left, h, w, H, W, tmp.data());
+    std::memcpy(x, tmp.data(), tmp.size());
+  }
+  pad_crop_and_flip(d, x, C, H, W, o);
+}
+
+EncodedCrop encoded_crop(const EncodedImageInfo& info, std::int64_t side, const AugmentOptions& o,
+                         std::int64_t epoch, std::int64_t index) {
+  EncodedCrop crop;
+  crop.width = info.width;
+  crop.height = info.height;
+  if (o.random_resized_crop) {
+    Draws d(o.seed, epoch, index);
+    crop_params(d, info.height, info.width, o, crop.top, crop.left, crop.height, crop.width);
+    crop.draws = d.used();
+  }
+  crop.denominator = info.jpeg ? jpeg_scale_denominator(crop.width, crop.height, side) : 1;
+  return crop;
+}
+
+void decode_sample(const std::uint8_t* bytes, std::size_t size, const std::string& where,
+                   std::int64_t side, const AugmentOptions& o, std::int64_t epoch,
+                   std::int64_t index, std::uint8_t* out) {
+  Draws d(o.seed, epoch, index);
+  if (!o.random_resized_crop) {
+    // As --fit=crop stored it: the same decode, scale and cut, so the same bytes.
+    const Image image = decode_image(bytes, size, where, side);
+    resize_to_square(image, side, ImageFit::CenterCrop, out);
+  } else {
+    // torchvision's order: the crop is drawn on the original photo, then resized to side x side.
+    // Decoding at 1/2, 1/4 or 1/8 where the crop keeps at least `side` pixels on its shorter side
+    // reads up to 64 times fewer pixels. Pixel i of the reduced image is pixels [d*i, d*i + d) of
+    // the full one (libjpeg's scaled IDCT), so the crop is the same region at 1/d, edges and all.
+    const EncodedImageInfo info = encoded_image_info(bytes, size, where);
+    const EncodedCrop crop = encoded_crop(info, side, o, epoch, index);
+    d.skip_to(crop.draws);
+    const Image image = decode_image_scaled(bytes, size, where, crop.denominator);
+    const auto d = static_cast<double>(crop.denominator);
+    resize_region(image, static_cast<double>(crop.top) / d, static_cast<double>(crop.left) / d,
+                  static_cast<double>(crop.height) / d, static_cast<double>(crop.width) / d, side,
+                  side, out);
+  }
+  pad_crop_and_flip(d, out, 3, side, side, o);
 }
 
 void augment_batch(Tensor& x, const std::vector<std::int64_t>& indices, std::int64_t epoch,

@@ -12,6 +12,8 @@
 #include <regex>
 #include <set>
 
+#include "lockstep/core/thread_pool.hpp"
+
 namespace lockstep::data {
 
 namespace {
@@ -116,6 +118,8 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
       disagree(*s, "sample_shape", shape_str(m.sample_shape), shape_str(first.sample_shape));
     if (m.num_classes != first.num_classes)
       disagree(*s, "num_classes", std::to_string(m.num_classes), std::to_string(first.num_classes));
+    if (m.storage != first.storage)
+      disagree(*s, "storage", sample_storage_name(m.storage), sample_storage_name(first.storage));
     if (m.dtype != first.dtype)
       disagree(*s, "dtype of /x", dtype_name(m.dtype), dtype_name(first.dtype));
     if (m.mean != first.mean) disagree(*s, "mean", vec_str(m.mean), vec_str(first.mean));
@@ -158,7 +162,9 @@ std::shared_ptr<ShardedDataset> ShardedDataset::open(const std::vector<std::stri
 
   const std::int64_t x_bytes = ds->size_ * ds->sample_bytes();
   const std::int64_t label_bytes = ds->size_ * static_cast<std::int64_t>(sizeof(std::int32_t));
-  if (x_bytes + label_bytes <= memory_budget_bytes) {
+  // Encoded sets are read on demand: their bytes are not the samples (held in memory they would
+  // need a block of another size and a table of offsets; the page cache holds them instead).
+  if (ds->meta_.storage == SampleStorage::Raw && x_bytes + label_bytes <= memory_budget_bytes) {
     ResidentBlock block;
     if (allocator) {
       block = allocator(x_bytes, ds->describe());
@@ -248,7 +254,7 @@ std::vector<std::int64_t> ShardedDataset::shard_sizes() const {
   return out;
 }
 
-void ShardedDataset::gather(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const {
+void ShardedDataset::allocate(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const {
   const auto k = static_cast<std::int64_t>(indices.size());
   Shape x_shape{k};
   x_shape.insert(x_shape.end(), meta_.sample_shape.begin(), meta_.sample_shape.end());
@@ -256,13 +262,59 @@ void ShardedDataset::gather(std::span<const std::int64_t> indices, Tensor& x, Te
     x = Tensor::empty(x_shape, meta_.dtype);
   if (!y.defined() || y.shape() != Shape{k} || y.dtype() != DType::I32 || !y.device().is_cpu())
     y = Tensor::empty({k}, DType::I32);
-  const std::int64_t sb = sample_bytes();
-  auto* xo = static_cast<char*>(x.raw_data());
   auto* yo = y.data<std::int32_t>();
   for (std::int64_t j = 0; j < k; ++j) {
     LOCKSTEP_CHECK(indices[j] >= 0 && indices[j] < size_, "sample index ", indices[j],
                    " is outside the dataset [0, ", size_, ") of ", files_.front(), " ...");
     yo[j] = labels_[static_cast<std::size_t>(indices[j])];
+  }
+}
+
+void ShardedDataset::decode(std::span<const std::int64_t> indices, Tensor& x, std::int64_t epoch,
+                            const AugmentOptions& augment, int threads) const {
+  const auto k = static_cast<std::int64_t>(indices.size());
+  const std::int64_t sb = sample_bytes(), side = meta_.sample_shape[2];
+  auto* xo = x.data<std::uint8_t>();
+  auto work = [&](std::int64_t begin, std::int64_t end) {
+    std::vector<std::uint8_t> bytes;
+    std::int64_t read = 0;
+    for (std::int64_t j = begin; j < end; ++j) {
+      const Location at = locate(indices[j]);
+      at.shard->read_encoded(at.index, bytes);
+      read += static_cast<std::int64_t>(bytes.size());
+      decode_sample(bytes.data(), bytes.size(), str(at.shard->where(), ", sample ", at.index), side,
+                    augment, epoch, indices[j], xo + j * sb);
+    }
+    bytes_read_ += read;
+  };
+  if (threads <= 1 || k <= 1) {
+    work(0, k);
+    return;
+  }
+  // A pool per batch: starting a few threads costs far less than decoding one image.
+  ThreadPool pool(static_cast<int>(std::min<std::int64_t>(threads, k)));
+  pool.parallel_for(k, 1, work);
+}
+
+void ShardedDataset::gather_augmented(std::span<const std::int64_t> indices, Tensor& x, Tensor& y,
+                                      std::int64_t epoch, const AugmentOptions& augment,
+                                      int threads) const {
+  if (meta_.storage == SampleStorage::Raw) {
+    Dataset::gather_augmented(indices, x, y, epoch, augment, threads);
+    return;
+  }
+  allocate(indices, x, y);
+  decode(indices, x, epoch, augment, threads);
+}
+
+void ShardedDataset::gather(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const {
+  const auto k = static_cast<std::int64_t>(indices.size());
+  allocate(indices, x, y);
+  const std::int64_t sb = sample_bytes();
+  auto* xo = static_cast<char*>(x.raw_data());
+  if (meta_.storage == SampleStorage::Encoded) {
+    decode(indices, x, 0, AugmentOptions{}, 1);
+    return;
   }
   if (resident_ != nullptr) {
     const char* base = resident_;

@@ -24,7 +24,9 @@ constexpr const char* kBadFileHint = "replace or remove the file, or pass --skip
 // allocate more.
 constexpr std::int64_t kMaxPixels = std::int64_t{1} << 28;
 
-std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
+}  // namespace
+
+std::vector<std::uint8_t> read_image_bytes(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   LOCKSTEP_CHECK_HINT(f, kBadFileHint, path, ": cannot open: ", errno_text());
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, std::fclose);
@@ -38,6 +40,20 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
   LOCKSTEP_CHECK_HINT(!std::ferror(f), kBadFileHint, path, ": cannot read: ", errno_text());
   return bytes;
 }
+
+int jpeg_scale_denominator(std::int64_t w, std::int64_t h, std::int64_t min_side) {
+  // Only 1/2, 1/4, 1/8: libjpeg-turbo's SIMD has those scaled IDCTs; the others (3/8, 5/8, ...)
+  // decoded 500x375 JPEGs more slowly than full size did (docs/IMAGES.md). A side scales as
+  // libjpeg-turbo scales it (TJSCALED: rounded up).
+  if (min_side <= 0) return 1;
+  const std::int64_t shorter = std::min(w, h);
+  int best = 1;
+  for (int d : {2, 4, 8})
+    if ((shorter + d - 1) / d >= min_side) best = d;
+  return best;
+}
+
+namespace {
 
 // ---- EXIF orientation: tag 0x0112 of IFD0 in an APP1 "Exif" segment, 1 (upright) when absent.
 int exif_orientation(const std::uint8_t* d, std::size_t n) {
@@ -119,8 +135,9 @@ void apply_orientation(Image& img, int o) {
   img = std::move(out);
 }
 
+// denominator 0: the one jpeg_scale_denominator allows for min_side.
 Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& where,
-                  std::int64_t min_side) {
+                  std::int64_t min_side, int denominator) {
   std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
   LOCKSTEP_CHECK(tj, where, ": cannot start the JPEG decoder: ", tjGetErrorStr2(nullptr));
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
@@ -129,21 +146,11 @@ Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string&
   // A few bytes of header can claim 65535 x 65535 pixels (12 GiB): refuse what no photo needs.
   LOCKSTEP_CHECK_HINT(std::int64_t(w) * h <= kMaxPixels, kBadFileHint, where, ": claims ", w, "x",
                       h, " pixels, more than ", kMaxPixels, " (corrupt, or not a photo)");
-  // The smallest DCT scale that keeps the shorter side at least min_side.
-  int sw = w, sh = h;
-  if (min_side > 0) {
-    int count = 0;
-    const tjscalingfactor* factors = tjGetScalingFactors(&count);
-    for (int i = 0; factors && i < count; ++i) {
-      const tjscalingfactor f = factors[i];
-      // Only 1/2, 1/4, 1/8: libjpeg-turbo's SIMD has those scaled IDCTs; the others (3/8, 5/8,
-      // ...) decoded 500x375 JPEGs more slowly than full size did (docs/IMAGES.md).
-      if (f.num != 1 || f.denom > 8) continue;
-      const int fw = TJSCALED(w, f), fh = TJSCALED(h, f);
-      if (std::min(fw, fh) >= min_side && std::int64_t(fw) * fh < std::int64_t(sw) * sh)
-        sw = fw, sh = fh;
-    }
-  }
+  if (denominator == 0) denominator = jpeg_scale_denominator(w, h, min_side);
+  LOCKSTEP_CHECK(denominator == 1 || denominator == 2 || denominator == 4 || denominator == 8,
+                 where, ": JPEG scale 1/", denominator, " is not one of 1, 1/2, 1/4, 1/8");
+  const tjscalingfactor factor{1, denominator};
+  const int sw = TJSCALED(w, factor), sh = TJSCALED(h, factor);
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
   const int channels = cmyk ? 4 : 3;
   std::vector<std::uint8_t> pixels(static_cast<std::size_t>(sw) * sh * channels);
@@ -259,13 +266,14 @@ struct AxisWeights {
   std::vector<std::vector<float>> weights;
 };
 
-AxisWeights axis_weights(std::int64_t in_len, double scale, std::int64_t offset,
-                         std::int64_t out_len) {
+AxisWeights axis_weights(std::int64_t in_len, double scale, double offset, std::int64_t out_len) {
   // scale = input pixels per output pixel; the triangle's radius grows with it when shrinking.
   const double support = std::max(scale, 1.0);
   AxisWeights a;
   for (std::int64_t o = 0; o < out_len; ++o) {
-    const double center = (static_cast<double>(o + offset) + 0.5) * scale;
+    // o + offset is exact for whole offsets, so resize_to_square's weights do not depend on
+    // offset being a double (fractional ones are resize_region's).
+    const double center = (static_cast<double>(o) + offset + 0.5) * scale;
     std::int64_t lo =
         std::max<std::int64_t>(0, static_cast<std::int64_t>(std::floor(center - support)));
     std::int64_t hi =
@@ -291,15 +299,71 @@ AxisWeights axis_weights(std::int64_t in_len, double scale, std::int64_t offset,
   return a;
 }
 
+// The two passes of every resize of a decoded image: horizontal over the source rows the output
+// needs, then vertical, in float. Output pixel (y, x), y < ay's and x < ax's length, goes to
+// (y0 + y, x0 + x) of the channel-major [3, out_h, out_w] `out`.
+void resample_rgb(const Image& img, const AxisWeights& ax, const AxisWeights& ay,
+                  std::int64_t out_h, std::int64_t out_w, std::int64_t y0, std::int64_t x0,
+                  std::uint8_t* out) {
+  const std::int64_t w = img.width;
+  const auto nx = static_cast<std::int64_t>(ax.first.size());
+  const auto ny = static_cast<std::int64_t>(ay.first.size());
+  std::int64_t row_lo = img.height, row_hi = 0;
+  for (std::int64_t y = 0; y < ny; ++y) {
+    const auto f = ay.first[static_cast<std::size_t>(y)];
+    row_lo = std::min(row_lo, f);
+    row_hi = std::max(
+        row_hi, f + static_cast<std::int64_t>(ay.weights[static_cast<std::size_t>(y)].size()));
+  }
+  std::vector<float> rows(
+      static_cast<std::size_t>(std::max<std::int64_t>(0, row_hi - row_lo) * nx * 3));
+  for (std::int64_t y = row_lo; y < row_hi; ++y) {
+    const std::uint8_t* src = &img.rgb[static_cast<std::size_t>(y * w * 3)];
+    for (std::int64_t x = 0; x < nx; ++x) {
+      float acc[3] = {0, 0, 0};
+      const auto& wx = ax.weights[static_cast<std::size_t>(x)];
+      const std::int64_t f = ax.first[static_cast<std::size_t>(x)];
+      for (std::size_t k = 0; k < wx.size(); ++k)
+        for (int c = 0; c < 3; ++c)
+          acc[c] += wx[k] * static_cast<float>(src[(f + static_cast<std::int64_t>(k)) * 3 + c]);
+      for (int c = 0; c < 3; ++c)
+        rows[static_cast<std::size_t>(((y - row_lo) * nx + x) * 3 + c)] = acc[c];
+    }
+  }
+  for (std::int64_t y = 0; y < ny; ++y) {
+    const auto& wy = ay.weights[static_cast<std::size_t>(y)];
+    const std::int64_t f = ay.first[static_cast<std::size_t>(y)] - row_lo;
+    for (std::int64_t x = 0; x < nx; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        float acc = 0;
+        for (std::size_t k = 0; k < wy.size(); ++k)
+          acc +=
+              wy[k] *
+              rows[static_cast<std::size_t>(((f + static_cast<std::int64_t>(k)) * nx + x) * 3 + c)];
+        const long v = std::lround(acc);
+        out[(c * out_h + (y + y0)) * out_w + (x + x0)] =
+            static_cast<std::uint8_t>(std::clamp(v, 0L, 255L));
+      }
+    }
+  }
+}
+
 }  // namespace
 
-Image decode_image(const std::uint8_t* data, std::size_t size, const std::string& where,
-                   std::int64_t min_side) {
-  LOCKSTEP_CHECK_HINT(size > 0, kBadFileHint, where, ": empty file (0 bytes)");
-  if (size >= 2 && data[0] == 0xFF && data[1] == 0xD8)  // SOI
-    return decode_jpeg(data, size, where, min_side);
+namespace {
+
+bool is_jpeg(const std::uint8_t* data, std::size_t size) {
+  return size >= 2 && data[0] == 0xFF && data[1] == 0xD8;  // SOI
+}
+bool is_png(const std::uint8_t* data, std::size_t size) {
   static const std::uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
-  if (size >= 8 && std::memcmp(data, kPngSignature, 8) == 0) return decode_png(data, size, where);
+  return size >= 8 && std::memcmp(data, kPngSignature, 8) == 0;
+}
+
+// Empty files and files of another kind, with the error decode_image gives.
+void require_image(const std::uint8_t* data, std::size_t size, const std::string& where) {
+  LOCKSTEP_CHECK_HINT(size > 0, kBadFileHint, where, ": empty file (0 bytes)");
+  if (is_jpeg(data, size) || is_png(data, size)) return;
   std::string head;
   for (std::size_t i = 0; i < std::min<std::size_t>(size, 8); ++i) {
     char b[4];
@@ -311,8 +375,53 @@ Image decode_image(const std::uint8_t* data, std::size_t size, const std::string
                      ")");
 }
 
+}  // namespace
+
+Image decode_image(const std::uint8_t* data, std::size_t size, const std::string& where,
+                   std::int64_t min_side) {
+  require_image(data, size, where);
+  if (is_jpeg(data, size)) return decode_jpeg(data, size, where, min_side, 0);
+  return decode_png(data, size, where);
+}
+
+Image decode_image_scaled(const std::uint8_t* data, std::size_t size, const std::string& where,
+                          int denominator) {
+  require_image(data, size, where);
+  if (is_jpeg(data, size)) return decode_jpeg(data, size, where, 0, denominator);
+  return decode_png(data, size, where);
+}
+
+EncodedImageInfo encoded_image_info(const std::uint8_t* data, std::size_t size,
+                                    const std::string& where) {
+  require_image(data, size, where);
+  EncodedImageInfo info;
+  if (is_jpeg(data, size)) {
+    std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
+    LOCKSTEP_CHECK(tj, where, ": cannot start the JPEG decoder: ", tjGetErrorStr2(nullptr));
+    int w = 0, h = 0, subsamp = 0, colorspace = 0;
+    LOCKSTEP_CHECK_HINT(
+        tjDecompressHeader3(tj.get(), data, size, &w, &h, &subsamp, &colorspace) == 0, kBadFileHint,
+        where, ": corrupt JPEG header: ", tjGetErrorStr2(tj.get()));
+    const bool swap = exif_orientation(data, size) >= 5;  // turned a quarter: upright is h x w
+    info.width = swap ? h : w;
+    info.height = swap ? w : h;
+    info.jpeg = true;
+    return info;
+  }
+  // PNG: the IHDR chunk comes first, right after the signature (length, "IHDR", width, height).
+  LOCKSTEP_CHECK_HINT(size >= 24 && std::memcmp(data + 12, "IHDR", 4) == 0, kBadFileHint, where,
+                      ": cannot decode the PNG: no IHDR chunk at its start");
+  auto be32 = [&](std::size_t o) {
+    return std::int64_t{data[o]} << 24 | std::int64_t{data[o + 1]} << 16 |
+           std::int64_t{data[o + 2]} << 8 | std::int64_t{data[o + 3]};
+  };
+  info.width = be32(16);
+  info.height = be32(20);
+  return info;
+}
+
 Image read_image(const std::string& path, std::int64_t min_side) {
-  const auto bytes = read_file_bytes(path);
+  const auto bytes = read_image_bytes(path);
   return decode_image(bytes.data(), bytes.size(), path, min_side);
 }
 
@@ -349,38 +458,30 @@ void resize_to_square(const Image& img, std::int64_t side, ImageFit fit, std::ui
       axis_weights(w, static_cast<double>(w) / static_cast<double>(sw), ow >= 0 ? ow / 2 : 0, nx);
   const auto ay =
       axis_weights(h, static_cast<double>(h) / static_cast<double>(sh), oh >= 0 ? oh / 2 : 0, ny);
-  // Horizontal pass over every source row, then vertical, in float.
-  std::vector<float> rows(static_cast<std::size_t>(h * nx * 3));
-  for (std::int64_t y = 0; y < h; ++y) {
-    const std::uint8_t* src = &img.rgb[static_cast<std::size_t>(y * w * 3)];
-    for (std::int64_t x = 0; x < nx; ++x) {
-      float acc[3] = {0, 0, 0};
-      const auto& wx = ax.weights[static_cast<std::size_t>(x)];
-      const std::int64_t f = ax.first[static_cast<std::size_t>(x)];
-      for (std::size_t k = 0; k < wx.size(); ++k)
-        for (int c = 0; c < 3; ++c)
-          acc[c] += wx[k] * static_cast<float>(src[(f + static_cast<std::int64_t>(k)) * 3 + c]);
-      for (int c = 0; c < 3; ++c)
-        rows[static_cast<std::size_t>((y * nx + x) * 3 + c)] = acc[c];
-    }
-  }
   std::fill(out, out + 3 * side * side, std::uint8_t{0});
-  for (std::int64_t y = 0; y < ny; ++y) {
-    const auto& wy = ay.weights[static_cast<std::size_t>(y)];
-    const std::int64_t f = ay.first[static_cast<std::size_t>(y)];
-    for (std::int64_t x = 0; x < nx; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        float acc = 0;
-        for (std::size_t k = 0; k < wy.size(); ++k)
-          acc +=
-              wy[k] *
-              rows[static_cast<std::size_t>(((f + static_cast<std::int64_t>(k)) * nx + x) * 3 + c)];
-        const long v = std::lround(acc);
-        out[(c * side + (y + y0)) * side + (x + x0)] =
-            static_cast<std::uint8_t>(std::clamp(v, 0L, 255L));
-      }
-    }
-  }
+  resample_rgb(img, ax, ay, side, side, y0, x0, out);
+}
+
+void resize_region(const Image& img, double top, double left, double h, double w,
+                   std::int64_t out_h, std::int64_t out_w, std::uint8_t* out) {
+  LOCKSTEP_CHECK(top >= 0 && left >= 0 && h > 0 && w > 0 &&
+                     top + h <= static_cast<double>(img.height) &&
+                     left + w <= static_cast<double>(img.width) && out_h >= 1 && out_w >= 1,
+                 "resize_region: region ", h, "x", w, " at (", top, ", ", left, ") of ", img.height,
+                 "x", img.width);
+  // The weights over the pixels the region touches alone (so the filter never reads outside
+  // it, as cropping first would), then moved to their place in the image.
+  auto region = [](double start, double len, std::int64_t out_len) {
+    const auto first = static_cast<std::int64_t>(std::floor(start));
+    const auto end = static_cast<std::int64_t>(std::ceil(start + len));
+    const double scale = len / static_cast<double>(out_len);
+    auto a =
+        axis_weights(end - first, scale, (start - static_cast<double>(first)) / scale, out_len);
+    for (auto& f : a.first)
+      f += first;
+    return a;
+  };
+  resample_rgb(img, region(left, w, out_w), region(top, h, out_h), out_h, out_w, 0, 0, out);
 }
 
 void resize_region(const std::uint8_t* in, std::int64_t channels, std::int64_t H, std::int64_t W,

@@ -153,6 +153,15 @@ ImageShard convert_image_shard(const ImageList& list, std::int64_t begin, std::i
   const std::int64_t side = options.side;
   LOCKSTEP_CHECK(meta.dtype == DType::U8 && meta.sample_shape == Shape({3, side, side}), path,
                  ": image shards hold u8 [3, ", side, ", ", side, "] samples");
+  const bool encoded = options.storage == SampleStorage::Encoded;
+  LOCKSTEP_CHECK(meta.storage == options.storage, path, ": the shard's storage is ",
+                 sample_storage_name(meta.storage), " but the conversion's is ",
+                 sample_storage_name(options.storage));
+  LOCKSTEP_CHECK_HINT(!encoded || options.fit == ImageFit::CenterCrop,
+                      "use --fit=crop with --store=encoded, or --store=raw with --fit=pad", path,
+                      ": encoded storage is decoded by the loader with --fit=crop's resize "
+                      "and center crop; --fit=",
+                      image_fit_name(options.fit), " cannot be stored that way");
   ImageShard shard;
   shard.writer = std::make_unique<ShardWriter>(path, meta, options.writer);
   shard.sum.assign(3, 0);
@@ -164,6 +173,8 @@ ImageShard convert_image_shard(const ImageList& list, std::int64_t begin, std::i
   const std::int64_t block = 16 * pool.size();
   std::vector<std::uint8_t> slots(static_cast<std::size_t>(block) * sample_bytes), x;
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(block));
+  std::vector<std::vector<std::uint8_t>> files(encoded ? static_cast<std::size_t>(block) : 0);
+  std::vector<std::int64_t> sizes;
   std::vector<std::int32_t> y;
   for (std::int64_t first = begin; first < end; first += block) {
     const std::int64_t n = std::min(block, end - first);
@@ -171,8 +182,17 @@ ImageShard convert_image_shard(const ImageList& list, std::int64_t begin, std::i
       for (std::int64_t k = b; k < e; ++k) {
         errors[static_cast<std::size_t>(k)] = nullptr;
         try {
-          const Image image = read_image(list.paths[static_cast<std::size_t>(first + k)], side);
-          resize_to_square(image, side, options.fit, slots.data() + k * sample_bytes);
+          const std::string& file = list.paths[static_cast<std::size_t>(first + k)];
+          if (encoded) {
+            // The bytes stored are the bytes decoded: a file changing meanwhile cannot slip in.
+            auto& bytes = files[static_cast<std::size_t>(k)];
+            bytes = read_image_bytes(file);
+            const Image image = decode_image(bytes.data(), bytes.size(), file, side);
+            resize_to_square(image, side, options.fit, slots.data() + k * sample_bytes);
+          } else {
+            const Image image = read_image(file, side);
+            resize_to_square(image, side, options.fit, slots.data() + k * sample_bytes);
+          }
         } catch (const Error&) {
           errors[static_cast<std::size_t>(k)] = std::current_exception();
         }
@@ -180,6 +200,7 @@ ImageShard convert_image_shard(const ImageList& list, std::int64_t begin, std::i
     });
     x.clear();
     y.clear();
+    sizes.clear();
     for (std::int64_t k = 0; k < n; ++k) {
       if (const auto& error = errors[static_cast<std::size_t>(k)]) {
         if (!options.skip_bad) std::rethrow_exception(error);
@@ -202,10 +223,21 @@ ImageShard convert_image_shard(const ImageList& list, std::int64_t begin, std::i
         shard.sum_sq[static_cast<std::size_t>(c)] += s2;
       }
       shard.pixels += side * side;
-      x.insert(x.end(), sample, sample + sample_bytes);
+      if (encoded) {
+        const auto& bytes = files[static_cast<std::size_t>(k)];
+        x.insert(x.end(), bytes.begin(), bytes.end());
+        sizes.push_back(static_cast<std::int64_t>(bytes.size()));
+        shard.encoded_bytes += sizes.back();
+      } else {
+        x.insert(x.end(), sample, sample + sample_bytes);
+      }
       y.push_back(list.labels[static_cast<std::size_t>(first + k)]);
     }
-    shard.writer->append(x.data(), y.data(), static_cast<std::int64_t>(y.size()));
+    if (encoded)
+      shard.writer->append_encoded(x.data(), sizes.data(), y.data(),
+                                   static_cast<std::int64_t>(y.size()));
+    else
+      shard.writer->append(x.data(), y.data(), static_cast<std::int64_t>(y.size()));
   }
   return shard;
 }

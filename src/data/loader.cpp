@@ -13,6 +13,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, DistributedSampler sample
       options_(options) {
   LOCKSTEP_CHECK(dataset_ != nullptr, "Loader: no dataset");
   LOCKSTEP_CHECK(batch_size_ >= 1, "Loader: batch size is ", batch_size_);
+  LOCKSTEP_CHECK(options_.decode_threads >= 1, "Loader: decode_threads is ",
+                 options_.decode_threads, ", must be at least 1");
   LOCKSTEP_CHECK(options_.prefetch_depth >= 1, "Loader: prefetch_depth is ",
                  options_.prefetch_depth, ", must be at least 1");
   LOCKSTEP_CHECK(sampler_.dataset_size() == dataset_->size(), "Loader: the sampler covers ",
@@ -117,8 +119,8 @@ void Loader::run() {
         batch.epoch = epoch;
         batch.index_in_epoch = b;
         batch.indices.assign(indices.begin() + begin, indices.begin() + end);
-        dataset_->gather(batch.indices, batch.x, batch.y);
-        augment_batch(batch.x, batch.indices, epoch, options_.augment);
+        dataset_->gather_augmented(batch.indices, batch.x, batch.y, epoch, options_.augment,
+                                   options_.decode_threads);
         live = push(Item{std::move(batch), nullptr});
       }
       if (live) push(Item{std::nullopt, nullptr});

@@ -72,6 +72,11 @@ void validate_meta(const ShardMeta& m, const std::string& where, const char* hin
     LOCKSTEP_CHECK_HINT(s > 0, hint, where, ": attribute 'std' holds ", s,
                         ": every channel's std must be positive");
   }
+  LOCKSTEP_CHECK_HINT(m.storage == SampleStorage::Raw ||
+                          (m.dtype == DType::U8 && m.sample_shape.size() == 3 &&
+                           m.sample_shape[0] == 3 && m.sample_shape[1] == m.sample_shape[2]),
+                      hint, where, ": encoded images decode to u8 [3, S, S] samples, but the ",
+                      "shard says ", dtype_name(m.dtype), " ", shape_str(m.sample_shape));
   LOCKSTEP_CHECK_HINT(
       m.class_names.empty() || static_cast<std::int64_t>(m.class_names.size()) == m.num_classes,
       hint, where, ": attribute 'class_names' names ", m.class_names.size(),
@@ -154,6 +159,16 @@ std::int64_t auto_chunk_samples(const ShardMeta& m) {
 
 }  // namespace
 
+const char* sample_storage_name(SampleStorage storage) {
+  return storage == SampleStorage::Encoded ? "encoded" : "raw";
+}
+SampleStorage sample_storage_from_name(const std::string& name) {
+  if (name == "raw") return SampleStorage::Raw;
+  if (name == "encoded") return SampleStorage::Encoded;
+  LOCKSTEP_FAIL_HINT("raw (decoded u8 pixels) or encoded (the files' own JPEG/PNG bytes)",
+                     "unknown sample storage '", name, "'");
+}
+
 std::string shard_file_name(const std::string& name, std::int64_t index, std::int64_t count) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "-%05lld-of-%05lld.h5", static_cast<long long>(index),
@@ -200,6 +215,8 @@ struct ShardWriter::Impl {
   ShardMeta meta;
   h5::Handle file, x, y;
   std::int64_t n = 0;
+  h5::Handle bytes, offsets;          // Encoded
+  std::vector<std::int64_t> ends{0};  // Encoded: /offsets, written at close
   bool closed = false;
 };
 
@@ -226,7 +243,8 @@ ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta, ShardWr
   create.track_times = false;
   m.file = h5::create_file(m.tmp_path, create, "does the output folder exist and is it writable?");
 
-  auto make = [&](const char* name, DType dtype, const Shape& sample_shape, std::int64_t chunk) {
+  auto make = [&](const char* name, hid_t type, std::size_t type_size, const Shape& sample_shape,
+                  std::int64_t chunk) {
     auto dims = dims_of(0, sample_shape);
     auto maxdims = dims;
     maxdims[0] = H5S_UNLIMITED;
@@ -239,25 +257,33 @@ ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta, ShardWr
                 "", m.tmp_path, "cannot set the chunking of /", name);
     if (options.deflate_level > 0) {
       // Byte-shuffling groups the exponent bytes of floats together, which deflate likes.
-      if (dtype_size(dtype) > 1) H5Pset_shuffle(dcpl.get());
+      if (type_size > 1) H5Pset_shuffle(dcpl.get());
       LOCKSTEP_H5(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options.deflate_level)),
                   "is zlib available to HDF5?", m.tmp_path, "cannot enable deflate for /", name);
     }
     // Last in the pipeline: it checksums the stored bytes and is verified first on read.
     LOCKSTEP_H5(H5Pset_fletcher32(dcpl.get()), "", m.tmp_path, "cannot enable checksums for /",
                 name);
-    return h5::dataset(LOCKSTEP_H5(H5Dcreate2(m.file.get(), name, file_type(dtype), space.get(),
-                                              H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                                   "", m.tmp_path, "cannot create /", name));
+    return h5::dataset(LOCKSTEP_H5(
+        H5Dcreate2(m.file.get(), name, type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), "",
+        m.tmp_path, "cannot create /", name));
   };
   std::int64_t chunk =
       options.chunk_samples > 0 ? options.chunk_samples : auto_chunk_samples(m.meta);
-  m.x = make("x", m.meta.dtype, m.meta.sample_shape, chunk);
-  m.y = make("y", DType::I32, {}, kLabelChunkSamples);
+  const bool encoded = m.meta.storage == SampleStorage::Encoded;
+  if (encoded) {
+    m.bytes = make("bytes", H5T_STD_U8LE, 1, {}, kDefaultChunkBytes);
+    m.offsets = make("offsets", H5T_STD_I64LE, 8, {}, kLabelChunkSamples);
+  } else {
+    m.x = make("x", file_type(m.meta.dtype), dtype_size(m.meta.dtype), m.meta.sample_shape, chunk);
+  }
+  m.y = make("y", file_type(DType::I32), 4, {}, kLabelChunkSamples);
 
   hid_t f = m.file.get();
   h5::write_string_attr(f, "format", kShardFormatName, m.tmp_path);
-  h5::write_int_attr(f, "version", kShardFormatVersion, m.tmp_path);
+  h5::write_int_attr(f, "version", encoded ? kEncodedShardFormatVersion : kShardFormatVersion,
+                     m.tmp_path);
+  if (encoded) h5::write_string_attr(f, "storage", "encoded", m.tmp_path);
   h5::write_int_attr(f, "shard_index", m.meta.shard_index, m.tmp_path);
   h5::write_int_attr(f, "num_shards", m.meta.num_shards, m.tmp_path);
   h5::write_int_attr(f, "num_classes", m.meta.num_classes, m.tmp_path);
@@ -272,14 +298,60 @@ ShardWriter::~ShardWriter() {
   h5::Scope scope;
   impl_->x.reset();
   impl_->y.reset();
+  impl_->bytes.reset();
+  impl_->offsets.reset();
   impl_->file.reset();
   std::error_code ec;
   std::filesystem::remove(impl_->tmp_path, ec);
 }
 
+namespace {
+// Appends n items of shape item_shape at position at of a dataset extensible along axis 0.
+void append_rows(const h5::Handle& ds, const std::string& path, const char* name, hid_t mem_type,
+                 std::int64_t at, std::int64_t n, const Shape& item_shape, const void* data) {
+  auto new_dims = dims_of(at + n, item_shape);
+  LOCKSTEP_H5(H5Dset_extent(ds.get(), new_dims.data()), "", path, "cannot grow /", name);
+  auto fspace = h5::space(H5Dget_space(ds.get()));
+  auto start = dims_of(at, item_shape);
+  std::fill(start.begin() + 1, start.end(), 0);
+  auto count = dims_of(n, item_shape);
+  LOCKSTEP_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                                  nullptr),
+              "", path, "cannot select in /", name);
+  auto mspace = h5::space(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+  LOCKSTEP_H5(H5Dwrite(ds.get(), mem_type, mspace.get(), fspace.get(), H5P_DEFAULT, data),
+              "is the disk full?", path, "cannot write /", name);
+}
+}  // namespace
+
+void ShardWriter::append_encoded(const std::uint8_t* bytes, const std::int64_t* sizes,
+                                 const std::int32_t* y, std::int64_t n) {
+  auto& m = *impl_;
+  LOCKSTEP_CHECK(!m.closed, m.path, ": append after close");
+  LOCKSTEP_CHECK(m.meta.storage == SampleStorage::Encoded, m.path,
+                 ": append_encoded to a shard of raw samples");
+  LOCKSTEP_CHECK(n >= 0, m.path, ": cannot append ", n, " samples");
+  if (n == 0) return;
+  std::int64_t total = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    LOCKSTEP_CHECK(sizes[i] >= 1, m.path, ": encoded sample ", m.n + i, " is empty");
+    LOCKSTEP_CHECK(y[i] >= 0 && y[i] < m.meta.num_classes, m.path, ": label of sample ", m.n + i,
+                   " is ", y[i], ", outside [0, ", m.meta.num_classes, ")");
+    total += sizes[i];
+  }
+  h5::Scope scope;
+  append_rows(m.bytes, m.tmp_path, "bytes", H5T_NATIVE_UINT8, m.ends.back(), total, {}, bytes);
+  append_rows(m.y, m.tmp_path, "y", H5T_NATIVE_INT32, m.n, n, {}, y);
+  for (std::int64_t i = 0; i < n; ++i)
+    m.ends.push_back(m.ends.back() + sizes[i]);
+  m.n += n;
+}
+
 void ShardWriter::append(const void* x, const std::int32_t* y, std::int64_t n) {
   auto& m = *impl_;
   LOCKSTEP_CHECK(!m.closed, m.path, ": append after close");
+  LOCKSTEP_CHECK(m.meta.storage == SampleStorage::Raw, m.path,
+                 ": append of raw samples to a shard of encoded ones (append_encoded)");
   LOCKSTEP_CHECK(n >= 0, m.path, ": cannot append ", n, " samples");
   if (n == 0) return;
   for (std::int64_t i = 0; i < n; ++i) {
@@ -287,25 +359,8 @@ void ShardWriter::append(const void* x, const std::int32_t* y, std::int64_t n) {
                    " is ", y[i], ", outside [0, ", m.meta.num_classes, ")");
   }
   h5::Scope scope;
-  auto write = [&](const h5::Handle& ds, const char* name, DType dtype, const Shape& sample_shape,
-                   const void* data) {
-    auto new_dims = dims_of(m.n + n, sample_shape);
-    LOCKSTEP_H5(H5Dset_extent(ds.get(), new_dims.data()), "", m.tmp_path, "cannot grow /", name);
-    auto fspace = h5::space(H5Dget_space(ds.get()));
-    auto start = dims_of(m.n, sample_shape);
-    std::fill(start.begin() + 1, start.end(), 0);
-    auto count = dims_of(n, sample_shape);
-    LOCKSTEP_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                    count.data(), nullptr),
-                "", m.tmp_path, "cannot select in /", name);
-    auto mspace =
-        h5::space(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
-    LOCKSTEP_H5(
-        H5Dwrite(ds.get(), native_type(dtype), mspace.get(), fspace.get(), H5P_DEFAULT, data),
-        "is the disk full?", m.tmp_path, "cannot write /", name);
-  };
-  write(m.x, "x", m.meta.dtype, m.meta.sample_shape, x);
-  write(m.y, "y", DType::I32, {}, y);
+  append_rows(m.x, m.tmp_path, "x", native_type(m.meta.dtype), m.n, n, m.meta.sample_shape, x);
+  append_rows(m.y, m.tmp_path, "y", native_type(DType::I32), m.n, n, {}, y);
   m.n += n;
 }
 
@@ -340,7 +395,14 @@ void ShardWriter::close() {
     h5::write_floats_attr(m.file.get(), "mean", m.meta.mean, m.tmp_path);
     h5::write_floats_attr(m.file.get(), "std", m.meta.stddev, m.tmp_path);
   }
+  if (m.meta.storage == SampleStorage::Encoded) {
+    append_rows(m.offsets, m.tmp_path, "offsets", H5T_NATIVE_INT64, 0,
+                static_cast<std::int64_t>(m.ends.size()), {}, m.ends.data());
+    m.meta.encoded_bytes = m.ends.back();
+  }
   m.x.reset();
+  m.bytes.reset();
+  m.offsets.reset();
   m.y.reset();
   h5::check(m.file.close(), m.tmp_path, "cannot close the file", "is the disk full?");
   publish_file(m.tmp_path, m.path);
@@ -375,12 +437,18 @@ std::unique_ptr<ShardFile> ShardFile::open(const std::string& path, std::size_t 
                       ": attribute 'format' is '", format, "', expected '", kShardFormatName, "'");
   std::int64_t version = h5::read_int_attr(f, "version", where, hint);
   LOCKSTEP_CHECK_HINT(
-      version == kShardFormatVersion,
-      version > kShardFormatVersion
+      version == kShardFormatVersion || version == kEncodedShardFormatVersion,
+      version > kEncodedShardFormatVersion
           ? "a newer lockstep wrote it: upgrade, or regenerate the shards with this lockstep-shard"
           : kRegenerateHint,
-      where, ": shard format version ", version, " is not supported (this reader reads version ",
-      kShardFormatVersion, ")");
+      where, ": shard format version ", version, " is not supported (this reader reads versions ",
+      kShardFormatVersion, " and ", kEncodedShardFormatVersion, ")");
+  if (version == kEncodedShardFormatVersion) {
+    const std::string storage = h5::read_string_attr(f, "storage", where, hint);
+    LOCKSTEP_CHECK_HINT(storage == "encoded", hint, where, ": attribute 'storage' is '", storage,
+                        "', but a version 2 shard holds 'encoded' samples");
+    m.storage = SampleStorage::Encoded;
+  }
   m.shard_index = h5::read_int_attr(f, "shard_index", where, hint);
   m.num_shards = h5::read_int_attr(f, "num_shards", where, hint);
   m.num_classes = h5::read_int_attr(f, "num_classes", where, hint);
@@ -395,6 +463,41 @@ std::unique_ptr<ShardFile> ShardFile::open(const std::string& path, std::size_t 
   if (h5::has_attr(f, "class_names", where))
     m.class_names = split_lines(h5::read_string_attr(f, "class_names", where, hint));
 
+  if (m.storage == SampleStorage::Raw) {
+    s->open_raw_x(chunk_cache_bytes);
+  } else {
+    m.dtype = DType::U8;
+    validate_meta(m, where, kRegenerateHint);
+  }
+  // /y: int32 [n]
+  LOCKSTEP_CHECK_HINT(H5Lexists(f, "y", H5P_DEFAULT) > 0, kRegenerateHint, where,
+                      ": dataset /y is missing");
+  s->y_ = LOCKSTEP_H5(H5Dopen2(f, "y", H5P_DEFAULT), kRegenerateHint, where, "cannot open /y");
+  {
+    auto t = h5::type(H5Dget_type(s->y_));
+    LOCKSTEP_CHECK_HINT(H5Tget_class(t.get()) == H5T_INTEGER && H5Tget_size(t.get()) == 4 &&
+                            H5Tget_sign(t.get()) == H5T_SGN_2,
+                        kRegenerateHint, where, ": /y must hold int32 labels");
+    auto yspace = h5::space(H5Dget_space(s->y_));
+    LOCKSTEP_CHECK_HINT(H5Sget_simple_extent_ndims(yspace.get()) == 1, kRegenerateHint, where,
+                        ": /y must be one-dimensional");
+    hsize_t ny = 0;
+    H5Sget_simple_extent_dims(yspace.get(), &ny, nullptr);
+    if (m.storage == SampleStorage::Encoded) m.num_samples = static_cast<std::int64_t>(ny);
+    LOCKSTEP_CHECK_HINT(static_cast<std::int64_t>(ny) == m.num_samples, kRegenerateHint, s->where(),
+                        ": /y has ", ny, " labels but /x has ", m.num_samples, " samples");
+    require_stored(s->y_, "y", m.num_samples, where);
+  }
+  if (m.storage == SampleStorage::Encoded) s->open_encoded(chunk_cache_bytes);
+  return s;
+}
+
+// /x: the samples of raw storage, its type setting meta_.dtype.
+void ShardFile::open_raw_x(std::size_t chunk_cache_bytes) {
+  ShardFile* s = this;
+  const std::string& where = s->path_;
+  hid_t f = s->file_;
+  ShardMeta& m = s->meta_;
   // /x: u8 or f32, [n, ...sample_shape]
   LOCKSTEP_CHECK_HINT(H5Lexists(f, "x", H5P_DEFAULT) > 0, kRegenerateHint, where,
                       ": dataset /x is missing");
@@ -434,32 +537,64 @@ std::unique_ptr<ShardFile> ShardFile::open(const std::string& path, std::size_t 
       ", more than 2^63 bytes");
   m.num_samples = static_cast<std::int64_t>(xdims[0]);
   require_stored(s->x_, "x", m.num_samples, where);
+}
 
-  // /y: int32 [n]
-  LOCKSTEP_CHECK_HINT(H5Lexists(f, "y", H5P_DEFAULT) > 0, kRegenerateHint, where,
-                      ": dataset /y is missing");
-  s->y_ = LOCKSTEP_H5(H5Dopen2(f, "y", H5P_DEFAULT), kRegenerateHint, where, "cannot open /y");
-  {
-    auto t = h5::type(H5Dget_type(s->y_));
-    LOCKSTEP_CHECK_HINT(H5Tget_class(t.get()) == H5T_INTEGER && H5Tget_size(t.get()) == 4 &&
-                            H5Tget_sign(t.get()) == H5T_SGN_2,
-                        kRegenerateHint, where, ": /y must hold int32 labels");
-    auto yspace = h5::space(H5Dget_space(s->y_));
-    LOCKSTEP_CHECK_HINT(H5Sget_simple_extent_ndims(yspace.get()) == 1, kRegenerateHint, where,
-                        ": /y must be one-dimensional");
-    hsize_t ny = 0;
-    H5Sget_simple_extent_dims(yspace.get(), &ny, nullptr);
-    LOCKSTEP_CHECK_HINT(static_cast<std::int64_t>(ny) == m.num_samples, kRegenerateHint, s->where(),
-                        ": /y has ", ny, " labels but /x has ", m.num_samples, " samples");
-    require_stored(s->y_, "y", m.num_samples, where);
+// /bytes: u8 [B]; /offsets: int64 [n + 1], 0 = offsets[0] <= ... <= offsets[n] = B, each sample
+// at least one byte. Read whole (8 bytes a sample) and checked here, so a damaged table is an
+// error at open, not a read past /bytes.
+void ShardFile::open_encoded(std::size_t chunk_cache_bytes) {
+  const std::string& where = path_;
+  const std::int64_t n = meta_.num_samples;
+  for (const char* name : {"bytes", "offsets"})
+    LOCKSTEP_CHECK_HINT(H5Lexists(file_, name, H5P_DEFAULT) > 0, kRegenerateHint, where,
+                        ": dataset /", name, " is missing (an encoded shard needs it)");
+  auto dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
+  H5Pset_chunk_cache(dapl.get(), kChunkCacheSlots, chunk_cache_bytes, 1.0);
+  bytes_ = LOCKSTEP_H5(H5Dopen2(file_, "bytes", dapl.get()), kRegenerateHint, where,
+                       "cannot open /bytes");
+  auto one_dim = [&](hid_t ds, const char* name, bool is_u8) {
+    auto t = h5::type(H5Dget_type(ds));
+    const bool ok = H5Tget_class(t.get()) == H5T_INTEGER &&
+                    H5Tget_size(t.get()) == (is_u8 ? 1u : 8u) &&
+                    H5Tget_sign(t.get()) == (is_u8 ? H5T_SGN_NONE : H5T_SGN_2);
+    LOCKSTEP_CHECK_HINT(ok, kRegenerateHint, where, ": /", name, " must hold ",
+                        is_u8 ? "uint8 bytes" : "int64 offsets");
+    auto space = h5::space(H5Dget_space(ds));
+    LOCKSTEP_CHECK_HINT(H5Sget_simple_extent_ndims(space.get()) == 1, kRegenerateHint, where, ": /",
+                        name, " must be one-dimensional");
+    hsize_t len = 0;
+    H5Sget_simple_extent_dims(space.get(), &len, nullptr);
+    return static_cast<std::int64_t>(len);
+  };
+  const std::int64_t total = one_dim(bytes_, "bytes", true);
+  require_stored(bytes_, "bytes", total, where);
+  auto offsets = h5::dataset(LOCKSTEP_H5(H5Dopen2(file_, "offsets", H5P_DEFAULT), kRegenerateHint,
+                                         where, "cannot open /offsets"));
+  const std::int64_t count = one_dim(offsets.get(), "offsets", false);
+  LOCKSTEP_CHECK_HINT(count == n + 1, kRegenerateHint, where, ": /offsets has ", count,
+                      " entries but /y has ", n, " labels (it needs one more than the samples)");
+  require_stored(offsets.get(), "offsets", count, where);
+  offsets_.resize(static_cast<std::size_t>(count));
+  LOCKSTEP_H5(
+      H5Dread(offsets.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offsets_.data()),
+      kRegenerateHint, where, "cannot read /offsets (corrupted file?)");
+  LOCKSTEP_CHECK_HINT(offsets_.front() == 0 && offsets_.back() == total, kRegenerateHint, where,
+                      ": /offsets runs from ", offsets_.front(), " to ", offsets_.back(),
+                      ", not from 0 to the length of /bytes, ", total);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    LOCKSTEP_CHECK_HINT(offsets_[k] < offsets_[k + 1], kRegenerateHint, where, ": /offsets[", i,
+                        "] = ", offsets_[k], " is not below /offsets[", i + 1,
+                        "] = ", offsets_[k + 1], " (every sample has at least one byte)");
   }
-  return s;
+  meta_.encoded_bytes = total;
 }
 
 ShardFile::~ShardFile() {
   h5::Scope scope;
   if (x_ >= 0) H5Dclose(x_);
   if (y_ >= 0) H5Dclose(y_);
+  if (bytes_ >= 0) H5Dclose(bytes_);
   if (file_ >= 0) H5Fclose(file_);
 }
 
@@ -468,6 +603,8 @@ std::string ShardFile::where() const {
 }
 
 void ShardFile::read_x(std::int64_t begin, std::int64_t count, void* out) const {
+  LOCKSTEP_CHECK(meta_.storage == SampleStorage::Raw, where(),
+                 ": holds encoded images, which ShardedDataset::gather decodes; there is no /x");
   LOCKSTEP_CHECK(begin >= 0 && count >= 0 && begin + count <= meta_.num_samples, where(),
                  ": samples [", begin, ", ", begin + count, ") are outside [0, ", meta_.num_samples,
                  ")");
@@ -485,6 +622,25 @@ void ShardFile::read_x(std::int64_t begin, std::int64_t count, void* out) const 
   LOCKSTEP_H5(H5Dread(x_, native_type(meta_.dtype), mspace.get(), fspace.get(), H5P_DEFAULT, out),
               kRegenerateHint, where(), "cannot read samples [", begin, ", ", begin + count,
               ") of /x (corrupted file?)");
+}
+
+void ShardFile::read_encoded(std::int64_t index, std::vector<std::uint8_t>& out) const {
+  LOCKSTEP_CHECK(meta_.storage == SampleStorage::Encoded, where(),
+                 ": holds raw samples (/x), not encoded ones");
+  LOCKSTEP_CHECK(index >= 0 && index < meta_.num_samples, where(), ": sample ", index,
+                 " is outside [0, ", meta_.num_samples, ")");
+  const auto k = static_cast<std::size_t>(index);
+  const hsize_t start = static_cast<hsize_t>(offsets_[k]);
+  const hsize_t count = static_cast<hsize_t>(offsets_[k + 1] - offsets_[k]);
+  out.resize(count);
+  h5::Scope scope;
+  auto fspace = h5::space(H5Dget_space(bytes_));
+  LOCKSTEP_H5(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr),
+              kRegenerateHint, where(), "cannot select sample ", index, " in /bytes");
+  auto mspace = h5::space(H5Screate_simple(1, &count, nullptr));
+  LOCKSTEP_H5(
+      H5Dread(bytes_, H5T_NATIVE_UINT8, mspace.get(), fspace.get(), H5P_DEFAULT, out.data()),
+      kRegenerateHint, where(), "cannot read sample ", index, " of /bytes (corrupted file?)");
 }
 
 std::vector<std::int32_t> ShardFile::read_y() const {

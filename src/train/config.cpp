@@ -46,6 +46,7 @@ std::vector<Key> with_limits(std::vector<Key> table) {
   const std::map<std::string, double> limits = {
       {"data.memory_budget_mb", double(std::int64_t{1} << 30)},  // 1 PiB; << 20 stays in int64
       {"data.prefetch", 4096},
+      {"data.decode_threads", 1024},
       {"data.pad_crop", 4096},
       {"data.rrc_scale_max", 1},
       {"train.replicas", 4096},
@@ -80,6 +81,12 @@ const std::vector<Key>& keys() {
        {},
        0},
       {"data.prefetch", &Config::data_prefetch, "batches the loader thread prepares ahead", {}, 1},
+      {"data.decode_threads",
+       &Config::data_decode_threads,
+       "threads per rank that decode image shards stored as JPEG/PNG (lockstep-shard images "
+       "--store=encoded); raw shards need none",
+       {},
+       1},
       {"data.node_shared",
        &Config::data_node_shared,
        "hold an in-memory set once per node, in shared memory that local rank 0 fills and the "

@@ -442,6 +442,7 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
 
   data::LoaderOptions loader_options;
   loader_options.prefetch_depth = static_cast<int>(config.data_prefetch);
+  loader_options.decode_threads = static_cast<int>(config.data_decode_threads);
   loader_options.drop_last_batch = true;
   loader_options.start_batch = r.state->position.batch_in_epoch;
   auto& augment = loader_options.augment;

@@ -188,9 +188,13 @@ TEST(ShardFile, WrongFormatNameIsAnError) {
 TEST(ShardFile, UnsupportedVersionIsAnErrorSayingWhichVersions) {
   TempDir dir;
   RawShard raw;
-  raw.version = 2;
+  raw.version = 3;
   write_raw_shard(dir / "s.h5", raw);
-  expect_error([&] { ShardFile::open(dir / "s.h5"); }, {"s.h5", "version 2", "version 1"});
+  expect_error([&] { ShardFile::open(dir / "s.h5"); }, {"s.h5", "version 3", "versions 1 and 2"});
+  // Version 2 is encoded images: without its 'storage' attribute it is not read as raw.
+  raw.version = 2;
+  write_raw_shard(dir / "t.h5", raw);
+  expect_error([&] { ShardFile::open(dir / "t.h5"); }, {"t.h5", "'storage'", "missing"});
 }
 
 TEST(ShardFile, MissingAttributeIsAnErrorNamingIt) {

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # A folder of JPEGs and PNGs to a trained model (issue 27, docs/IMAGES.md):
 #  1. a generated ImageFolder (four classes that differ by colour, random sizes, JPEG and PNG
-#     alternately) converted by 1 rank, by 2 ranks and by 3 threads gives byte-identical shards; the test folder
+#     alternately) converted by 1 rank, by 2 ranks and by 3 threads gives byte-identical shards,
+#     raw and encoded (--store=encoded: the files' bytes); the test folder
 #     takes the training set's classes and statistics (--train-set); the same files as a
 #     path,label list (--list) convert too;
 #  2. 2 ranks of lockstep-train learn it: test accuracy >= 0.9 (chance is 0.25), also with
-#     augmentation (flip, pad-crop, random-resized-crop), whose reruns are bitwise equal;
-#  3. the bad-file table: each broken file is an error naming the file and what is wrong, or with
+#     augmentation (flip, pad-crop, random-resized-crop), whose reruns are bitwise equal, and from
+#     encoded shards (the crop of the original photo), whose evaluation equals the raw shards';
+#  3. the bad-file table (raw and encoded storage alike): each broken file is an error naming the
+#     file and what is wrong, or with
 #     --skip-bad skipped and counted, and the labels of the other files stay right; an empty class
 #     folder likewise; under mpirun a failing rank ends every rank, with the message printed once;
 #  4. the CIFAR-10 and CIFAR-100 binary importer on generated batches.
@@ -39,6 +42,24 @@ for f in one/train-0000{0,1,2}-of-00003.h5; do
   cmp "$f" "two/$(basename "$f")" || fail "$f differs between 1 and 2 ranks"
   cmp "$f" "threads/$(basename "$f")" || fail "$f differs between 1 and 3 threads"
 done
+# Encoded storage: the same for any number of ranks too.
+"$SHARD" images --root=train --out=enc-one --resize=16 --shards=3 --store=encoded >enc-one.log 2>&1 ||
+  { cat enc-one.log; fail "1-rank encoded conversion failed"; }
+"${MPIRUN[@]}" "$SHARD" images --root=train --out=enc-two --resize=16 --shards=3 --store=encoded \
+  >enc-two.log 2>&1 || { cat enc-two.log; fail "2-rank encoded conversion failed"; }
+grep -q "160 images of u8 \[3, 16, 16\] (crop, stored encoded: .* of JPEG/PNG" enc-two.log ||
+  { cat enc-two.log; fail "the encoded summary does not say 160 images stored encoded"; }
+for f in enc-one/train-0000{0,1,2}-of-00003.h5; do
+  cmp "$f" "enc-two/$(basename "$f")" || fail "encoded $f differs between 1 and 2 ranks"
+done
+# Its statistics are the raw set's: both come from the same resize and center crop.
+[ "$(grep 'channel' enc-one.log)" = "$(grep 'channel' one.log)" ] ||
+  { cat enc-one.log one.log; fail "encoded and raw storage disagree on mean/std"; }
+"$SHARD" images --root=train --out=enc-pad --resize=16 --fit=pad --store=encoded >pad.log 2>&1 &&
+  fail "--store=encoded converted with --fit=pad"
+grep -q "goes with --fit=crop" pad.log || { cat pad.log; fail "--fit=pad with encoded storage: no hint"; }
+"$SHARD" inspect enc-two/train >inspect.log 2>&1 && grep -q "storage: *encoded" inspect.log ||
+  { cat inspect.log; fail "inspect does not say the set is encoded"; }
 grep -q "class 0: blue" one.log && grep -q "class 3: yellow" one.log ||
   fail "classes are not labelled in name order (blue 0 ... yellow 3)"
 "${MPIRUN[@]}" "$SHARD" images --root=test --out=two --name=test --resize=16 \
@@ -56,7 +77,7 @@ done >list.txt
 "$SHARD" inspect listed/train >inspect.log 2>&1 || { cat inspect.log; fail "cannot inspect the listed set"; }
 grep -q "samples: *160" inspect.log && [ "$(grep -Ec '^ +[0-3]: +40 ' inspect.log)" = 4 ] ||
   { cat inspect.log; fail "the listed set is not 160 samples, 40 of each of 4 classes"; }
-echo "PASS: 1 and 2 ranks wrote identical shards"
+echo "PASS: 1 and 2 ranks wrote identical shards, raw and encoded"
 
 # ---- 2. training: 2 ranks learn the colours
 "${MPIRUN[@]}" "$BUILD/apps/lockstep-train" --config "$SOURCE/configs/ci_tiny.ini" \
@@ -81,22 +102,43 @@ cmp -s plain.loss aug1.loss && fail "augmentation changed nothing: the losses eq
 acc=$(grep '"event": "final"' aug1.jsonl | sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p')
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' || fail "augmented test accuracy $acc < 0.9"
 echo "PASS: augmented training: test accuracy $acc, reruns bitwise equal"
+# From encoded shards: the random-resized-crop of the original photos, decoded by the loader.
+"${MPIRUN[@]}" "$SHARD" images --root=test --out=enc-two --name=test --resize=16 --store=encoded \
+  --train-set=enc-two/train >enc-test.log 2>&1 || { cat enc-test.log; fail "encoded test conversion failed"; }
+for run in 1 2; do
+  "${MPIRUN[@]}" "$BUILD/apps/lockstep-train" --config "$SOURCE/configs/ci_tiny.ini" \
+    --data.train=enc-two/train --data.test=enc-two/test --log.metrics=enc$run.jsonl --train.epochs=10 \
+    --train.global_batch=32 --log.every=10 "${AUG[@]}" >enc.log 2>&1 || { cat enc.log; fail "training on encoded shards failed"; }
+  grep -o '"loss": [0-9.e+-]*' enc$run.jsonl >enc$run.loss
+done
+cmp -s enc1.loss enc2.loss || fail "two augmented runs on encoded shards logged different losses"
+acc=$(grep '"event": "final"' enc1.jsonl | sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p')
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' || fail "test accuracy $acc < 0.9 on encoded shards"
+# No augmentation: evaluation and training samples are the raw shards' bytes, so the losses are.
+"${MPIRUN[@]}" "$BUILD/apps/lockstep-train" --config "$SOURCE/configs/ci_tiny.ini" \
+  --data.train=enc-two/train --data.test=enc-two/test --log.metrics=enc-plain.jsonl --train.epochs=10 \
+  --train.global_batch=32 --log.every=10 >enc.log 2>&1 || { cat enc.log; fail "plain training on encoded shards failed"; }
+grep -o '"loss": [0-9.e+-]*' enc-plain.jsonl >enc-plain.loss
+cmp -s plain.loss enc-plain.loss || fail "training on encoded shards without augmentation differs from raw"
+echo "PASS: 2 ranks trained on encoded shards: test accuracy $acc, reruns bitwise equal, plain = raw"
 
 # ---- 3. the bad-file table
 "$MAKE" bad bad || fail "cannot generate the bad files"
 expect_error() {  # FILE WHAT: alone in class 'b' beside a good class 'a'
-  local file=$1 what=$2
+  local file=$1 what=$2 store
   rm -rf case && mkdir -p case/a case/b && cp bad/good.jpg case/a/ && cp -P "bad/$file" case/b/
-  "$SHARD" images --root=case --out=case-out --resize=8 >case.log 2>&1 &&
-    fail "$file: converted without --skip-bad"
-  grep -q "error: case/b/$file: $what" case.log || { cat case.log; fail "$file: no error '$what'"; }
-  rm -rf case-out
-  "$SHARD" images --root=case --out=case-out --resize=8 --skip-bad >case.log 2>&1 ||
-    { cat case.log; fail "$file: --skip-bad failed"; }
-  grep -q "skipped case/b/$file: $what" case.log && grep -q "1 images .* 2 classes; 1 skipped" case.log ||
-    { cat case.log; fail "$file: not skipped and counted"; }
-  rm -rf case-out
-  echo "  $file: '$what'"
+  for store in raw encoded; do
+    "$SHARD" images --root=case --out=case-out --resize=8 --store=$store >case.log 2>&1 &&
+      fail "$file: converted without --skip-bad ($store)"
+    grep -q "error: case/b/$file: $what" case.log || { cat case.log; fail "$file: no error '$what' ($store)"; }
+    rm -rf case-out
+    "$SHARD" images --root=case --out=case-out --resize=8 --skip-bad --store=$store >case.log 2>&1 ||
+      { cat case.log; fail "$file: --skip-bad failed ($store)"; }
+    grep -q "skipped case/b/$file: $what" case.log && grep -q "1 images .* 2 classes; 1 skipped" case.log ||
+      { cat case.log; fail "$file: not skipped and counted ($store)"; }
+    rm -rf case-out
+  done
+  echo "  $file: '$what' (raw and encoded)"
 }
 expect_error truncated.jpg "truncated or corrupt JPEG data"
 expect_error corrupt.jpg "corrupt JPEG header"

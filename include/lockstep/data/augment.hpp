@@ -7,10 +7,13 @@
 // equal one rank and reruns stay bitwise with augmentation on. Evaluation is never augmented.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "lockstep/core/tensor.hpp"
+#include "lockstep/data/image.hpp"
 
 namespace lockstep::data {
 
@@ -29,6 +32,26 @@ struct AugmentOptions {
 // then flip, each when enabled.
 void augment_sample(std::uint8_t* sample, std::int64_t channels, std::int64_t H, std::int64_t W,
                     const AugmentOptions& options, std::int64_t epoch, std::int64_t index);
+
+// A sample of an encoded shard (the original JPEG/PNG bytes, docs/IMAGES.md) decoded into u8
+// [3, side, side] at out. Without random_resized_crop: decoded, the shorter side scaled to `side`
+// and the middle cut, exactly as --fit=crop stores raw samples. With it: torchvision's crop of the
+// original photo (drawn from its full upright size, Philox keyed as augment_sample), the JPEG
+// decoded at the smallest DCT scale that keeps the crop's shorter side at least `side`, the crop
+// resized to side x side. Then pad-and-crop and flip as augment_sample.
+void decode_sample(const std::uint8_t* bytes, std::size_t size, const std::string& where,
+                   std::int64_t side, const AugmentOptions& options, std::int64_t epoch,
+                   std::int64_t index, std::uint8_t* out);
+
+// decode_sample's crop of one sample, in the full-size upright image's pixels (the whole image
+// without random_resized_crop), and the scale it decodes a JPEG at (1/denominator).
+struct EncodedCrop {
+  std::int64_t top = 0, left = 0, height = 0, width = 0;
+  int denominator = 1;
+  std::uint64_t draws = 0;  // random numbers the crop used
+};
+EncodedCrop encoded_crop(const EncodedImageInfo& info, std::int64_t side,
+                         const AugmentOptions& options, std::int64_t epoch, std::int64_t index);
 
 // Every row of a host u8 batch [b, C, H, W]; indices[i] is row i's dataset index. Throws naming
 // the options when the batch is not u8 images.

@@ -4,6 +4,8 @@
 // samples by hyperslab (contiguous runs in one call). Both modes return identical samples.
 // In memory, samples keep the files' dtype (u8 stays u8; batches are normalised on the device),
 // and the block holding them may be one shared by the ranks of a node (ResidentAllocator).
+// Encoded image sets (JPEG/PNG bytes, SampleStorage::Encoded) are always read on demand and
+// decoded per sample by gather (center crop) or gather_augmented (the crop of the original).
 #pragma once
 
 #include <atomic>
@@ -79,7 +81,15 @@ class ShardedDataset : public Dataset {
   // Copies samples `indices` (any order, repeats allowed) into x (host, dtype(),
   // [k, ...sample_shape]) and their labels into y (host, i32 [k]); x and y are allocated when
   // undefined or of the wrong shape. Thread-safe.
+  // Encoded storage: each sample is decoded, resized and center-cropped (as raw storage's
+  // --fit=crop stored it).
   void gather(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const override;
+  // Encoded storage: each sample decoded with its augmentation (data::decode_sample: the
+  // random-resized-crop of the original image). Raw storage: gather, then augment_batch.
+  void gather_augmented(std::span<const std::int64_t> indices, Tensor& x, Tensor& y,
+                        std::int64_t epoch, const AugmentOptions& augment,
+                        int threads) const override;
+  SampleStorage storage() const { return meta_.storage; }
   std::string describe() const override;
 
   // Where global sample `index` lives: its shard and its index within that shard's /x.
@@ -93,12 +103,16 @@ class ShardedDataset : public Dataset {
   // indices (any order, repeats allowed), grouped by shard: for messages about bad samples.
   std::string describe_samples(std::vector<std::int64_t> indices) const;
 
-  // Bytes of /x this process read from the files so far (at open in memory mode, per batch on
-  // demand; 0 for a shared_copy()).
+  // Bytes of /x (or /bytes) this process read from the files so far (at open in memory mode, per
+  // batch on demand; 0 for a shared_copy()).
   std::int64_t bytes_read() const { return bytes_read_.load(); }
 
  private:
   ShardedDataset() = default;
+  // Sizes x and y for the batch and fills y (checking each index).
+  void allocate(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const;
+  void decode(std::span<const std::int64_t> indices, Tensor& x, std::int64_t epoch,
+              const AugmentOptions& augment, int threads) const;
   std::vector<std::unique_ptr<ShardFile>> shards_;
   std::vector<std::string> files_;
   std::vector<std::int64_t> offsets_;  // offsets_[s] = first global index of shard s; + size()

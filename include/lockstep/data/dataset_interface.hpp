@@ -9,6 +9,7 @@
 #include <string>
 
 #include "lockstep/core/tensor.hpp"
+#include "lockstep/data/augment.hpp"
 
 namespace lockstep::data {
 
@@ -19,6 +20,16 @@ class Dataset {
   // Fills x and y with samples `indices` (each in [0, size())), reallocating them when undefined
   // or of another shape or dtype, so a caller can reuse its tensors from batch to batch.
   virtual void gather(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const = 0;
+  // gather, then the training augmentation of `epoch` on x's rows (lockstep/data/augment.hpp).
+  // A dataset that decodes its samples (encoded image shards) crops while it decodes, with up to
+  // `threads` threads.
+  virtual void gather_augmented(std::span<const std::int64_t> indices, Tensor& x, Tensor& y,
+                                std::int64_t epoch, const AugmentOptions& augment,
+                                int threads) const {
+    (void)threads;
+    gather(indices, x, y);
+    augment_batch(x, std::vector<std::int64_t>(indices.begin(), indices.end()), epoch, augment);
+  }
   // Names the data in messages: "DIR/train-00000-of-00004.h5, ... (4 shards)".
   virtual std::string describe() const = 0;
 };

@@ -13,6 +13,12 @@ namespace lockstep::data {
 // thread); each costs one batch of host memory.
 inline constexpr int kDefaultPrefetchDepth = 4;
 
+// Threads per loader that decode encoded image samples (JPEG/PNG bytes in the shard). Decoding a
+// 224 sample costs about a millisecond of a core (docs/IMAGES.md), so a rank training on more
+// than a few hundred images a second needs more than its loader thread: raise it where the node
+// has cores beyond its ranks.
+inline constexpr int kDefaultDecodeThreads = 1;
+
 // A set whose samples and labels fit in this many bytes is read into memory once at open; a
 // larger one is read on demand, chunk by chunk. 4 GiB holds ImageNet-64 u8 (3.7 GB) but not
 // ImageNet-1k at full size, which is where on-demand reading starts to pay.

@@ -26,6 +26,25 @@ Image read_image(const std::string& path, std::int64_t min_side = 0);
 // The same over bytes in memory; `where` names them in errors.
 Image decode_image(const std::uint8_t* data, std::size_t size, const std::string& where,
                    std::int64_t min_side = 0);
+// A JPEG decoded at 1/denominator of its size (1, 2, 4 or 8; each side rounded up, as
+// libjpeg-turbo scales); a PNG always at full size.
+Image decode_image_scaled(const std::uint8_t* data, std::size_t size, const std::string& where,
+                          int denominator);
+// The file's bytes, with the errors read_image gives for a file it cannot read.
+std::vector<std::uint8_t> read_image_bytes(const std::string& path);
+
+// The upright size of an encoded image (EXIF orientation applied) from its header alone, so the
+// loader can place a crop before it decodes. Throws as decode_image for what is not an image.
+struct EncodedImageInfo {
+  std::int64_t width = 0, height = 0;
+  bool jpeg = false;  // only a JPEG can be decoded at a reduced scale
+};
+EncodedImageInfo encoded_image_info(const std::uint8_t* data, std::size_t size,
+                                    const std::string& where);
+
+// The reduced scale decode_image picks: the largest of 1, 2, 4, 8 that keeps the shorter side of
+// a w x h region (full-size pixels) at least min_side pixels (1 when min_side <= 0).
+int jpeg_scale_denominator(std::int64_t w, std::int64_t h, std::int64_t min_side);
 
 // How a non-square image becomes side x side: CenterCrop scales the shorter side to `side` and
 // cuts the middle of the longer one (torchvision's Resize(S) + CenterCrop(S)); Pad scales the
@@ -38,6 +57,13 @@ const char* image_fit_name(ImageFit fit);
 // downscaling factor, so every source pixel counts) and writes u8 [3, side, side] (channel-major,
 // as the shard stores it) to out. Deterministic: the same bytes on every rank of one build.
 void resize_to_square(const Image& image, std::int64_t side, ImageFit fit, std::uint8_t* out);
+
+// Resizes the region [top, top + h) x [left, left + w) of a decoded image to u8 [3, out_h, out_w]
+// with the same filter, reading nothing outside the pixels it touches (as cropping first would):
+// the loader's random-resized-crop of an encoded sample (lockstep/data/augment.hpp). The region
+// may have fractional edges: a crop of the full-size photo placed on a JPEG decoded at 1/2.
+void resize_region(const Image& image, double top, double left, double h, double w,
+                   std::int64_t out_h, std::int64_t out_w, std::uint8_t* out);
 
 // Resizes the region [top, top + h) x [left, left + w) of a channel-major u8 [channels, H, W]
 // sample to [channels, out_h, out_w] with the same filter: the loader's

@@ -51,6 +51,9 @@ std::int64_t image_shard_begin(std::int64_t entries, std::int64_t shard, std::in
 struct ImageShardOptions {
   std::int64_t side = 0;  // samples are u8 [3, side, side]
   ImageFit fit = ImageFit::CenterCrop;
+  // Encoded: each file's own bytes are stored (decoded here only to check it and for the
+  // statistics), and the loader decodes them; fit must be CenterCrop, what the loader makes.
+  SampleStorage storage = SampleStorage::Raw;
   bool skip_bad = false;  // a file that cannot be decoded is skipped (and listed), not an error
   int threads = 1;        // images decoded at once (the result does not depend on it)
   ShardWriterOptions writer;
@@ -62,12 +65,14 @@ struct ImageShard {
   std::unique_ptr<ShardWriter> writer;
   std::vector<std::int64_t> sum, sum_sq;  // per channel, over every pixel written: exact integers
   std::int64_t pixels = 0;                // per channel
+  std::int64_t encoded_bytes = 0;         // encoded storage: the files' bytes stored
   std::vector<std::string> skipped;       // "PATH: why", with skip_bad
 };
 
 // Decodes entries [begin, end) of `list` into a new shard at `path` described by `meta`
-// (sample_shape [3, side, side], u8, no mean/std yet). Without skip_bad the first bad file throws
-// (naming it); the half-written shard is discarded.
+// (sample_shape [3, side, side], u8, storage as options.storage, no mean/std yet). Every file is
+// decoded completely whatever the storage, so a bad file is found here, not by the loader. Without
+// skip_bad the first bad file throws (naming it); the half-written shard is discarded.
 ImageShard convert_image_shard(const ImageList& list, std::int64_t begin, std::int64_t end,
                                const std::string& path, const ShardMeta& meta,
                                const ImageShardOptions& options);

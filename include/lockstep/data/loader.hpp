@@ -39,6 +39,9 @@ struct LoaderOptions {
   std::int64_t start_batch = 0;
   // Applied to every batch in the loader thread (training only; lockstep/data/augment.hpp).
   AugmentOptions augment;
+  // Threads that decode the samples of encoded image shards (docs/IMAGES.md); raw samples need
+  // none. One: a 2-core node running two ranks has no core to spare.
+  int decode_threads = kDefaultDecodeThreads;
 };
 
 class Loader {

@@ -1,5 +1,6 @@
-// One file of the lockstep shard format, version 1 (docs/SHARD-FORMAT.md): /x samples (u8 or
-// f32, [n, ...sample_shape], chunked), /y int32 labels [n], and attributes describing the set.
+// One file of the lockstep shard format (docs/SHARD-FORMAT.md): version 1, /x samples (u8 or
+// f32, [n, ...sample_shape], chunked), /y int32 labels [n], and attributes describing the set;
+// version 2, image files' original bytes (/bytes, /offsets) decoded by the reader, and /y.
 // ShardWriter produces such files; ShardFile opens one and refuses anything that does not match
 // the format, naming the file and the field and saying how to fix it.
 #pragma once
@@ -17,8 +18,19 @@ namespace lockstep::data {
 
 inline constexpr const char* kShardFormatName = "lockstep-shard";
 inline constexpr std::int64_t kShardFormatVersion = 1;
+// Image shards holding each image's original compressed bytes (SampleStorage::Encoded) are
+// version 2, so that readers of version 1 refuse them ("a newer lockstep wrote it") instead of
+// looking for /x. Raw shards stay version 1, readable by every lockstep.
+inline constexpr std::int64_t kEncodedShardFormatVersion = 2;
 // Appended to every shard-format error.
 inline constexpr const char* kRegenerateHint = "regenerate the shards with lockstep-shard";
+
+// How a shard holds its samples. Raw: /x, [n, ...sample_shape] of dtype. Encoded: each sample's
+// original JPEG or PNG file, bytes /bytes[offsets[i], offsets[i+1]), decoded by the reader into
+// u8 sample_shape = [3, S, S] (docs/SHARD-FORMAT.md, docs/IMAGES.md).
+enum class SampleStorage { Raw, Encoded };
+const char* sample_storage_name(SampleStorage storage);           // "raw", "encoded"
+SampleStorage sample_storage_from_name(const std::string& name);  // throws naming the choices
 
 // What the attributes and shapes of one shard say.
 struct ShardMeta {
@@ -36,6 +48,8 @@ struct ShardMeta {
   // means, e.g. the folder names of an ImageFolder. Stored as one string attribute 'class_names',
   // the names joined by newlines.
   std::vector<std::string> class_names;
+  SampleStorage storage = SampleStorage::Raw;
+  std::int64_t encoded_bytes = 0;  // Encoded: the length of /bytes (set by the writer on close)
 
   std::int64_t channels() const { return sample_shape.empty() ? 0 : sample_shape[0]; }
   std::int64_t sample_numel() const { return shape_numel(sample_shape); }
@@ -73,6 +87,10 @@ class ShardWriter {
   void append(const void* x, const std::int32_t* y, std::int64_t n);
   // x: [n, ...sample_shape] host tensor of meta.dtype; y: i32 [n].
   void append(const Tensor& x, const Tensor& y);
+  // Encoded storage: n samples whose bytes lie one after another in `bytes`, sample i
+  // sizes[i] bytes long (at least 1); y: n labels.
+  void append_encoded(const std::uint8_t* bytes, const std::int64_t* sizes, const std::int32_t* y,
+                      std::int64_t n);
   // Sets the per-channel mean/std written at close(), replacing the constructor's: for importers
   // that know them only once every sample (of every rank) is seen. Before close().
   void set_stats(const std::vector<float>& mean, const std::vector<float>& stddev);
@@ -102,17 +120,24 @@ class ShardFile {
   std::string where() const;
 
   // Samples [begin, begin + count) of /x, as meta().dtype, into out (count * sample_bytes).
+  // Raw storage only.
   void read_x(std::int64_t begin, std::int64_t count, void* out) const;
+  // Encoded storage: sample `index`'s file bytes, into out (resized to fit).
+  void read_encoded(std::int64_t index, std::vector<std::uint8_t>& out) const;
   // All of /y, each label checked against [0, num_classes).
   std::vector<std::int32_t> read_y() const;
 
  private:
   ShardFile() = default;
+  void open_raw_x(std::size_t chunk_cache_bytes);
+  void open_encoded(std::size_t chunk_cache_bytes);
   std::string path_;
   ShardMeta meta_;
   std::int64_t file_ = -1;  // hid_t
   std::int64_t x_ = -1;
   std::int64_t y_ = -1;
+  std::int64_t bytes_ = -1;            // Encoded: /bytes
+  std::vector<std::int64_t> offsets_;  // Encoded: /offsets, n + 1 entries, checked at open
 };
 
 }  // namespace lockstep::data

@@ -22,6 +22,7 @@ struct Config {
   std::string data_test = "data/fashion-mnist/test";
   std::int64_t data_memory_budget_mb = data::kDefaultMemoryBudgetBytes >> 20;
   std::int64_t data_prefetch = data::kDefaultPrefetchDepth;
+  std::int64_t data_decode_threads = data::kDefaultDecodeThreads;  // encoded image shards
   std::string data_node_shared = "auto";
   std::int64_t data_context = 0;  // token shards: window length T; 0 = the model's ctx
   // Training augmentation of u8 image samples (data/augment.hpp; torchvision's defaults).

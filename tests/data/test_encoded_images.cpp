@@ -1,0 +1,247 @@
+// Encoded image shards (docs/IMAGES.md, "Storage"): the files' own JPEG/PNG bytes, decoded by the
+// loader. Evaluation gives exactly the samples raw storage stores; the random-resized-crop of the
+// original photo depends only on (seed, epoch, index), so two ranks' loaders equal one rank's;
+// a JPEG is decoded at the smallest DCT scale the crop allows, and that changes the crop's pixels
+// by no more than the scale's rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "lockstep/core/error.hpp"
+#include "lockstep/data/augment.hpp"
+#include "lockstep/data/dataset.hpp"
+#include "lockstep/data/image.hpp"
+#include "lockstep/data/image_folder.hpp"
+#include "lockstep/data/loader.hpp"
+#include "support/image_files.hpp"
+#include "support/temp_dir.hpp"
+
+namespace lockstep::data {
+namespace {
+
+using test::encode_jpeg;
+using test::TempDir;
+using test::write_bytes;
+using test::write_png;
+
+// w x h RGB with detail at every scale (gradients and a checker), so that a crop, a scale or an
+// offset that is off by a pixel shows.
+std::vector<std::uint8_t> textured(int w, int h, int seed) {
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      auto* p = &px[(static_cast<std::size_t>(y) * w + x) * 3];
+      p[0] = static_cast<std::uint8_t>((x * 255) / w);
+      p[1] = static_cast<std::uint8_t>((y * 255) / h);
+      p[2] = static_cast<std::uint8_t>(((x / 7 + y / 5 + seed) % 2) * 160 + seed * 9 % 60);
+    }
+  return px;
+}
+
+// A folder of two classes: JPEGs and PNGs of several sizes and shapes, one turned by EXIF.
+ImageList make_folder(const std::filesystem::path& root) {
+  const int sizes[][2] = {{40, 30}, {30, 40}, {64, 64}, {100, 37}, {23, 50}, {80, 60}};
+  for (int c = 0; c < 2; ++c) {
+    const auto dir = root / (c == 0 ? "a" : "b");
+    std::filesystem::create_directories(dir);
+    for (int i = 0; i < 6; ++i) {
+      const int w = sizes[i][0], h = sizes[i][1], seed = c * 6 + i;
+      const auto name = dir / ("img" + std::to_string(i));
+      if (i % 3 == 2) {
+        write_png(name.string() + ".png", w, h, PNG_COLOR_TYPE_RGB, 8, textured(w, h, seed));
+      } else {
+        auto jpeg = encode_jpeg(w, h, textured(w, h, seed), TJPF_RGB, 90);
+        if (i == 4) jpeg = test::with_exif_orientation(jpeg, 6);
+        write_bytes(name.string() + ".jpg", jpeg);
+      }
+    }
+  }
+  return list_image_folder(root.string(), false);
+}
+
+// The list converted into `shards` shards of `storage` at OUT/train-*.
+std::shared_ptr<ShardedDataset> convert(const ImageList& list, const std::filesystem::path& out,
+                                        SampleStorage storage, std::int64_t side,
+                                        std::int64_t shards = 2) {
+  std::filesystem::create_directories(out);
+  ShardMeta meta;
+  meta.num_shards = shards;
+  meta.num_classes = list.num_classes;
+  meta.sample_shape = {3, side, side};
+  meta.storage = storage;
+  ImageShardOptions opts;
+  opts.side = side;
+  opts.storage = storage;
+  const auto m = static_cast<std::int64_t>(list.paths.size());
+  for (std::int64_t s = 0; s < shards; ++s) {
+    meta.shard_index = s;
+    ImageShard shard = convert_image_shard(
+        list, image_shard_begin(m, s, shards), image_shard_begin(m, s + 1, shards),
+        (out / shard_file_name("train", s, shards)).string(), meta, opts);
+    shard.writer->set_stats({0.5f, 0.5f, 0.5f}, {0.25f, 0.25f, 0.25f});
+    shard.writer->close();
+  }
+  return ShardedDataset::open((out / "train").string());
+}
+
+// Every sample a loader gives in one epoch, by dataset index.
+std::map<std::int64_t, std::vector<std::uint8_t>> epoch_samples(std::shared_ptr<ShardedDataset> ds,
+                                                                int world, int rank,
+                                                                std::int64_t batch,
+                                                                const LoaderOptions& opts,
+                                                                std::int64_t epoch) {
+  std::map<std::int64_t, std::vector<std::uint8_t>> out;
+  const auto bytes = static_cast<std::size_t>(ds->sample_bytes());
+  Loader loader(ds, DistributedSampler(ds->size(), world, rank, true, 3), batch, opts);
+  loader.start_epoch(epoch);
+  while (auto b = loader.next())
+    for (std::size_t i = 0; i < b->indices.size(); ++i)
+      out[b->indices[i]].assign(b->x.data<std::uint8_t>() + i * bytes,
+                                b->x.data<std::uint8_t>() + (i + 1) * bytes);
+  return out;
+}
+
+TEST(EncodedImages, EvaluationSamplesEqualTheRawStoragesBytes) {
+  TempDir dir;
+  const ImageList list = make_folder(dir / "in");
+  for (std::int64_t side : {16, 24}) {  // 16: some JPEGs decode at 1/2
+    auto raw = convert(list, dir / ("raw" + std::to_string(side)), SampleStorage::Raw, side);
+    auto enc = convert(list, dir / ("enc" + std::to_string(side)), SampleStorage::Encoded, side);
+    ASSERT_EQ(enc->storage(), SampleStorage::Encoded);
+    ASSERT_FALSE(enc->in_memory());
+    ASSERT_EQ(enc->size(), 12);
+    std::vector<std::int64_t> all(12);
+    for (int i = 0; i < 12; ++i)
+      all[static_cast<std::size_t>(i)] = 11 - i;
+    Tensor xr, yr, xe, ye;
+    raw->gather(all, xr, yr);
+    enc->gather(all, xe, ye);
+    ASSERT_EQ(xe.shape(), xr.shape());
+    EXPECT_EQ(0, std::memcmp(xe.raw_data(), xr.raw_data(), static_cast<std::size_t>(xr.numel())))
+        << "side " << side;
+    EXPECT_EQ(0, std::memcmp(ye.raw_data(), yr.raw_data(), 12 * sizeof(std::int32_t)));
+  }
+}
+
+TEST(EncodedImages, FlipAndPadCropWithoutCropEqualRawStorageAugmented) {
+  TempDir dir;
+  const ImageList list = make_folder(dir / "in");
+  auto raw = convert(list, dir / "raw", SampleStorage::Raw, 16);
+  auto enc = convert(list, dir / "enc", SampleStorage::Encoded, 16);
+  LoaderOptions opts;
+  opts.augment.flip = true;
+  opts.augment.pad_crop = 2;
+  opts.augment.seed = 4;
+  EXPECT_EQ(epoch_samples(enc, 1, 0, 5, opts, 1), epoch_samples(raw, 1, 0, 5, opts, 1));
+}
+
+TEST(EncodedImages, CropOfTheOriginalIsTheSameOnAnyRankAndRerun) {
+  TempDir dir;
+  const ImageList list = make_folder(dir / "in");
+  auto enc = convert(list, dir / "enc", SampleStorage::Encoded, 16);
+  LoaderOptions opts;
+  opts.augment.random_resized_crop = opts.augment.flip = true;
+  opts.augment.seed = 9;
+  const auto one = epoch_samples(enc, 1, 0, 8, opts, 2);
+  ASSERT_EQ(one.size(), 12u);
+  EXPECT_EQ(one, epoch_samples(enc, 1, 0, 8, opts, 2));  // rerun
+  opts.decode_threads = 3;                               // threads change nothing
+  for (int rank = 0; rank < 2; ++rank)
+    for (const auto& [index, sample] : epoch_samples(enc, 2, rank, 4, opts, 2))
+      EXPECT_EQ(sample, one.at(index)) << "rank " << rank << ", sample " << index;
+  // The crop did crop: most samples differ from the evaluation sample and from another epoch's.
+  Tensor x, y;
+  std::vector<std::int64_t> all(12);
+  for (int i = 0; i < 12; ++i)
+    all[static_cast<std::size_t>(i)] = i;
+  enc->gather(all, x, y);
+  const auto other = epoch_samples(enc, 1, 0, 8, opts, 3);
+  int cropped = 0, changed = 0;
+  for (std::int64_t i = 0; i < 12; ++i) {
+    const auto* eval = x.data<std::uint8_t>() + i * enc->sample_bytes();
+    cropped += !std::equal(one.at(i).begin(), one.at(i).end(), eval);
+    changed += one.at(i) != other.at(i);
+  }
+  EXPECT_GE(cropped, 10);
+  EXPECT_GE(changed, 10);
+}
+
+TEST(EncodedImages, TheDecodeScaleIsTheSmallestTheCropAllows) {
+  // Only 1/2, 1/4 and 1/8, each side rounded up as libjpeg-turbo scales it.
+  EXPECT_EQ(jpeg_scale_denominator(500, 375, 224), 1);  // 188 < 224
+  EXPECT_EQ(jpeg_scale_denominator(500, 375, 160), 2);  // 188
+  EXPECT_EQ(jpeg_scale_denominator(500, 375, 64), 4);   // 94; 1/8 would be 47
+  EXPECT_EQ(jpeg_scale_denominator(1000, 1000, 100), 8);
+  EXPECT_EQ(jpeg_scale_denominator(500, 375, 0), 1);
+
+  // A 400x300 photo; a square crop of a quarter of its area (173x173) at side 64 allows 1/2
+  // (87 >= 64) but not 1/4 (44).
+  const int W = 400, H = 300, side = 64;
+  // Smooth detail (a period of about 60 pixels): what a DCT-scaled decode keeps.
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(W) * H * 3);
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x)
+      for (int c = 0; c < 3; ++c)
+        px[(static_cast<std::size_t>(y) * W + x) * 3 + c] = static_cast<std::uint8_t>(
+            128 + 100 * std::sin(x / (9.0 + c)) * std::cos(y / (7.0 + c)));
+  const auto jpeg = encode_jpeg(W, H, px, TJPF_RGB, 95);
+  const EncodedImageInfo info = encoded_image_info(jpeg.data(), jpeg.size(), "photo");
+  ASSERT_EQ(info.width, W);
+  ASSERT_EQ(info.height, H);
+  ASSERT_TRUE(info.jpeg);
+  AugmentOptions o;
+  o.random_resized_crop = true;
+  o.scale_min = o.scale_max = 0.25;
+  o.ratio_min = o.ratio_max = 1.0;
+  o.seed = 1;
+  const EncodedCrop crop = encoded_crop(info, side, o, 0, 5);
+  EXPECT_EQ(crop.width, 173);
+  EXPECT_EQ(crop.height, 173);
+  EXPECT_EQ(crop.denominator, 2);
+  // Without the crop the whole photo's shorter side, 300, allows 1/4 (75).
+  EXPECT_EQ(encoded_crop(info, side, AugmentOptions{}, 0, 5).denominator, 4);
+
+  // The crop decoded at 1/2 is the crop decoded at full size, up to the half-size decode's
+  // rounding: a crop placed wrongly (by a pixel, or unscaled) would differ by far more.
+  std::vector<std::uint8_t> got(3 * side * side), want(3 * side * side);
+  decode_sample(jpeg.data(), jpeg.size(), "photo", side, o, 0, 5, got.data());
+  const Image full = decode_image_scaled(jpeg.data(), jpeg.size(), "photo", 1);
+  resize_region(full, crop.top, crop.left, crop.height, crop.width, side, side, want.data());
+  double diff = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    diff += std::abs(int(got[i]) - int(want[i]));
+  // The same crop one full-size pixel off differs by about 7 on average here; the 1/2 decode by
+  // well under 1.
+  std::vector<std::uint8_t> off(3 * side * side);
+  resize_region(full, crop.top + 1, crop.left + 1, crop.height, crop.width, side, side, off.data());
+  double off_diff = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    off_diff += std::abs(int(off[i]) - int(want[i]));
+  EXPECT_GT(off_diff / static_cast<double>(got.size()), 4.0);
+  EXPECT_LT(diff / static_cast<double>(got.size()), 1.0);
+}
+
+TEST(EncodedImages, ShardsHoldTheFilesOwnBytesAndRefuseRawReads) {
+  TempDir dir;
+  const ImageList list = make_folder(dir / "in");
+  auto enc = convert(list, dir / "enc", SampleStorage::Encoded, 16, 1);
+  const auto shard = ShardFile::open(dir / "enc/train-00000-of-00001.h5");
+  EXPECT_EQ(shard->meta().storage, SampleStorage::Encoded);
+  EXPECT_GT(shard->meta().encoded_bytes, 0);
+  std::vector<std::uint8_t> x(16 * 16 * 3);
+  try {
+    shard->read_x(0, 1, x.data());
+    ADD_FAILURE() << "read_x of an encoded shard did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds encoded images"), std::string::npos) << e.what();
+  }
+  std::vector<std::uint8_t> bytes;
+  shard->read_encoded(0, bytes);
+  EXPECT_EQ(bytes, read_image_bytes(list.paths[0]));  // the file itself
+}
+
+}  // namespace
+}  // namespace lockstep::data
