@@ -60,6 +60,15 @@ inline Tensor spaced_tensor(const Shape& shape, std::uint64_t seed, float spacin
   return Tensor::from_vector(v, shape);
 }
 
+// Initialises a module's parameters as a model would (seeded, no name prefix).
+template <class M>
+M& init(M& m, std::uint64_t seed = 7) {
+  std::vector<nn::Parameter*> params;
+  m.collect_parameters("", params);
+  m.reset_parameters(seed, "");
+  return m;
+}
+
 inline double weighted_sum(const Tensor& y, const std::vector<float>& w) {
   std::vector<float> v = y.to_vector<float>();
   double s = 0.0;

@@ -16,17 +16,10 @@ using namespace lockstep;
 using namespace lockstep::nn;
 using lockstep::testing::check_gradients;
 using lockstep::testing::GradCheckOptions;
+using lockstep::testing::init;
 using lockstep::testing::random_tensor;
 
 namespace {
-
-template <class M>
-M& init(M& m, std::uint64_t seed = 7) {
-  std::vector<Parameter*> params;
-  m.collect_parameters("", params);
-  m.reset_parameters(seed, "");
-  return m;
-}
 
 // Every parameter U(-scale, scale) (biases and LayerNorm affine included), so that no term of
 // the gradient hides behind an initial zero or one.

@@ -10,21 +10,11 @@
 using namespace lockstep;
 using namespace lockstep::nn;
 using lockstep::testing::check_gradients;
+using lockstep::testing::init;
 using lockstep::testing::random_tensor;
 using lockstep::testing::spaced_tensor;
 
-namespace {
-
-// Initialises a module's parameters as a model would, under the given name prefix.
-template <class M>
-M& init(M& m, std::uint64_t seed = 7) {
-  std::vector<Parameter*> params;
-  m.collect_parameters("", params);
-  m.reset_parameters(seed, "");
-  return m;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST(LinearGradients, MatchFiniteDifferences) {
   ops::Context ctx;

@@ -14,17 +14,10 @@
 using namespace lockstep;
 using namespace lockstep::nn;
 using lockstep::testing::check_gradients;
+using lockstep::testing::init;
 using lockstep::testing::random_tensor;
 
 namespace {
-
-template <class M>
-M& init(M& m, std::uint64_t seed = 7) {
-  std::vector<Parameter*> params;
-  m.collect_parameters("", params);
-  m.reset_parameters(seed, "");
-  return m;
-}
 
 std::vector<std::string> parameter_names(Module& m, const std::string& prefix) {
   std::vector<Parameter*> params;
