@@ -6,6 +6,11 @@
 #                                        $LOCKSTEP_BENCH_VENV); about 5.5 GB (PyPI's wheel is the
 #                                        CUDA build; its CPU kernels are the same)
 #   bench/install-torch-peer.sh debian   Debian 12's python3-torch 1.13 (apt-get, as root)
+#   bench/install-torch-peer.sh images   adds the image-loader peers to the pip environment:
+#                                        NVIDIA DALI 2.4 (nvidia-dali-cuda120, its CPU pipeline
+#                                        runs without a GPU; about 0.4 GB) and pillow-simd in
+#                                        place of Pillow, built from PyPI's source with AVX2
+#                                        (needs libjpeg-dev, zlib1g-dev and a C compiler)
 # torch.compile (inductor) needs a C++ compiler at run time: g++ from build-essential.
 set -euo pipefail
 what=${1:-pip}
@@ -26,6 +31,20 @@ case "$what" in
     apt-get update -qq && apt-get install -y -qq python3-torch >/dev/null
     /usr/bin/python3 -c 'import torch; print("torch", torch.__version__)'
     ;;
-  *) echo "usage: bench/install-torch-peer.sh pip|debian" >&2; exit 2 ;;
+  images)
+    venv=${LOCKSTEP_BENCH_VENV:-$HOME/.cache/lockstep/bench-venv}
+    [ -x "$venv/bin/python" ] || bash "$0" pip
+    if ! dpkg -s libjpeg-dev zlib1g-dev >/dev/null 2>&1; then
+      [ "$(id -u)" = 0 ] || { echo "install-torch-peer: needs libjpeg-dev zlib1g-dev (apt-get as root)" >&2; exit 1; }
+      apt-get update -qq && apt-get install -y -qq libjpeg-dev zlib1g-dev >/dev/null
+    fi
+    "$venv/bin/python" -m pip install -q "nvidia-dali-cuda120==2.4.0"
+    if ! "$venv/bin/python" -c 'import PIL, sys; sys.exit("post" not in PIL.__version__)' 2>/dev/null; then
+      "$venv/bin/python" -m pip uninstall -y -q pillow
+      CC="cc -mavx2" "$venv/bin/python" -m pip install -q --no-binary pillow-simd "pillow-simd==12.1.1.post0"
+    fi
+    "$venv/bin/python" -c 'import PIL, nvidia.dali; print("pillow-simd", PIL.__version__, "dali", nvidia.dali.__version__)'
+    ;;
+  *) echo "usage: bench/install-torch-peer.sh pip|debian|images" >&2; exit 2 ;;
 esac
 command -v g++ >/dev/null || echo "install-torch-peer: no g++: torch.compile (inductor) will fail" >&2

@@ -9,6 +9,7 @@ MODEL is one of the models lockstep-bench times, built the same way:
   cnn       configs/fashion_cnn.ini's net: conv(32,3,pad=1)-bn-relu-maxpool(2)-conv(64,3,pad=1)-
             bn-relu-maxpool(2)-flatten-dropout(0.25)-linear(128)-relu-linear(10), [B,1,28,28], 128
   resnet18  torchvision.models.resnet18(num_classes=10) (ImageNet stem) on [B,3,32,32], batch 64
+  resnet50  torchvision.models.resnet50(num_classes=1000) on [B,3,224,224], batch 16
   gpt-mini  bench/gpt_torch.py's GPT-2 (4 layers, 4 heads, dim 256, vocab 256), 8 x 256 tokens
 One step is zero_grad, forward, loss (cross-entropy), backward and the optimizer: SGD lr 0.01
 momentum 0.9 (AdamW lr 3e-4, weight decay 0.1 on matrices, for gpt-mini, as
@@ -49,7 +50,7 @@ import torch.nn as nn  # noqa: E402
 
 import gpt_torch  # noqa: E402  (the same GPT-2 as lockstep's gpt(...))
 
-BATCH = {"mlp": 256, "cnn": 128, "resnet18": 64, "gpt-mini": 8}
+BATCH = {"mlp": 256, "cnn": 128, "resnet18": 64, "resnet50": 16, "gpt-mini": 8}
 GPT_MINI = (4, 4, 256, 256, 256)  # layers, heads, dim, ctx, vocab (bench/gpt-cpu.sh's shape)
 GPT_SEQ = 256
 
@@ -64,9 +65,10 @@ def build(name):
             nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Dropout(0.25), nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
             nn.Linear(128, 10)), "torch.nn"
-    if name == "resnet18":
+    if name in ("resnet18", "resnet50"):
         import torchvision
-        return torchvision.models.resnet18(num_classes=10), f"torchvision {torchvision.__version__}"
+        model = getattr(torchvision.models, name)(num_classes=10 if name == "resnet18" else 1000)
+        return model, f"torchvision {torchvision.__version__}"
     return gpt_torch.GPT(*GPT_MINI), "bench/gpt_torch.py"
 
 
@@ -108,9 +110,10 @@ def run(rank, a):
         y = torch.randint(0, vocab, (batch, GPT_SEQ), generator=g)
         loss_of = lambda: net(x, y)  # noqa: E731  (the model computes its own loss)
     else:
-        shape = (batch, 3, 32, 32) if a.model == "resnet18" else (batch, 1, 28, 28)
+        shape = {"resnet18": (batch, 3, 32, 32), "resnet50": (batch, 3, 224, 224)}.get(
+            a.model, (batch, 1, 28, 28))
         x = torch.rand(shape, generator=g) * 2 - 1
-        y = torch.arange(batch) % 10
+        y = torch.arange(batch) % (1000 if a.model == "resnet50" else 10)
         loss_fn = nn.CrossEntropyLoss()
         loss_of = lambda: loss_fn(net(x), y)  # noqa: E731
     bf16 = a.precision == "bf16"
@@ -162,7 +165,7 @@ def run(rank, a):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", choices=["mlp", "cnn", "resnet18", "gpt-mini"])
+    p.add_argument("model", choices=["mlp", "cnn", "resnet18", "resnet50", "gpt-mini"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--mode", choices=["eager", "compile"], default="eager")

@@ -3,7 +3,8 @@
 # x three layouts, lockstep vs PyTorch eager vs torch.compile (inductor), medians of REPS.
 #   models   mlp (784-1024-1024-10, batch 256), cnn (configs/fashion_cnn.ini's, batch 128),
 #            resnet18 (torchvision's ImageNet-stem ResNet-18 on 3x32x32, batch 64), gpt-mini
-#            (4 layers, dim 256, vocab 256, 8 x 256 tokens); batches are per rank
+#            (4 layers, dim 256, vocab 256, 8 x 256 tokens); batches are per rank; on request
+#            (MODELS=resnet50) torchvision's ResNet-50 on 3x224x224, 1000 classes, batch 16
 #   layouts  1x1 and 1x2 (one process, 1 or 2 threads): `lockstep-bench mlp --model=SPEC` (gpt:
 #            `lockstep-bench gpt --optimizer=adamw`) vs bench/torch_peer.py, one batch reused;
 #            2x1 (2 ranks x 1 thread): `mpirun -np 2 lockstep-train` on shards (Fashion-MNIST;
@@ -38,10 +39,10 @@ mkdir -p "$OUT"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 CNN='conv(32,3,pad=1)-bn-relu-maxpool(2)-conv(64,3,pad=1)-bn-relu-maxpool(2)-flatten-dropout(0.25)-linear(128)-relu-linear(10)'
-R18='conv(64,7,stride=2,pad=3,bias=0)-bn-relu-maxpool(3,stride=2,pad=1)-res(64)-res(64)-res(128,2)-res(128)-res(256,2)-res(256)-res(512,2)-res(512)-gap-linear(10)'
-spec_of() { case $1 in mlp) echo mlp:1024,1024 ;; cnn) echo "$CNN" ;; resnet18) echo "$R18" ;; *) echo "$1" ;; esac; }
-input_of() { case $1 in resnet18) echo 3,32,32 ;; *) echo 1,28,28 ;; esac; }
-batch_of() { case $1 in mlp) echo 256 ;; cnn) echo 128 ;; resnet18) echo 64 ;; gpt-mini) echo 8 ;; esac; }
+spec_of() { case $1 in mlp) echo mlp:1024,1024 ;; cnn) echo "$CNN" ;; *) echo "$1" ;; esac; }
+input_of() { case $1 in resnet18) echo 3,32,32 ;; resnet50) echo 3,224,224 ;; *) echo 1,28,28 ;; esac; }
+classes_of() { case $1 in resnet50) echo 1000 ;; *) echo 10 ;; esac; }
+batch_of() { case $1 in mlp) echo 256 ;; cnn) echo 128 ;; resnet18) echo 64 ;; resnet50) echo 16 ;; gpt-mini) echo 8 ;; esac; }
 
 # Shards for the 2-rank runs, made once.
 FASHION=data/fashion-mnist
@@ -58,6 +59,18 @@ for name, n in [(f"data_batch_{i}.bin", 1000) for i in range(1, 6)] + [("test_ba
             f.write(bytes([rng.randrange(10)]) + rng.randbytes(3072))
 PY
     build/apps/lockstep-shard cifar --source="$OUT/cifar-bin" --out="$OUT/cifar" --shards=2 >/dev/null
+  fi
+  if [[ " $MODELS " == *" resnet50 "* ]] && ! compgen -G "$OUT/photos224/train-*.h5" >/dev/null; then
+    # 224x224 photos (tests' generated 500x375 JPEGs) listed with labels of 1000 classes, so the
+    # model has ImageNet's 1000 outputs on both sides.
+    [ -x build/tests/make_test_images ] || { echo "vs-torch: build the tests (make_test_images)" >&2; exit 1; }
+    mkdir -p "$OUT/jpegs"
+    build/tests/make_test_images photos "$OUT/jpegs" 256 >/dev/null
+    find "$OUT/jpegs" -type f | sort | awk '{ print $0 "," (NR % 1000) }' >"$OUT/jpegs.list"
+    build/apps/lockstep-shard images --list="$OUT/jpegs.list" --classes=1000 --out="$OUT/photos224" \
+      --resize=224 --shards=2 >/dev/null
+    rm -rf "$OUT/jpegs" "$OUT/jpegs.list"
+    rm -rf "$OUT/jpegs"
   fi
   if [[ " $MODELS " == *" gpt-mini "* ]] && ! compgen -G "$OUT/tokens/train-*.h5" >/dev/null; then
     head -c 4000000 /dev/urandom | base64 -w 76 >"$OUT/corpus.txt"
@@ -118,10 +131,11 @@ lockstep_run() {  # MODEL PREC LAYOUT REP
     local data=$FASHION/train extra=() steps=$((STEPS * 5)) gb=$((2 * b))
     case $m in
       resnet18) data=$OUT/cifar/train ;;
+      resnet50) data=$OUT/photos224/train ;;
       gpt-mini) data=$OUT/tokens/train extra=(--data.context=256 --optim.name=adamw --optim.lr=3e-4
         --optim.weight_decay=0.1 --optim.decay=matrices) ;;
     esac
-    [ "$m" = gpt-mini ] || extra=(--optim.lr=0.01 --optim.momentum=0.9 --optim.weight_decay=0)
+    [ "$m" = gpt-mini ] || extra+=(--optim.lr=0.01 --optim.momentum=0.9 --optim.weight_decay=0)
     rm -f "$OUT/train.jsonl"
     rss=$(run_rss "$OUT/train.log" mpirun -np 2 --oversubscribe --bind-to none \
       build/apps/lockstep-train --data.train="$data" --model.spec="$(spec_of "$m")" \
@@ -137,7 +151,7 @@ lockstep_run() {  # MODEL PREC LAYOUT REP
     record "$m" "$p" "$l" lockstep "$rep" "$rss" "$OUT/one.json"
   else
     rss=$(run_rss "$OUT/one.json" build/apps/lockstep-bench mlp --model="$(spec_of "$m")" \
-      --input="$(input_of "$m")" --batch="$b" --threads="$t" --precision="$p" --reps=5 \
+      --input="$(input_of "$m")" --classes="$(classes_of "$m")" --batch="$b" --threads="$t" --precision="$p" --reps=5 \
       --steps="$STEPS" --phases=0 --out=/dev/stdout)
     record "$m" "$p" "$l" lockstep "$rep" "$rss" "$OUT/one.json"
   fi
@@ -211,6 +225,10 @@ with open(f"{out}/summary.md", "w") as o:
             f"{max(r['rep'] for r in runs)} interleaved repetitions. samples/s (gpt-mini: "
             f"sequences of 256 tokens/s); ratio = lockstep / PyTorch, median of per-repetition "
             f"ratios; peak RSS of the largest process (MiB).\n\n")
+    ratios = [r[m]["ratio"] for r in summary["cells"] for m in modes
+              if r.get(m, {}).get("ratio") is not None]
+    o.write(f"lockstep ahead (ratio >= 1.00) in {sum(x >= 1.0 for x in ratios)} of {len(ratios)} "
+            f"comparisons; lowest {min(ratios):.2f}.\n\n" if ratios else "")
     o.write("| model | prec | layout | lockstep | " + " | ".join(
         f"{m} | lockstep / {m.replace('torch-', '')}" for m in modes) +
         " | RSS lockstep / " + " / ".join(m.replace("torch-", "") for m in modes) + " |\n")
@@ -219,8 +237,9 @@ with open(f"{out}/summary.md", "w") as o:
         cols = []
         for m in modes:
             x = r.get(m, {})
-            cols += [f(x.get("samples_per_s"), "{:.1f}") if not x.get("errors") else
-                     "failed: " + x["errors"][0],
+            fails = x.get("errors", [])
+            cols += [(f(x.get("samples_per_s"), "{:.1f}") if x.get("samples_per_s") else "failed") +
+                     (f" ({len(fails)} run(s) failed: {fails[0]})" if fails else ""),
                      "**" + f(x.get("ratio"), "{:.2f}") + "**"]
         rss = " / ".join([f(r["lockstep_peak_rss_mib"])] + [f(r.get(m, {}).get("peak_rss_mib"))
                                                             for m in modes])

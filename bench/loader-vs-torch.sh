@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The image loader against torchvision and DALI, per core (issue 27's loader target): decode +
+# random-resized-crop + horizontal flip to SIZE x SIZE uint8, from the same JPEGs, interleaved
+# REPS times.
+#   lockstep     `lockstep-shard images --store=encoded --resize=SIZE` (the original JPEG bytes),
+#                then `lockstep-bench loader --rrc=1 --flip=1 --decode-threads=1`: the loader
+#                decodes each JPEG at the smallest DCT scale the crop allows (docs/IMAGES.md)
+#   torchvision  ImageFolder + RandomResizedCrop + RandomHorizontalFlip + PILToTensor in a
+#                DataLoader with num_workers=0, one thread (pillow-simd where installed)
+#   dali         DALI's CPU pipeline, num_threads=1: readers.file, decoders.image_random_crop
+#                (region-of-interest decoding), resize, flip
+# Per core: images per CPU-second of the whole process (every thread counted: getrusage), so a
+# loader that used two threads is not credited with their sum; wall images/s beside it.
+# The photos: COUNT generated 500x375 quality-90 JPEGs (tests' make_test_images) in 2 classes.
+#   bench/loader-vs-torch.sh                       COUNT=600 SIZE=224 REPS=3
+# Peers come from bench/torch-peer-env.sh (TORCH=pip); `bench/install-torch-peer.sh images`
+# adds DALI and pillow-simd to that environment. Writes results/loader-vs-torch/.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+COUNT=${COUNT:-600}
+SIZE=${SIZE:-224}
+REPS=${REPS:-3}
+OUT=${OUT:-results/loader-vs-torch}
+. bench/torch-peer-env.sh
+for t in build/apps/lockstep-shard build/apps/lockstep-bench build/tests/make_test_images; do
+  [ -x "$t" ] || { echo "loader-vs-torch: no $t (build first)" >&2; exit 1; }
+done
+PEERS=torchvision
+"$PYTHON" -c 'import nvidia.dali' 2>/dev/null && PEERS="$PEERS dali"
+[ "$PEERS" = torchvision ] && echo "loader-vs-torch: no DALI in $PYTHON (bench/install-torch-peer.sh images)" >&2
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-loader-vs-torch.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$OUT" "$WORK/photos/c0" "$WORK/photos/c1"
+build/tests/make_test_images photos "$WORK/photos/c0" $((COUNT / 2)) >/dev/null
+build/tests/make_test_images photos "$WORK/photos/c1" $((COUNT - COUNT / 2)) >/dev/null
+build/apps/lockstep-shard images --root="$WORK/photos" --out="$WORK/set" --resize="$SIZE" \
+  --store=encoded --threads=1 >"$OUT/convert.log"
+: >"$OUT/runs.jsonl"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# cpu_of FILE CMD...: runs CMD (stdout to FILE), prints the CPU seconds its processes used.
+cpu_of() {
+  python3 -c 'import resource, subprocess, sys
+with open(sys.argv[1], "w") as out:
+    subprocess.run(sys.argv[2:], stdout=out, stderr=subprocess.STDOUT, check=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime + r.ru_stime)' "$@"
+}
+for rep in $(seq 1 "$REPS"); do
+  echo "loader-vs-torch: repetition $rep/$REPS (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+  # lockstep: 1 + REPS epochs as the peers run (the bench's median epoch is the wall figure; the
+  # CPU time covers the whole process, opening included, so its per-image cost is an upper bound).
+  cpu=$(cpu_of "$OUT/lockstep.log" build/apps/lockstep-bench loader --data="$WORK/set/train" \
+    --batch=32 --reps=3 --consume=0 --rrc=1 --flip=1 --decode-threads=1 --out="$OUT/lockstep.json")
+  python3 - "$OUT/lockstep.log" "$cpu" "$COUNT" "$rep" >>"$OUT/runs.jsonl" <<'PY'
+import json, re, sys
+log, cpu, count, rep = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rate = float(re.search(r"^on-demand\s+[0-9.]+\s+([0-9.]+)", open(log).read(), re.M).group(1))
+# The bench opens the set, runs one warm-up epoch and 3 timed ones: 4 passes.
+print(json.dumps({"peer": "lockstep", "rep": rep, "images_per_s": rate,
+                  "cpu_ms_per_image": cpu / (4 * count) * 1e3}))
+PY
+  for peer in $PEERS; do
+    "$PYTHON" bench/loader_torch.py "$peer" --root="$WORK/photos" --size="$SIZE" --batch=32 \
+      --epochs=3 2>"$OUT/$peer.log" | python3 -c 'import json, sys
+r = json.load(sys.stdin); r["rep"] = int(sys.argv[1]); print(json.dumps(r))' "$rep" >>"$OUT/runs.jsonl"
+  done
+done
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+
+python3 - "$OUT" "$COUNT" "$SIZE" "$load_start" "$load_end" <<'PY'
+import json, os, re, statistics, sys, time
+out, count, size, load_start, load_end = sys.argv[1:]
+runs = [json.loads(l) for l in open(f"{out}/runs.jsonl")]
+peers = [p for p in ("lockstep", "torchvision", "dali") if any(r["peer"] == p for r in runs)]
+cpu = re.search(r"model name\s*:\s*(.*)", open("/proc/cpuinfo").read()).group(1)
+def med(p, k):
+    return statistics.median(r[k] for r in runs if r["peer"] == p)
+versions = {k: v for r in runs for k, v in r.items()
+            if k in ("torch", "torchvision", "pil", "dali")}
+s = {"machine": {"cpu": cpu, "cores": os.cpu_count(), "load_start": load_start,
+                 "load_end": load_end, "date": time.strftime("%Y-%m-%d %H:%M")},
+     "images": int(count), "size": int(size), "versions": versions,
+     "peers": {p: {"images_per_s": med(p, "images_per_s"),
+                   "cpu_ms_per_image": med(p, "cpu_ms_per_image"),
+                   "images_per_cpu_s": 1000 / med(p, "cpu_ms_per_image")} for p in peers}}
+for p in peers[1:]:
+    s[f"lockstep_over_{p}_per_core"] = (s["peers"]["lockstep"]["images_per_cpu_s"] /
+                                        s["peers"][p]["images_per_cpu_s"])
+json.dump(s, open(f"{out}/summary.json", "w"), indent=1)
+with open(f"{out}/summary.md", "w") as f:
+    f.write(f"Decode + random-resized-crop + flip to {size}x{size}, {count} 500x375 JPEGs, "
+            f"{cpu}, {os.cpu_count()} cores, {s['machine']['date']}; load {load_start} -> "
+            f"{load_end}; medians of {max(r['rep'] for r in runs)} interleaved repetitions; "
+            f"{', '.join(f'{k} {v}' for k, v in versions.items())}.\n\n"
+            "| loader | images/s (wall) | CPU ms/image | images per core-second | lockstep / it, per core |\n"
+            "| --- | --- | --- | --- | --- |\n")
+    for p in peers:
+        x = s["peers"][p]
+        ratio = "" if p == "lockstep" else f"**{s[f'lockstep_over_{p}_per_core']:.2f}**"
+        f.write(f"| {p} | {x['images_per_s']:.0f} | {x['cpu_ms_per_image']:.2f} | "
+                f"{x['images_per_cpu_s']:.0f} | {ratio} |\n")
+print(open(f"{out}/summary.md").read())
+PY
