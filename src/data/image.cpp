@@ -299,6 +299,15 @@ AxisWeights axis_weights(std::int64_t in_len, double scale, double offset, std::
   return a;
 }
 
+// clamp(lround(v), 0, 255) without the library call (a tenth of a resize's time): v - trunc(v)
+// is exact for the |v| < 2^23 of a pixel sum, so the halves round away from zero as lround's do.
+inline std::uint8_t round_to_u8(float v) {
+  if (!(v > 0.0f)) return 0;  // negatives round to 0 or below, and clamp to 0
+  if (v >= 255.0f) return 255;
+  const auto whole = static_cast<int>(v);
+  return static_cast<std::uint8_t>(whole + (v - static_cast<float>(whole) >= 0.5f ? 1 : 0));
+}
+
 // The two passes of every resize of a decoded image: horizontal over the source rows the output
 // needs, then vertical, in float. Output pixel (y, x), y < ay's and x < ax's length, goes to
 // (y0 + y, x0 + x) of the channel-major [3, out_h, out_w] `out`.
@@ -319,31 +328,43 @@ void resample_rgb(const Image& img, const AxisWeights& ax, const AxisWeights& ay
       static_cast<std::size_t>(std::max<std::int64_t>(0, row_hi - row_lo) * nx * 3));
   for (std::int64_t y = row_lo; y < row_hi; ++y) {
     const std::uint8_t* src = &img.rgb[static_cast<std::size_t>(y * w * 3)];
+    float* dst = &rows[static_cast<std::size_t>((y - row_lo) * nx * 3)];
     for (std::int64_t x = 0; x < nx; ++x) {
-      float acc[3] = {0, 0, 0};
+      float r = 0, g = 0, b = 0;
       const auto& wx = ax.weights[static_cast<std::size_t>(x)];
-      const std::int64_t f = ax.first[static_cast<std::size_t>(x)];
-      for (std::size_t k = 0; k < wx.size(); ++k)
-        for (int c = 0; c < 3; ++c)
-          acc[c] += wx[k] * static_cast<float>(src[(f + static_cast<std::int64_t>(k)) * 3 + c]);
-      for (int c = 0; c < 3; ++c)
-        rows[static_cast<std::size_t>(((y - row_lo) * nx + x) * 3 + c)] = acc[c];
+      const std::uint8_t* p = src + ax.first[static_cast<std::size_t>(x)] * 3;
+      const float* wk = wx.data();
+      for (std::size_t k = 0, n = wx.size(); k < n; ++k, p += 3) {
+        r += wk[k] * static_cast<float>(p[0]);
+        g += wk[k] * static_cast<float>(p[1]);
+        b += wk[k] * static_cast<float>(p[2]);
+      }
+      dst[x * 3] = r;
+      dst[x * 3 + 1] = g;
+      dst[x * 3 + 2] = b;
     }
   }
+  // The vertical pass a whole output row at a time: each tap adds its weight times one
+  // contiguous source row to the accumulators, which the compiler vectorises. Every value still
+  // sums its taps in the same order from 0, so the result is the same float for float.
+  const std::int64_t row_len = nx * 3;
+  std::vector<float> acc(static_cast<std::size_t>(row_len));
   for (std::int64_t y = 0; y < ny; ++y) {
     const auto& wy = ay.weights[static_cast<std::size_t>(y)];
     const std::int64_t f = ay.first[static_cast<std::size_t>(y)] - row_lo;
-    for (std::int64_t x = 0; x < nx; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        float acc = 0;
-        for (std::size_t k = 0; k < wy.size(); ++k)
-          acc +=
-              wy[k] *
-              rows[static_cast<std::size_t>(((f + static_cast<std::int64_t>(k)) * nx + x) * 3 + c)];
-        const long v = std::lround(acc);
-        out[(c * out_h + (y + y0)) * out_w + (x + x0)] =
-            static_cast<std::uint8_t>(std::clamp(v, 0L, 255L));
-      }
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    float* a = acc.data();
+    for (std::size_t k = 0; k < wy.size(); ++k) {
+      const float wk = wy[k];
+      const float* r =
+          &rows[static_cast<std::size_t>((f + static_cast<std::int64_t>(k)) * row_len)];
+      for (std::int64_t j = 0; j < row_len; ++j)
+        a[j] += wk * r[j];
+    }
+    for (int c = 0; c < 3; ++c) {
+      std::uint8_t* o = out + (c * out_h + (y + y0)) * out_w + x0;
+      for (std::int64_t x = 0; x < nx; ++x)
+        o[x] = round_to_u8(a[x * 3 + c]);
     }
   }
 }
@@ -506,17 +527,22 @@ void resize_region(const std::uint8_t* in, std::int64_t channels, std::int64_t H
         rows[static_cast<std::size_t>(y * out_w + x)] = acc;
       }
     }
+    std::vector<float> acc(static_cast<std::size_t>(out_w));  // a row at a time, as resample_rgb
     for (std::int64_t y = 0; y < out_h; ++y) {
       const auto& wy = ay.weights[static_cast<std::size_t>(y)];
       const std::int64_t f = ay.first[static_cast<std::size_t>(y)];
-      for (std::int64_t x = 0; x < out_w; ++x) {
-        float acc = 0;
-        for (std::size_t k = 0; k < wy.size(); ++k)
-          acc += wy[k] *
-                 rows[static_cast<std::size_t>((f + static_cast<std::int64_t>(k)) * out_w + x)];
-        out[(c * out_h + y) * out_w + x] =
-            static_cast<std::uint8_t>(std::clamp(std::lround(acc), 0L, 255L));
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      float* a = acc.data();
+      for (std::size_t k = 0; k < wy.size(); ++k) {
+        const float wk = wy[k];
+        const float* r =
+            &rows[static_cast<std::size_t>((f + static_cast<std::int64_t>(k)) * out_w)];
+        for (std::int64_t x = 0; x < out_w; ++x)
+          a[x] += wk * r[x];
       }
+      std::uint8_t* o = out + (c * out_h + y) * out_w;
+      for (std::int64_t x = 0; x < out_w; ++x)
+        o[x] = round_to_u8(a[x]);
     }
   }
 }
