@@ -49,17 +49,18 @@ print(r.ru_utime + r.ru_stime)' "$@"
 }
 for rep in $(seq 1 "$REPS"); do
   echo "loader-vs-torch: repetition $rep/$REPS (load $(cut -d' ' -f1 /proc/loadavg))" >&2
-  # lockstep: 1 + REPS epochs as the peers run (the bench's median epoch is the wall figure; the
-  # CPU time covers the whole process, opening included, so its per-image cost is an upper bound).
+  # lockstep: 3 timed epochs (the bench's median epoch is the wall figure; the CPU time covers the
+  # whole process, opening included, so its per-image cost is an upper bound). The peers run a
+  # warm-up epoch and 3 timed ones and count the timed ones only.
   cpu=$(cpu_of "$OUT/lockstep.log" build/apps/lockstep-bench loader --data="$WORK/set/train" \
     --batch=32 --reps=3 --consume=0 --rrc=1 --flip=1 --decode-threads=1 --out="$OUT/lockstep.json")
   python3 - "$OUT/lockstep.log" "$cpu" "$COUNT" "$rep" >>"$OUT/runs.jsonl" <<'PY'
 import json, re, sys
 log, cpu, count, rep = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rate = float(re.search(r"^on-demand\s+[0-9.]+\s+([0-9.]+)", open(log).read(), re.M).group(1))
-# The bench opens the set, runs one warm-up epoch and 3 timed ones: 4 passes.
+# The bench opens the set and runs 3 epochs (--reps=3), every one timed: 3 passes.
 print(json.dumps({"peer": "lockstep", "rep": rep, "images_per_s": rate,
-                  "cpu_ms_per_image": cpu / (4 * count) * 1e3}))
+                  "cpu_ms_per_image": cpu / (3 * count) * 1e3}))
 PY
   for peer in $PEERS; do
     "$PYTHON" bench/loader_torch.py "$peer" --root="$WORK/photos" --size="$SIZE" --batch=32 \
