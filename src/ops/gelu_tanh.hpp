@@ -22,13 +22,7 @@
 
 #include <cmath>
 
-#ifndef LOCKSTEP_HOST_DEVICE
-#ifdef __CUDACC__
-#define LOCKSTEP_HOST_DEVICE __host__ __device__
-#else
-#define LOCKSTEP_HOST_DEVICE
-#endif
-#endif
+#include "lockstep/ops/host_device.hpp"
 
 namespace lockstep::ops {
 

@@ -480,6 +480,8 @@ void sgd_update(Context& ctx, Tensor& param, const Tensor& grad, Tensor& momentu
   LOCKSTEP_CHECK(!p.nesterov || (p.momentum > 0.0f && p.dampening == 0.0f), op,
                  ": nesterov needs momentum > 0 and dampening 0 (got momentum ", p.momentum,
                  ", dampening ", p.dampening, ")");
+  LOCKSTEP_CHECK(!p.verdict.defined(), op,
+                 ": a verdict is for the fused update (flat_sgd_update), not the per-tensor one");
   ctx.backend().sgd_update(param, grad, momentum_buf, p);
 }
 
@@ -494,6 +496,8 @@ void adamw_update(Context& ctx, Tensor& param, const Tensor& grad, Tensor& m, Te
   check_same_shape(op, "param", param, "m", m);
   check_same_shape(op, "param", param, "v", v);
   LOCKSTEP_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
+  LOCKSTEP_CHECK(!p.verdict.defined(), op,
+                 ": a verdict is for the fused update (flat_adamw_update), not the per-tensor one");
   ctx.backend().adamw_update(param, grad, m, v, p);
 }
 
@@ -558,6 +562,13 @@ void check_flat_state(Context& ctx, const char* op, const char* name, const Tens
 
 }  // namespace
 
+namespace {
+void check_verdict(Context& ctx, const char* op, const Tensor& verdict) {
+  check_tensor(ctx, op, "verdict", verdict, DType::F64);
+  LOCKSTEP_CHECK(verdict.numel() == 2, op, ": verdict must be f64 [2], got ", verdict.describe());
+}
+}  // namespace
+
 void flat_sgd_update(Context& ctx, const FlatPlan& plan, FlatRange range, Tensor& param,
                      const Tensor& grad, Tensor& momentum_buf, std::int64_t state_origin,
                      const SgdParams& p) {
@@ -573,6 +584,10 @@ void flat_sgd_update(Context& ctx, const FlatPlan& plan, FlatRange range, Tensor
   LOCKSTEP_CHECK(!p.nesterov || (p.momentum > 0.0f && p.dampening == 0.0f), op,
                  ": nesterov needs momentum > 0 and dampening 0 (got momentum ", p.momentum,
                  ", dampening ", p.dampening, ")");
+  if (p.verdict.defined()) {
+    check_verdict(ctx, op, p.verdict);
+    LOCKSTEP_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
+  }
   ctx.backend().flat_sgd_update(plan, range, param, grad, momentum_buf, state_origin, p);
 }
 
@@ -587,6 +602,7 @@ void flat_adamw_update(Context& ctx, const FlatPlan& plan, FlatRange range, Tens
   check_flat_state(ctx, op, "v", v, state_origin, range);
   LOCKSTEP_CHECK(m.numel() == v.numel(), op, ": m is ", m.describe(), " but v is ", v.describe());
   LOCKSTEP_CHECK(p.step >= 1, op, ": step is 1-based, got ", p.step);
+  if (p.verdict.defined()) check_verdict(ctx, op, p.verdict);
   ctx.backend().flat_adamw_update(plan, range, param, grad, m, v, state_origin, p);
 }
 
@@ -600,6 +616,28 @@ void flat_sum_squares(Context& ctx, const FlatPlan& plan, FlatRange range, const
                  ": sums must have slots + 1 = ", plan.slots() + 1, " elements, got ",
                  sums.describe());
   ctx.backend().flat_sum_squares(plan, range, x, sums, what);
+}
+
+void verdict_add(Context& ctx, const Tensor& total, Tensor& verdict, bool first) {
+  const char* op = "verdict_add";
+  check_verdict(ctx, op, verdict);
+  check_tensor(ctx, op, "total", total, DType::F64);
+  LOCKSTEP_CHECK(total.numel() == 1, op, ": total must be f64 [1], got ", total.describe());
+  ctx.backend().verdict_add(total, verdict, first);
+}
+
+void verdict_close(Context& ctx, Tensor& verdict, std::int64_t taken) {
+  check_verdict(ctx, "verdict_close", verdict);
+  LOCKSTEP_CHECK(taken >= 0, "verdict_close: taken must be >= 0, got ", taken);
+  ctx.backend().verdict_close(verdict, taken);
+}
+
+void clip_by_verdict(Context& ctx, Tensor& x, const Tensor& verdict, double max_norm) {
+  const char* op = "clip_by_verdict";
+  check_f32(ctx, op, "x", x);
+  check_verdict(ctx, op, verdict);
+  LOCKSTEP_CHECK(max_norm > 0.0, op, ": max_norm must be positive, got ", max_norm);
+  ctx.backend().clip_by_verdict(x, verdict, max_norm);
 }
 
 // ---- transformer (GPT) ops

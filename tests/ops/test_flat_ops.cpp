@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/ops/ops.hpp"
@@ -209,4 +210,117 @@ TEST(FlatSumSquares, ReportsEachSlotAndTheTotalOverTheRange) {
   EXPECT_EQ(s[0], 0.0);
   EXPECT_TRUE(std::isnan(s[1]));
   EXPECT_TRUE(std::isnan(s[3]));
+}
+
+// ---- the step verdict (ops/step_verdict.hpp): a step's gradient check kept on the device. The
+// reference for each guarded update is the unguarded update with the step count it should use.
+namespace {
+
+Tensor verdict_of(double sum_squares, double skipped) {
+  return Tensor::from_vector<double>({sum_squares, skipped}, {2});
+}
+
+}  // namespace
+
+TEST(StepVerdict, AFiniteVerdictUpdatesWithTheStepCountLessTheSkippedUpdates) {
+  ops::Context ctx;
+  auto plan = ops::make_flat_plan(ctx, segments(), kNumel);
+  const Tensor w0 = random_tensor({kNumel}, 1), g = random_tensor({kNumel}, 2);
+  const Tensor m0 = random_tensor({kNumel}, 3, 0.0f, 0.1f),
+               v0 = random_tensor({kNumel}, 4, 0.0f, 0.1f);
+  const ops::FlatRange all{0, kNumel};
+  // SGD: step 3 with 2 skipped is the first update (buf = g), not a momentum step.
+  {
+    Tensor w = w0.clone(), buf = m0.clone(), w_ref = w0.clone(), buf_ref = m0.clone();
+    ops::SgdParams p = sgd_params();
+    p.first_step = true;
+    ops::flat_sgd_update(ctx, *plan, all, w_ref, g, buf_ref, 0, p);
+    p.first_step = false;
+    p.step = 3;
+    p.verdict = verdict_of(12.5, 2);
+    ops::flat_sgd_update(ctx, *plan, all, w, g, buf, 0, p);
+    EXPECT_TRUE(bitwise_equal(w, w_ref));
+    EXPECT_TRUE(bitwise_equal(buf, buf_ref));
+  }
+  // AdamW: step 7 with 3 skipped bias-corrects as step 4.
+  {
+    Tensor w = w0.clone(), m = m0.clone(), v = v0.clone();
+    Tensor w_ref = w0.clone(), m_ref = m0.clone(), v_ref = v0.clone();
+    ops::AdamWParams p = adamw_params();  // step 4
+    ops::flat_adamw_update(ctx, *plan, all, w_ref, g, m_ref, v_ref, 0, p);
+    p.step = 7;
+    p.verdict = verdict_of(0.5, 3);
+    ops::flat_adamw_update(ctx, *plan, all, w, g, m, v, 0, p);
+    EXPECT_TRUE(bitwise_equal(w, w_ref));
+    EXPECT_TRUE(bitwise_equal(m, m_ref));
+    EXPECT_TRUE(bitwise_equal(v, v_ref));
+    // And a wrong count would show: step 7 as such gives other parameters.
+    Tensor w7 = w0.clone(), m7 = m0.clone(), v7 = v0.clone();
+    p.verdict = verdict_of(0.5, 0);
+    ops::flat_adamw_update(ctx, *plan, all, w7, g, m7, v7, 0, p);
+    EXPECT_FALSE(bitwise_equal(w7, w_ref));
+  }
+}
+
+TEST(StepVerdict, ANonFiniteVerdictLeavesParametersAndStateUntouched) {
+  ops::Context ctx;
+  auto plan = ops::make_flat_plan(ctx, segments(), kNumel);
+  const Tensor w0 = random_tensor({kNumel}, 5), g = random_tensor({kNumel}, 6);
+  const ops::FlatRange all{0, kNumel};
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double bad : {std::nan(""), inf, -inf}) {
+    Tensor w = w0.clone(), buf = w0.clone(), m = w0.clone(), v = w0.clone();
+    ops::SgdParams sp = sgd_params();
+    sp.verdict = verdict_of(bad, 0);
+    ops::flat_sgd_update(ctx, *plan, all, w, g, buf, 0, sp);
+    ops::AdamWParams ap = adamw_params();
+    ap.verdict = verdict_of(bad, 1);
+    ops::flat_adamw_update(ctx, *plan, all, w, g, m, v, 0, ap);
+    EXPECT_TRUE(bitwise_equal(w, w0)) << bad;
+    EXPECT_TRUE(bitwise_equal(buf, w0)) << bad;
+    EXPECT_TRUE(bitwise_equal(m, w0)) << bad;
+    EXPECT_TRUE(bitwise_equal(v, w0)) << bad;
+  }
+}
+
+TEST(StepVerdict, AddAndCloseKeepTheSumAndCountTheSkippedSteps) {
+  ops::Context ctx;
+  Tensor v = verdict_of(99.0, 4);
+  ops::verdict_add(ctx, Tensor::from_vector<double>({1.5}, {1}), v, /*first=*/true);
+  ops::verdict_add(ctx, Tensor::from_vector<double>({2.25}, {1}), v, /*first=*/false);
+  EXPECT_EQ(v.to_vector<double>(), (std::vector<double>{3.75, 4.0}));
+  ops::verdict_close(ctx, v, /*taken=*/3);  // finite: the host took 3 of the 4
+  EXPECT_EQ(v.to_vector<double>(), (std::vector<double>{3.75, 1.0}));
+  ops::verdict_add(ctx, Tensor::from_vector<double>({std::numeric_limits<double>::infinity()}, {1}),
+                   v, /*first=*/false);
+  ops::verdict_close(ctx, v, 0);  // not finite: one more skipped
+  EXPECT_EQ(v.to_vector<double>()[1], 2.0);
+  EXPECT_THROW(ops::verdict_close(ctx, v, -1), Error);
+  Tensor wrong = Tensor::from_vector<double>({0.0, 0.0, 0.0}, {3});
+  EXPECT_THROW(ops::verdict_close(ctx, wrong, 0), Error) << "a verdict is f64 [2]";
+  ops::SgdParams sp = sgd_params();
+  sp.verdict = verdict_of(1.0, 0);
+  Tensor w = random_tensor({8}, 7), g = random_tensor({8}, 8), buf = random_tensor({8}, 9);
+  EXPECT_THROW(ops::sgd_update(ctx, w, g, buf, sp), Error) << "only the fused update reads it";
+}
+
+// Clipping from the verdict's sum of squares against the host's clipping from the norm read back
+// (optim::clip_grad_norm's formula, max_norm / (norm + 1e-6)): the same bits.
+TEST(StepVerdict, ClippingByTheVerdictScalesAsTheHostFormulaDoes) {
+  ops::Context ctx;
+  const Tensor g0 = random_tensor({1000}, 10);
+  const double ss = ops::sum_squares(ctx, g0), norm = std::sqrt(ss);
+  for (double max_norm : {0.1 * norm, 0.5 * norm, 2.0 * norm}) {
+    Tensor g = g0.clone(), ref = g0.clone();
+    ops::clip_by_verdict(ctx, g, verdict_of(ss, 0), max_norm);
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) ops::scale(ctx, ref, static_cast<float>(coef));
+    EXPECT_TRUE(bitwise_equal(g, ref)) << max_norm;
+    if (coef >= 1.0) {
+      EXPECT_TRUE(bitwise_equal(g, g0)) << "a norm under max_norm is not clipped";
+    }
+  }
+  Tensor g = g0.clone();
+  ops::clip_by_verdict(ctx, g, verdict_of(std::nan(""), 0), 1.0);
+  EXPECT_TRUE(bitwise_equal(g, g0)) << "a non-finite step is left alone";
 }

@@ -89,6 +89,9 @@ class Backend {
                                  std::int64_t state_origin, const AdamWParams& p) = 0;
   virtual void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x,
                                 Tensor& sums, FlatSums what) = 0;
+  virtual void verdict_add(const Tensor& total, Tensor& verdict, bool first) = 0;
+  virtual void verdict_close(Tensor& verdict, std::int64_t taken) = 0;
+  virtual void clip_by_verdict(Tensor& x, const Tensor& verdict, double max_norm) = 0;
   // ---- precision (ops/precision.hpp). The policy lives in the Context, which the backend reads
   // at every GEMM and convolution; check_precision throws when this device cannot compute in p.
   virtual void check_precision(Precision p) = 0;

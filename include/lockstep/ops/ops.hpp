@@ -39,6 +39,11 @@ struct SgdParams {
   float weight_decay = 0.0f;
   bool nesterov = false;
   bool first_step = false;  // momentum buffer is initialised to the gradient (PyTorch semantics)
+  // Fused updates only (flat_sgd_update): a step's verdict (f64 [2] on ctx's device,
+  // ops/step_verdict.hpp). Given one, the update does nothing when the step's gradients are not
+  // finite, and first_step is taken as (step - the updates skipped) == 1. Undefined: always apply.
+  Tensor verdict;
+  std::int64_t step = 1;  // 1-based; read only with a verdict
 };
 
 struct AdamWParams {
@@ -47,6 +52,10 @@ struct AdamWParams {
   float eps = 1e-8f;
   float weight_decay = 1e-2f;
   std::int64_t step = 1;  // 1-based, for bias correction
+  // Fused updates only (flat_adamw_update), as SgdParams::verdict: with a verdict the update is
+  // skipped when the step's gradients are not finite, and bias-corrects for step - the updates
+  // skipped.
+  Tensor verdict;
 };
 
 // ---- memory
@@ -207,6 +216,21 @@ enum class FlatSums { Squares, FinitenessOnly };
 // Does not synchronise: read sums when the value is needed.
 void flat_sum_squares(Context& ctx, const FlatPlan& plan, FlatRange range, const Tensor& x,
                       Tensor& sums, FlatSums what = FlatSums::Squares);
+
+// ---- a step's verdict on the device, for a training loop that never waits for its gradient
+// check (train/loop.cpp, Note [Deferred gradient check]). `verdict` is f64 [2] on ctx's device
+// (ops/step_verdict.hpp says what it holds); none of these synchronises.
+// verdict[0] = (first ? 0 : verdict[0]) + total[0], for `total` f64 [1] (flat_sum_squares' total
+// of one range; a ZeRO-1 shard adds its ranges one after the other, as the host would).
+void verdict_add(Context& ctx, const Tensor& total, Tensor& verdict, bool first);
+// Closes the step's check (after any allreduce of verdict[0]): verdict[1] less `taken` (the
+// skipped updates the host has counted since the last close), plus one when verdict[0] is not
+// finite.
+void verdict_close(Context& ctx, Tensor& verdict, std::int64_t taken);
+// Global-norm clipping from the verdict: x *= clip_coefficient(max_norm, verdict[0]) (rounded to
+// f32) when that is below 1, as optim::clip_grad_norm does from a norm read on the host, bit for
+// bit; nothing when the step is not finite. x: f32, the flat gradients.
+void clip_by_verdict(Context& ctx, Tensor& x, const Tensor& verdict, double max_norm);
 
 // ---- transformer (GPT) ops. Activations are [B, T, C] row-major: a token's C features are
 // contiguous. Reductions are deterministic (fixed blocking, no float atomics), as everywhere.

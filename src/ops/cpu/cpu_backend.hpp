@@ -103,6 +103,9 @@ class CpuBackend final : public Backend {
                          const AdamWParams& p) override;
   void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x, Tensor& sums,
                         FlatSums what) override;
+  void verdict_add(const Tensor& total, Tensor& verdict, bool first) override;
+  void verdict_close(Tensor& verdict, std::int64_t taken) override;
+  void clip_by_verdict(Tensor& x, const Tensor& verdict, double max_norm) override;
   void check_precision(Precision p) override;
   std::string precision_info(Precision p) override;
   void cast(const Tensor& src, Tensor& dst) override;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/ops/step_verdict.hpp"
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/optim_loops.hpp"
 #include "ops/cpu/parallel.hpp"
@@ -103,10 +104,15 @@ void CpuBackend::flat_sgd_update(const FlatPlan& plan, FlatRange range, Tensor& 
                                  const Tensor& grad, Tensor& momentum_buf,
                                  std::int64_t state_origin, const SgdParams& p) {
   const CpuFlatPlan& cp = cpu_plan(plan);
+  SgdParams q = p;
+  if (p.verdict.defined()) {
+    if (!verdict_applies(p.verdict.data<double>(), q.step)) return;
+    q.first_step = q.step == 1;
+  }
   float* pw = param.data<float>();
   const float* pg = grad.data<float>();
   float* pbuf = p.momentum != 0.0f ? momentum_buf.data<float>() : nullptr;
-  const SgdLoop with_decay(p, true), without_decay(p, false);
+  const SgdLoop with_decay(q, true), without_decay(q, false);
   for_chunks(ctx_.pool(), cp, range, kParallelGrain,
              [&](std::size_t c, std::int64_t b, std::int64_t e) {
                const SgdLoop& loop = cp.chunks[c].decay ? with_decay : without_decay;
@@ -118,11 +124,13 @@ void CpuBackend::flat_adamw_update(const FlatPlan& plan, FlatRange range, Tensor
                                    const Tensor& grad, Tensor& m, Tensor& v,
                                    std::int64_t state_origin, const AdamWParams& p) {
   const CpuFlatPlan& cp = cpu_plan(plan);
+  AdamWParams q = p;
+  if (p.verdict.defined() && !verdict_applies(p.verdict.data<double>(), q.step)) return;
   float* pw = param.data<float>();
   const float* pg = grad.data<float>();
   float* pm = m.data<float>();
   float* pv = v.data<float>();
-  const AdamWLoop with_decay(p, true), without_decay(p, false);
+  const AdamWLoop with_decay(q, true), without_decay(q, false);
   for_chunks(ctx_.pool(), cp, range, kParallelGrain / 4,
              [&](std::size_t c, std::int64_t b, std::int64_t e) {
                const AdamWLoop& loop = cp.chunks[c].decay ? with_decay : without_decay;
@@ -150,6 +158,24 @@ void CpuBackend::flat_sum_squares(const FlatPlan& plan, FlatRange range, const T
     out[cp.chunks[c].slot] += partial[c - c0];
   for (std::int32_t s = 0; s < slots; ++s)
     out[slots] += out[s];
+}
+
+// The verdict's three ops touch two doubles each (clip_by_verdict then one scale of the
+// gradients): on the calling thread, which on the emulated GPU is the stream's worker.
+void CpuBackend::verdict_add(const Tensor& total, Tensor& verdict, bool first) {
+  double* v = verdict.data<double>();
+  v[0] = (first ? 0.0 : v[0]) + total.data<double>()[0];
+}
+
+void CpuBackend::verdict_close(Tensor& verdict, std::int64_t taken) {
+  double* v = verdict.data<double>();
+  std::int64_t step = 0;
+  v[1] = v[1] - static_cast<double>(taken) + (verdict_applies(v, step) ? 0.0 : 1.0);
+}
+
+void CpuBackend::clip_by_verdict(Tensor& x, const Tensor& verdict, double max_norm) {
+  const double coef = clip_coefficient(max_norm, verdict.data<double>()[0]);
+  if (coef < 1.0) scale(x, static_cast<float>(coef));  // never for a NaN or Inf norm
 }
 
 }  // namespace lockstep::ops::cpu

@@ -84,12 +84,21 @@ void add_bf16_to_f32(const std::uint16_t* src, float* dst, std::int64_t n, cudaS
 struct SgdArgs {
   float lr, momentum, dampening, weight_decay;
   bool nesterov, first_step;
+  // The fused update's step verdict (ops/step_verdict.hpp), or null: skip the update when the
+  // step is not finite, and take first_step as (step - the updates skipped) == 1.
+  const double* verdict = nullptr;
+  long long step = 1;
 };
 struct AdamWArgs {
   float beta1, beta2, eps;
   float decay;         // 1 - lr * weight_decay
   float step_size;     // lr / (1 - beta1^t), computed on the host in double
   float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t), likewise
+  // As SgdArgs': with a verdict that counts skipped updates, the kernel recomputes the two bias
+  // corrections for step - skipped from lr, in double on the device (within an ulp of the host's).
+  const double* verdict = nullptr;
+  long long step = 1;
+  float lr = 0.0f;
 };
 // AdamW's per-step constants, the bias corrections computed on the host in double as the CPU does.
 AdamWArgs adamw_args(const AdamWParams& p);
@@ -195,6 +204,9 @@ class CudaBackend final : public Backend {
                          const AdamWParams& p) override;
   void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x, Tensor& sums,
                         FlatSums what) override;
+  void verdict_add(const Tensor& total, Tensor& verdict, bool first) override;
+  void verdict_close(Tensor& verdict, std::int64_t taken) override;
+  void clip_by_verdict(Tensor& x, const Tensor& verdict, double max_norm) override;
 
   // ---- precision checks and casts: cuda_precision.cu
   void check_precision(Precision p) override;

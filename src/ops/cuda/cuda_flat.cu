@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "lockstep/ops/ops.hpp"
+#include "lockstep/ops/step_verdict.hpp"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_backend.hpp"
@@ -52,12 +53,18 @@ __device__ ChunkRange chunk_range(const FlatChunk* chunks, i64 begin, i64 end) {
 
 __global__ void flat_sgd_kernel(const FlatChunk* chunks, i64 begin, i64 end, float* param,
                                 const float* grad, float* buf, i64 origin, SgdArgs a) {
+  bool first = a.first_step;
+  if (a.verdict != nullptr) {
+    std::int64_t step = a.step;
+    if (!verdict_applies(a.verdict, step)) return;
+    first = step == 1;
+  }
   const ChunkRange r = chunk_range(chunks, begin, end);
   const float wd = r.decay ? a.weight_decay : 0.0f;
   for (i64 i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
     float g = grad[i] + wd * param[i];
     if (a.momentum != 0.0f) {
-      float b = a.first_step ? g : a.momentum * buf[i - origin] + (1.0f - a.dampening) * g;
+      float b = first ? g : a.momentum * buf[i - origin] + (1.0f - a.dampening) * g;
       buf[i - origin] = b;
       g = a.nesterov ? g + a.momentum * b : b;
     }
@@ -67,6 +74,16 @@ __global__ void flat_sgd_kernel(const FlatChunk* chunks, i64 begin, i64 end, flo
 
 __global__ void flat_adamw_kernel(const FlatChunk* chunks, i64 begin, i64 end, float* param,
                                   const float* grad, float* m, float* v, i64 origin, AdamWArgs a) {
+  float step_size = a.step_size, inv_sqrt_bc2 = a.inv_sqrt_bc2;
+  if (a.verdict != nullptr) {
+    std::int64_t step = a.step;
+    if (!verdict_applies(a.verdict, step)) return;
+    if (step != a.step) {  // updates were skipped: the bias corrections of the real count
+      const double t = static_cast<double>(step);
+      step_size = static_cast<float>(a.lr / (1.0 - pow(static_cast<double>(a.beta1), t)));
+      inv_sqrt_bc2 = static_cast<float>(1.0 / sqrt(1.0 - pow(static_cast<double>(a.beta2), t)));
+    }
+  }
   const ChunkRange r = chunk_range(chunks, begin, end);
   const float decay = r.decay ? a.decay : 1.0f;
   for (i64 i = r.lo + threadIdx.x; i < r.hi; i += blockDim.x) {
@@ -76,7 +93,7 @@ __global__ void flat_adamw_kernel(const FlatChunk* chunks, i64 begin, i64 end, f
     float vi = a.beta2 * v[s] + (1.0f - a.beta2) * g * g;
     m[s] = mi;
     v[s] = vi;
-    param[i] = param[i] * decay - a.step_size * mi / (sqrtf(vi) * a.inv_sqrt_bc2 + a.eps);
+    param[i] = param[i] * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + a.eps);
   }
 }
 
@@ -122,6 +139,25 @@ __global__ void flat_total_kernel(double* sums, int slots) {
     __syncthreads();
   }
   if (threadIdx.x == 0) sums[slots] = total;
+}
+
+// The step verdict's kernels (ops/step_verdict.hpp): two doubles, one thread.
+__global__ void verdict_add_kernel(const double* total, double* verdict, bool first) {
+  verdict[0] = (first ? 0.0 : verdict[0]) + total[0];
+}
+
+__global__ void verdict_close_kernel(double* verdict, long long taken) {
+  std::int64_t step = 0;
+  verdict[1] =
+      verdict[1] - static_cast<double>(taken) + (verdict_applies(verdict, step) ? 0.0 : 1.0);
+}
+
+// scale_kernel's multiply by the clipping factor, which every thread computes from the verdict.
+__global__ void clip_by_verdict_kernel(float* x, i64 n, const double* verdict, double max_norm) {
+  const double coef = clip_coefficient(max_norm, verdict[0]);
+  if (!(coef < 1.0)) return;
+  const float c = static_cast<float>(coef);
+  LOCKSTEP_GRID_STRIDE(i, n) x[i] *= c;
 }
 
 unsigned grid_of(i64 count) {
@@ -248,6 +284,10 @@ void flat_sgd_update(const FlatPlan& plan, FlatRange range, Tensor& param, const
   const CudaFlatPlan& cp = cuda_plan(plan);
   auto [first, count] = cp.chunks_in(range);
   SgdArgs a{p.lr, p.momentum, p.dampening, p.weight_decay, p.nesterov, p.first_step};
+  if (p.verdict.defined()) {
+    a.verdict = p.verdict.data<double>();
+    a.step = p.step;
+  }
   float* buf = p.momentum != 0.0f ? momentum_buf.data<float>() : nullptr;
   cuda::flat_sgd_update(cp.table(), first, count, range.begin, range.end, param.data<float>(),
                         grad.data<float>(), buf, state_origin, a, s);
@@ -258,9 +298,14 @@ void flat_adamw_update(const FlatPlan& plan, FlatRange range, Tensor& param, con
                        cudaStream_t s) {
   const CudaFlatPlan& cp = cuda_plan(plan);
   auto [first, count] = cp.chunks_in(range);
+  AdamWArgs a = adamw_args(p);
+  if (p.verdict.defined()) {
+    a.verdict = p.verdict.data<double>();
+    a.step = p.step;
+    a.lr = p.lr;
+  }
   cuda::flat_adamw_update(cp.table(), first, count, range.begin, range.end, param.data<float>(),
-                          grad.data<float>(), m.data<float>(), v.data<float>(), state_origin,
-                          adamw_args(p), s);
+                          grad.data<float>(), m.data<float>(), v.data<float>(), state_origin, a, s);
 }
 
 void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x, Tensor& sums,
@@ -294,6 +339,22 @@ void CudaBackend::flat_sum_squares(const FlatPlan& plan, FlatRange range, const 
                                    Tensor& sums, FlatSums what) {
   activate();
   cuda::flat_sum_squares(plan, range, x, sums, what == FlatSums::Squares, stream_);
+}
+
+void CudaBackend::verdict_add(const Tensor& total, Tensor& verdict, bool first) {
+  activate();
+  verdict_add_kernel<<<1, 1, 0, stream_>>>(total.data<double>(), verdict.data<double>(), first);
+  LOCKSTEP_CHECK_LAUNCH();
+}
+void CudaBackend::verdict_close(Tensor& verdict, std::int64_t taken) {
+  activate();
+  verdict_close_kernel<<<1, 1, 0, stream_>>>(verdict.data<double>(), taken);
+  LOCKSTEP_CHECK_LAUNCH();
+}
+void CudaBackend::clip_by_verdict(Tensor& x, const Tensor& verdict, double max_norm) {
+  activate();
+  LOCKSTEP_LAUNCH(clip_by_verdict_kernel, x.numel(), stream_, x.data<float>(), x.numel(),
+                  verdict.data<double>(), max_norm);
 }
 
 }  // namespace lockstep::ops::cuda

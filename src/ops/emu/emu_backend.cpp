@@ -244,23 +244,40 @@ class EmuBackend final : public Backend {
   void flat_sgd_update(const FlatPlan& plan, FlatRange range, Tensor& param, const Tensor& grad,
                        Tensor& momentum_buf, std::int64_t state_origin,
                        const SgdParams& p) override {
+    SgdParams q = p;
+    q.verdict = view(p.verdict);
     launch([=, &plan = cpu_plan(plan), param = view(param), grad = view(grad),
             buf = view(momentum_buf)](Backend& b) mutable {
-      b.flat_sgd_update(plan, range, param, grad, buf, state_origin, p);
+      b.flat_sgd_update(plan, range, param, grad, buf, state_origin, q);
     });
   }
   void flat_adamw_update(const FlatPlan& plan, FlatRange range, Tensor& param, const Tensor& grad,
                          Tensor& m, Tensor& v, std::int64_t state_origin,
                          const AdamWParams& p) override {
+    AdamWParams q = p;
+    q.verdict = view(p.verdict);
     launch([=, &plan = cpu_plan(plan), param = view(param), grad = view(grad), m = view(m),
             v = view(v)](Backend& b) mutable {
-      b.flat_adamw_update(plan, range, param, grad, m, v, state_origin, p);
+      b.flat_adamw_update(plan, range, param, grad, m, v, state_origin, q);
     });
   }
   void flat_sum_squares(const FlatPlan& plan, FlatRange range, const Tensor& x, Tensor& sums,
                         FlatSums what) override {
     launch([=, &plan = cpu_plan(plan), x = view(x), sums = view(sums)](Backend& b) mutable {
       b.flat_sum_squares(plan, range, x, sums, what);
+    });
+  }
+  void verdict_add(const Tensor& total, Tensor& verdict, bool first) override {
+    launch([=, total = view(total), verdict = view(verdict)](Backend& b) mutable {
+      b.verdict_add(total, verdict, first);
+    });
+  }
+  void verdict_close(Tensor& verdict, std::int64_t taken) override {
+    launch([=, verdict = view(verdict)](Backend& b) mutable { b.verdict_close(verdict, taken); });
+  }
+  void clip_by_verdict(Tensor& x, const Tensor& verdict, double max_norm) override {
+    launch([=, x = view(x), verdict = view(verdict)](Backend& b) mutable {
+      b.clip_by_verdict(x, verdict, max_norm);
     });
   }
 

@@ -320,6 +320,45 @@ std::vector<Row> rows() {
            io.out(t);
          io.out(sums);
        }});
+  r.push_back({"step_verdict", 1e-6,
+               [] {
+                 return std::vector<Tensor>{uniform({512}, 36), uniform({512}, 37),
+                                            Tensor::from_vector<double>({2.0, 1.0}, {2}),
+                                            Tensor::from_vector<double>({1.5}, {1})};
+               },
+               [](Io& io) {
+                 // The verdict's sum (0 + 2 + 1.5: a norm above max_norm, so the clip acts), closed
+                 // with one skip taken, the clip, an update it lets through as a first step (step
+                 // 2, 1 skipped), then a non-finite verdict the next updates must ignore.
+                 Tensor& verdict = io.in(2);
+                 ops::verdict_add(io.ctx(), io.in(2).sub(0, {1}), verdict, /*first=*/true);
+                 ops::verdict_add(io.ctx(), io.in(3), verdict, /*first=*/false);
+                 ops::verdict_close(io.ctx(), verdict, /*taken=*/0);
+                 ops::clip_by_verdict(io.ctx(), io.in(1), verdict, 1.0);
+                 std::vector<ops::FlatSegment> segs = {{0, 300, 0, true}, {320, 192, 1, false}};
+                 auto plan = ops::make_flat_plan(io.ctx(), segs, 512);
+                 Tensor buf = io.zeros({512}), m = io.zeros({512}), v = io.zeros({512});
+                 Tensor w = io.in(0).clone();
+                 ops::SgdParams sp;
+                 sp.lr = 0.05f;
+                 sp.momentum = 0.9f;
+                 sp.verdict = verdict;
+                 sp.step = 2;
+                 ops::flat_sgd_update(io.ctx(), *plan, {0, 512}, io.in(0), io.in(1), buf, 0, sp);
+                 ops::AdamWParams ap;
+                 ap.step = 5;
+                 ap.verdict = verdict;
+                 ops::flat_adamw_update(io.ctx(), *plan, {0, 512}, w, io.in(1), m, v, 0, ap);
+                 io.out(verdict);
+                 for (const Tensor& t : {io.in(1), io.in(0), buf, w, m, v})
+                   io.out(t);
+                 Tensor bad = Tensor::from_vector<double>({NAN, 0.0}, {2}).to(io.ctx().device());
+                 ops::verdict_close(io.ctx(), bad, 0);
+                 sp.verdict = bad;
+                 ops::flat_sgd_update(io.ctx(), *plan, {0, 512}, io.in(0), io.in(1), buf, 0, sp);
+                 io.out(bad);
+                 io.out(io.in(0));
+               }});
   r.push_back(
       {"embedding", 1e-6,
        [] {
