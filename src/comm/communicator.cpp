@@ -22,6 +22,12 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+void Communicator::abort(const std::string& why) {
+  LOCKSTEP_FAIL("the ", backend(), " communicator of rank ", rank(),
+                " cannot end its collectives in flight (", why,
+                "): MPI has no call for it; end the job instead (MPI_Abort)");
+}
+
 void check_same_on_all_ranks(Communicator& comm, const std::string& what,
                              const std::string& value) {
   std::vector<std::string> all = comm.allgather(value);

@@ -10,8 +10,14 @@
 //   3. the host communicator's collective, over host views of the tensors;
 //   4. communication stream: wait for `ready`, then a host function that waits for the
 //      collective, then record `done`; Work::wait() makes the compute stream wait for `done`.
+// A group (group_start .. group_end, NCCL's ncclGroupStart/End) is one such launch for all its
+// collectives: one `ready`, one MPI-thread job, one host function that waits for them all.
+// abort() makes those host functions stop waiting (they poll the host collective and the abort
+// flag), so the streams drain although a peer never joins; the collectives' tensors are kept, since
+// MPI may still write into them.
 #include "lockstep/comm/stream_communicator.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -20,6 +26,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "comm/hang_report.hpp"
 #include "comm/mpi_job.hpp"
@@ -40,6 +47,37 @@ constexpr auto kWatchdogPoll = std::chrono::milliseconds(200);
 
 std::string describe(const Tensor& t) {
   return t.defined() ? t.describe() : "undefined tensor";
+}
+
+// Set once by abort(), read by the communication stream's host functions and the Works.
+struct AbortState {
+  std::atomic<bool> flag{false};
+  std::mutex mutex;
+  std::string why;
+  void set(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (flag.load()) return;
+    why = reason;
+    flag.store(true);
+  }
+  std::string reason() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return why;
+  }
+};
+
+// Waits for a host collective, polling it, until it finishes or the communicator is aborted
+// (then throws). Polling costs the communication stream a few microseconds per collective; a
+// blocking wait could never be ended by abort().
+void wait_unless_aborted(Work& work, AbortState& abort, const std::string& what, int rank) {
+  for (int polls = 0; !work.test(); ++polls) {
+    if (abort.flag.load())
+      LOCKSTEP_FAIL("rank ", rank, ": ", what, " was aborted: ", abort.reason());
+    if (polls < 256)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 // One collective in flight. Its tensors stay referenced until it has finished: the caching
@@ -65,6 +103,9 @@ struct Pending {
   std::string what;
   std::int64_t seq = 0, step = 0;
   std::vector<Tensor> keep_alive;
+  std::function<WorkPtr()> issue;     // issues the host collective (until launched)
+  WorkPtr host_work;                  // the host collective, once issued
+  std::atomic<bool> launched{false};  // `done` recorded (false while its group is open)
   Clock::time_point start = Clock::now();
   std::mutex mutex;
   std::exception_ptr error;  // the host collective's, set on the communication stream
@@ -77,6 +118,7 @@ class StreamWork final : public Work {
   StreamWork(std::shared_ptr<Pending> p, DeviceRuntime::Stream compute, bool host_blocking)
       : p_(std::move(p)), compute_(compute), host_blocking_(host_blocking) {}
   void wait() override {
+    check_launched();
     p_->rethrow();
     if (!host_blocking_) {
       p_->rt.wait(compute_, p_->done);
@@ -86,6 +128,7 @@ class StreamWork final : public Work {
     p_->rethrow();
   }
   bool test() override {
+    check_launched();
     p_->rethrow();
     if (!p_->rt.query(p_->done)) return false;
     p_->rethrow();
@@ -93,6 +136,12 @@ class StreamWork final : public Work {
   }
 
  private:
+  // A stream waiting for an event never recorded would not wait at all: refuse instead.
+  void check_launched() const {
+    LOCKSTEP_CHECK_HINT(p_->launched.load(), "call group_end() first (comm::Group ends the scope)",
+                        p_->what, ": waited on inside the group that issues it");
+  }
+
   std::shared_ptr<Pending> p_;
   DeviceRuntime::Stream compute_;
   bool host_blocking_;
@@ -120,16 +169,20 @@ class StreamCommunicator final : public Communicator {
   }
 
   ~StreamCommunicator() override {
-    // Unwinding (this rank failed): the peers may never join what is queued, so do not wait for
-    // it; the job is about to end. Otherwise finish the queued collectives first, watched.
-    const bool abort = detail::teardown_for(std::uncaught_exceptions()) == detail::Teardown::Abort;
-    if (!abort) rt_.host_wait(comm_stream_);
+    // Unwinding (this rank failed): the peers may never join what is queued, so abort it and do
+    // not wait; the job is about to end. Otherwise finish the queued collectives first, watched
+    // (after abort() that returns once the streams have drained).
+    const bool unwinding =
+        detail::teardown_for(std::uncaught_exceptions()) == detail::Teardown::Abort;
+    if (unwinding) abort_->set("this rank is ending with an error");
+    if (!unwinding) rt_.host_wait(comm_stream_);
     stop_watchdog();
-    if (abort) return;  // the stream and the pending collectives are left to the process's end
+    if (unwinding) return;  // the stream and the pending collectives are left to the process's end
     {
       std::lock_guard<std::mutex> lock(mutex_);
       pending_.clear();
     }
+    keep_unfinished(std::move(aborted_));
     rt_.destroy_stream(comm_stream_);
   }
 
@@ -145,6 +198,33 @@ class StreamCommunicator final : public Communicator {
   double timeout_s() const override { return timeout_s_; }
   void set_step(std::int64_t step) override { control_.set_step(step); }
   std::int64_t step() const override { return control_.step(); }
+
+  // The opening thread holds the issue lock until the outermost group_end(): its collectives are
+  // queued, and other threads' wait until the group is issued, which keeps one issue order.
+  void group_start() override {
+    issue_mutex_.lock();
+    ++group_depth_;
+  }
+  void group_end() override {
+    std::unique_lock<std::recursive_mutex> lock(issue_mutex_);
+    LOCKSTEP_CHECK(group_depth_ > 0, "rank ", rank(), ": group_end() without group_start()");
+    issue_mutex_.unlock();  // group_start's lock; `lock` holds the mutex until the end here
+    if (--group_depth_ > 0) return;
+    std::vector<std::shared_ptr<Pending>> group = std::move(group_);
+    group_.clear();
+    if (!group.empty()) launch(group);
+  }
+
+  void abort(const std::string& why) override {
+    abort_->set(why);
+    // What is in flight leaves the watchdog's care; its tensors stay referenced (MPI may still
+    // write into them) until the communicator goes.
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& p : pending_)
+      aborted_.push_back(std::move(p));
+    pending_.clear();
+  }
+  bool aborted() const override { return abort_->flag.load(); }
 
   WorkPtr allreduce_async(Tensor t, ReduceOp op) override {
     const std::string what = str("allreduce(", describe(t), ", ", reduce_op_name(op), ")");
@@ -208,38 +288,71 @@ class StreamCommunicator final : public Communicator {
   }
 
   WorkPtr enqueue(const std::string& what, std::vector<Tensor> keep_alive, bool host_blocking,
-                  const std::function<WorkPtr()>& issue) {
+                  std::function<WorkPtr()> issue) {
     auto p = std::make_shared<Pending>(rt_);
     p->what = what;
     p->step = step();
     p->keep_alive = std::move(keep_alive);
-    {
-      std::lock_guard<std::mutex> lock(issue_mutex_);  // one issue order for every caller
-      p->seq = ++issued_;
-      rt_.record(p->ready, compute_);
-      if (control_.backend() == "mpi") {
-        detail::submit_mpi_job(control_, "waiting for the device before " + what,
-                               [p](MPI_Comm) { p->rt.host_wait(p->ready); });
-      } else {
-        rt_.host_wait(p->ready);  // no MPI thread to wait on: the host waits
-        rt_.note_host_sync();
-      }
-      WorkPtr host_work = issue();
-      rt_.wait(comm_stream_, p->ready);
-      rt_.host_func(comm_stream_, [p, host_work] {
+    std::lock_guard<std::recursive_mutex> lock(issue_mutex_);  // one issue order for every caller
+    LOCKSTEP_CHECK_HINT(!aborted(), "a communicator is not used after abort(): make a new one",
+                        "rank ", rank(), ": ", what, " refused: the communicator was aborted (",
+                        abort_->reason(), ")");
+    p->seq = ++issued_;
+    p->issue = std::move(issue);
+    if (group_depth_ > 0) {
+      group_.push_back(p);
+    } else {
+      launch({p});
+    }
+    return std::make_shared<StreamWork>(p, compute_, host_blocking);
+  }
+
+  // Launches `batch` (one collective, or a group's) as one, under the issue lock: the device's
+  // work queued so far first, then the host collectives in order, then their completions.
+  void launch(const std::vector<std::shared_ptr<Pending>>& batch) {
+    const std::shared_ptr<Pending>& first = batch.front();
+    const std::string what =
+        batch.size() == 1
+            ? first->what
+            : str("a group of ", batch.size(), " collectives from #", first->seq, " ", first->what);
+    rt_.record(first->ready, compute_);
+    if (control_.backend() == "mpi") {
+      detail::submit_mpi_job(control_, "waiting for the device before " + what,
+                             [first](MPI_Comm) { first->rt.host_wait(first->ready); });
+    } else {
+      rt_.host_wait(first->ready);  // no MPI thread to wait on: the host waits
+      rt_.note_host_sync();
+    }
+    for (const auto& p : batch) {
+      p->host_work = p->issue();
+      p->issue = nullptr;
+    }
+    rt_.wait(comm_stream_, first->ready);
+    rt_.host_func(comm_stream_, [batch, abort = abort_, rank = rank()] {
+      for (const auto& p : batch) {
         try {
-          host_work->wait();
+          wait_unless_aborted(*p->host_work, *abort, p->what, rank);
         } catch (...) {
           p->fail(std::current_exception());
         }
-      });
+      }
+    });
+    for (const auto& p : batch) {
       rt_.record(p->done, comm_stream_);
+      p->launched.store(true);
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      pending_.push_back(p);
-    }
-    return std::make_shared<StreamWork>(p, compute_, host_blocking);
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& p : batch)
+      (aborted() ? aborted_ : pending_).push_back(p);
+  }
+
+  // Collectives abort() took out of the watchdog's care that MPI has not finished: their tensors
+  // must outlive what it may still write, so they are kept to the process's end, deliberately.
+  static void keep_unfinished(std::deque<std::shared_ptr<Pending>> aborted) {
+    auto* kept = new std::vector<std::shared_ptr<Pending>>;
+    for (auto& p : aborted)
+      if (p->host_work && !p->host_work->test()) kept->push_back(std::move(p));
+    if (kept->empty()) delete kept;
   }
 
   void stop_watchdog() {
@@ -280,11 +393,16 @@ class StreamCommunicator final : public Communicator {
   DeviceRuntime::Stream comm_stream_;
   double timeout_s_;
 
-  std::mutex issue_mutex_;  // guards issued_ and the order of issue
+  // Guards issued_, the group and the order of issue; recursive, since an open group holds it.
+  std::recursive_mutex issue_mutex_;
   std::int64_t issued_ = 0;
-  std::mutex mutex_;  // guards pending_ and stop_
+  int group_depth_ = 0;
+  std::vector<std::shared_ptr<Pending>> group_;  // queued by the open group, in issue order
+  std::shared_ptr<AbortState> abort_ = std::make_shared<AbortState>();
+  std::mutex mutex_;  // guards pending_, aborted_ and stop_
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Pending>> pending_;
+  std::deque<std::shared_ptr<Pending>> aborted_;
   bool stop_ = false;
   std::thread watchdog_;
 };

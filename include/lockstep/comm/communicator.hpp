@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,23 @@ class Communicator {
   virtual WorkPtr reduce_scatter_async(Tensor in, Tensor out, ReduceOp op = ReduceOp::Sum) = 0;
   virtual WorkPtr barrier_async() = 0;
 
+  // ---- groups and abort: NCCL's ncclGroupStart/ncclGroupEnd and ncclCommAbort, which the
+  // device communicators (NCCL, and the stream communicator that stands in for it) implement.
+  // Collectives issued between group_start() and group_end() are issued as one: on a device they
+  // start together, after the compute stream's work queued before the group, and complete
+  // together, so their Work may be waited on only after group_end() (an error before). Groups
+  // nest; the outermost group_end() issues. A host communicator (MPI) issues each collective at
+  // once: there a group changes nothing. Use comm::Group for a scope.
+  virtual void group_start() {}
+  virtual void group_end() {}
+  // Ends this rank's collectives in flight without waiting for its peers: their Work throws an
+  // error naming `why`, later collectives are refused, and the device's streams no longer wait
+  // for them, so a rank that has failed can report and exit instead of hanging in a collective a
+  // dead peer never joins. Local: the peers' halves end by their own timeout (dist.timeout_s).
+  // MPI cannot end a collective in flight, so a host communicator refuses (an error saying so).
+  virtual void abort(const std::string& why);
+  virtual bool aborted() const { return false; }
+
   void allreduce(Tensor& t, ReduceOp op = ReduceOp::Sum) { allreduce_async(t, op)->wait(); }
   void broadcast(Tensor& t, int root) { broadcast_async(t, root)->wait(); }
   void allgather(const Tensor& in, Tensor& out) { allgather_async(in, out)->wait(); }
@@ -89,6 +107,32 @@ class Communicator {
 
  private:
   std::atomic<std::int64_t> step_{0};
+};
+
+// A group of collectives for a scope (Communicator::group_start/group_end): ends the group when
+// it goes, also while an exception unwinds (then swallowing a second error).
+class Group {
+ public:
+  explicit Group(Communicator& comm) : comm_(comm), exceptions_(std::uncaught_exceptions()) {
+    comm_.group_start();
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group() noexcept(false) {
+    if (std::uncaught_exceptions() == exceptions_) {
+      comm_.group_end();
+      return;
+    }
+    try {
+      comm_.group_end();  // what was queued is issued (the peers issue it too, or time out)
+    } catch (...) {
+      // already unwinding: the first error is the one to report
+    }
+  }
+
+ private:
+  Communicator& comm_;
+  int exceptions_;
 };
 
 // Throws lockstep::Error on every rank when `value` differs between ranks, naming `what`, the

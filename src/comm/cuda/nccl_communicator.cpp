@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -89,6 +90,7 @@ struct Pending {
   std::int64_t seq = 0;   // collectives of this communicator, from 1, in issue order
   std::int64_t step = 0;  // the training step it was issued in
   cudaEvent_t done = nullptr;
+  std::atomic<bool> launched{false};  // `done` recorded (false while its group is open)
   std::vector<Tensor> keep_alive;
   Clock::time_point start = Clock::now();
   ~Pending() {
@@ -116,6 +118,9 @@ class NcclWork final : public Work {
   bool test() override;
 
  private:
+  // Inside its open group there is no `done` to wait on yet; after abort() there never will be.
+  void check_usable() const;
+
   std::shared_ptr<Pending> pending_;
   NcclCommunicator& owner_;
   bool host_blocking_;
@@ -155,8 +160,9 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     (void)cudaSetDevice(device_.index);
+    if (aborted()) return;  // abort() has released NCCL, the stream and the events
     if (detail::teardown_for(std::uncaught_exceptions()) == detail::Teardown::Abort) {
-      abort_while_unwinding();
+      abort_now();
       return;
     }
     try {
@@ -252,6 +258,60 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  // ncclGroupStart/End. The opening thread holds the issue lock until the outermost group_end():
+  // the communication stream waits for the compute stream once, at the start, and every
+  // collective's `done` is recorded after ncclGroupEnd has launched them all.
+  void group_start() override {
+    issue_mutex_.lock();
+    if (group_depth_++ > 0) return;
+    try {
+      check_not_aborted("group_start()");
+      LOCKSTEP_CHECK_CUDA(cudaSetDevice(device_.index));
+      LOCKSTEP_CHECK_CUDA(cudaEventRecord(compute_ready_, compute_stream_));
+      LOCKSTEP_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
+      LOCKSTEP_CHECK_NCCL(dyn::ncclGroupStart());
+    } catch (...) {
+      --group_depth_;
+      issue_mutex_.unlock();
+      throw;
+    }
+  }
+  void group_end() override {
+    std::unique_lock<std::recursive_mutex> lock(issue_mutex_);
+    LOCKSTEP_CHECK(group_depth_ > 0, "rank ", rank(), ": group_end() without group_start()");
+    issue_mutex_.unlock();  // group_start's lock; `lock` holds the mutex until the end here
+    if (--group_depth_ > 0) return;
+    std::vector<std::shared_ptr<Pending>> group = std::move(group_);
+    group_.clear();
+    const ncclResult_t rc = dyn::ncclGroupEnd();
+    LOCKSTEP_CHECK(rc == ncclSuccess, "rank ", rank(), ": NCCL group of ", group.size(),
+                   " collectives could not be issued: ", dyn::ncclGetErrorString(rc), " (",
+                   dyn::ncclGetLastError(comm_), ")");
+    for (const auto& pending : group)
+      record_done(pending);
+  }
+
+  // ncclCommAbort, bounded (abort_now): the kernels of this rank's collectives stop, their Work
+  // throws, later collectives are refused.
+  void abort(const std::string& why) override {
+    {
+      std::lock_guard<std::mutex> lock(abort_mutex_);
+      if (aborted_.load()) return;
+      abort_why_ = why;
+      aborted_.store(true);  // later collectives are refused from here on
+    }
+    (void)cudaSetDevice(device_.index);
+    abort_now();
+  }
+  bool aborted() const override { return aborted_.load(); }
+  void check_not_aborted(const std::string& what) {
+    if (!aborted_.load()) return;
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    LOCKSTEP_FAIL_HINT("a communicator is not used after abort(): make a new one", "rank ", rank(),
+                       ": NCCL ", what, " refused: the communicator was aborted (", abort_why_,
+                       ")");
+  }
+
   // Host values never touch the GPU: the bootstrap (MPI) communicator handles them.
   void allreduce(std::vector<double>& values, ReduceOp op) override {
     bootstrap_.allreduce(values, op);
@@ -302,25 +362,35 @@ class NcclCommunicator final : public Communicator {
     pending->what = what;
     pending->step = step();
     pending->keep_alive = std::move(keep_alive);
-    {
-      std::lock_guard<std::mutex> lock(issue_mutex_);  // one issue order for every caller
-      pending->seq = ++issued_;
-      LOCKSTEP_CHECK_CUDA(cudaSetDevice(device_.index));
+    std::lock_guard<std::recursive_mutex> lock(issue_mutex_);  // one issue order for every caller
+    check_not_aborted(what);
+    pending->seq = ++issued_;
+    LOCKSTEP_CHECK_CUDA(cudaSetDevice(device_.index));
+    if (group_depth_ == 0) {  // in a group, group_start ordered the streams once
       LOCKSTEP_CHECK_CUDA(cudaEventRecord(compute_ready_, compute_stream_));
       LOCKSTEP_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
-      ncclResult_t rc = call(comm_stream_);
-      LOCKSTEP_CHECK(rc == ncclSuccess, "rank ", rank(), ": NCCL ", what,
-                     " could not be issued: ", dyn::ncclGetErrorString(rc), " (",
-                     dyn::ncclGetLastError(comm_), ")");
-      LOCKSTEP_CHECK_CUDA(cudaEventCreateWithFlags(&pending->done, cudaEventDisableTiming));
-      LOCKSTEP_CHECK_CUDA(cudaEventRecord(pending->done, comm_stream_));
     }
+    ncclResult_t rc = call(comm_stream_);
+    LOCKSTEP_CHECK(rc == ncclSuccess, "rank ", rank(), ": NCCL ", what,
+                   " could not be issued: ", dyn::ncclGetErrorString(rc), " (",
+                   dyn::ncclGetLastError(comm_), ")");
+    if (group_depth_ > 0)
+      group_.push_back(pending);  // launched, and `done` recorded, by the outermost group_end
+    else
+      record_done(pending);
+    return std::make_shared<NcclWork>(pending, *this, host_blocking);
+  }
+
+  // After the collective's launch: its `done` event, and the watchdog's care.
+  void record_done(const std::shared_ptr<Pending>& pending) {
+    LOCKSTEP_CHECK_CUDA(cudaEventCreateWithFlags(&pending->done, cudaEventDisableTiming));
+    LOCKSTEP_CHECK_CUDA(cudaEventRecord(pending->done, comm_stream_));
+    pending->launched.store(true);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       pending_.push_back(pending);
     }
     cv_.notify_all();
-    return std::make_shared<NcclWork>(pending, *this, host_blocking);
   }
 
   // Runs `call`, a host call that waits for every rank (creating or destroying the communicator,
@@ -354,7 +424,7 @@ class NcclCommunicator final : public Communicator {
   // this rank will never join, so flushing them (cudaStreamSynchronize, ncclCommDestroy) could
   // block forever before the error is printed. ncclCommAbort is local and stops NCCL's kernels;
   // it runs on a helper thread, bounded, so that even a stuck abort cannot hold the error back.
-  void abort_while_unwinding() {
+  void abort_now() {
     stop_watchdog();  // it must not touch comm_ from here on
     auto done = std::make_shared<std::promise<void>>();
     std::future<void> finished = done->get_future();
@@ -435,8 +505,14 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t compute_ready_ = nullptr;
   Tensor barrier_buffer_;
 
-  std::mutex issue_mutex_;  // guards issued_ and the order of issue
+  // Guards issued_, the group and the order of issue; recursive, since an open group holds it.
+  std::recursive_mutex issue_mutex_;
   std::int64_t issued_ = 0;
+  int group_depth_ = 0;
+  std::vector<std::shared_ptr<Pending>> group_;  // issued inside the open group, in order
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mutex_;  // guards abort_why_
+  std::string abort_why_;
   std::mutex mutex_;  // guards pending_, host_call_ and stop_
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Pending>> pending_;
@@ -445,7 +521,15 @@ class NcclCommunicator final : public Communicator {
   std::thread watchdog_;
 };
 
+void NcclWork::check_usable() const {
+  owner_.check_not_aborted(pending_->what);
+  LOCKSTEP_CHECK_HINT(pending_->launched.load(),
+                      "call group_end() first (comm::Group ends the scope)", pending_->what,
+                      ": waited on inside the group that issues it");
+}
+
 void NcclWork::wait() {
+  check_usable();
   owner_.check_async_error(pending_->what);
   if (host_blocking_) {
     LOCKSTEP_CHECK_CUDA(cudaEventSynchronize(pending_->done));
@@ -456,6 +540,7 @@ void NcclWork::wait() {
 }
 
 bool NcclWork::test() {
+  check_usable();
   owner_.check_async_error(pending_->what);
   cudaError_t q = cudaEventQuery(pending_->done);
   if (q == cudaErrorNotReady) {

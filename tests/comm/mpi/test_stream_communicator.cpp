@@ -13,6 +13,7 @@
 
 #include "lockstep/comm/stream_communicator.hpp"
 #include "lockstep/core/device.hpp"
+#include "lockstep/core/error.hpp"
 #include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/context.hpp"
 #include "lockstep/ops/device_runtime.hpp"
@@ -103,6 +104,93 @@ TEST(StreamCommunicator, WaitOrdersTheComputeStreamWithoutBlockingTheHost) {
   EXPECT_TRUE(host_went_on) << "Work::wait() or the allreduce blocked the host on rank "
                             << world().rank();
   EXPECT_EQ(t.to_vector<float>(), std::vector<float>(64, 0.5f * static_cast<float>(n)));
+}
+
+// A group (NCCL's ncclGroupStart/End, which ZeRO-1's allgathers use) issues its collectives as
+// one: they run after the compute stream's work queued before the group, group_end() does not block
+// the host, a Work may not be waited on inside its group, and groups nest.
+TEST(StreamCommunicator, AGroupIssuesItsCollectivesAsOneAfterTheComputeStreamsWork) {
+  LOCKSTEP_SKIP_WITHOUT_EMU();
+  ops::Context ctx(Device::emu(0));
+  auto comm = over_world(ctx);
+  const int n = world().size(), r = world().rank();
+  std::vector<Tensor> t;
+  for (int k = 0; k < 3; ++k)
+    t.push_back(Tensor::empty({100 + 50 * k}, DType::F32, ctx.device()));
+  auto released = hold(ctx);
+  std::thread releaser([released] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    released->store(true);
+  });
+  for (int k = 0; k < 3; ++k)
+    ops::fill(ctx, t[k], static_cast<float>((r + 1) * (k + 1)));  // queued behind the hold
+  std::vector<WorkPtr> work;
+  {
+    Group outer(*comm);
+    work.push_back(comm->allreduce_async(t[0], ReduceOp::Sum));
+    {
+      Group inner(*comm);  // nested: issued by the outer group's end
+      work.push_back(comm->allreduce_async(t[1], ReduceOp::Sum));
+    }
+    EXPECT_THROW(work[1]->wait(), Error) << "waited on inside its group";
+    work.push_back(comm->allreduce_async(t[2], ReduceOp::Max));
+  }
+  for (auto& w : work)
+    w->wait();
+  const bool host_went_on = !released->load();
+  releaser.join();
+  EXPECT_TRUE(host_went_on) << "the group or its waits blocked the host on rank " << r;
+  const float sum = static_cast<float>(n * (n + 1) / 2);
+  EXPECT_EQ(t[0].to_vector<float>(), std::vector<float>(100, sum));
+  EXPECT_EQ(t[1].to_vector<float>(), std::vector<float>(150, 2 * sum));
+  EXPECT_EQ(t[2].to_vector<float>(), std::vector<float>(200, static_cast<float>(3 * n)));
+  EXPECT_THROW(comm->group_end(), Error) << "group_end() without group_start()";
+  comm->barrier();
+}
+
+// abort() (ncclCommAbort's part) ends a collective a peer never joins: its Work throws naming the
+// reason, the communication stream drains (the communicator goes without hanging), and later
+// collectives are refused. MPI cannot cancel the host half, so the peers join it late (after 2 s,
+// rank 0 aborts after 0.3 s), directly on the MPI communicator, to leave the job's MPI state clean
+// for the next test; no collective may come between, or the ranks' MPI orders would differ.
+TEST(StreamCommunicator, AbortEndsACollectiveThatAPeerNeverJoins) {
+  LOCKSTEP_SKIP_WITHOUT_EMU();
+  if (world().size() < 2) GTEST_SKIP() << "needs a peer";
+  const int r = world().rank();
+  Tensor host = Tensor::from_vector(std::vector<float>(64, 1.0f), {64});
+  if (r == 0) {
+    ops::Context ctx(Device::emu(0));
+    auto comm = over_world(ctx);
+    Tensor t = host.to(ctx.device());
+    WorkPtr w = comm->allreduce_async(t, ReduceOp::Sum);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_FALSE(w->test()) << "no peer joined, yet the allreduce finished";
+    comm->abort("a test's peers are elsewhere");
+    EXPECT_TRUE(comm->aborted());
+    std::string error;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    try {
+      while (!w->test() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find("was aborted: a test's peers are elsewhere"), std::string::npos)
+        << "the aborted collective's Work said: \"" << error << "\"";
+    try {
+      comm->allreduce_async(t, ReduceOp::Sum);
+      ADD_FAILURE() << "a collective after abort() was issued";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("refused: the communicator was aborted"),
+                std::string::npos)
+          << e.what();
+    }
+    comm.reset();  // drains and goes, although the host half is still in flight
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    world().allreduce(host, ReduceOp::Sum);  // the half rank 0 issued before aborting
+  }
+  world().barrier();
 }
 
 // The watchdog ends the process, so the stalled collective runs in a child process, an MPI
