@@ -27,6 +27,7 @@ void AdamW::update(ops::Context& ctx, std::span<const ops::FlatRange> ranges) {
   ap.eps = options_.eps;
   ap.weight_decay = options_.weight_decay;
   ap.step = steps_ + 1;
+  ap.verdict = verdict_;
   const ops::FlatPlan& p = plan(ctx, options_.decay);
   for (const ops::FlatRange& range : ranges)
     ops::flat_adamw_update(ctx, p, range, flat_->values(), flat_->grads(), m_, v_,

@@ -1,6 +1,7 @@
 #include "lockstep/optim/clip.hpp"
 
 #include "lockstep/ops/ops.hpp"
+#include "lockstep/ops/step_verdict.hpp"
 
 namespace lockstep::optim {
 namespace {
@@ -9,9 +10,9 @@ void check_max_norm(double max_norm) {
   LOCKSTEP_CHECK(max_norm > 0.0, "clip_grad_norm: max_norm must be positive, got ", max_norm);
 }
 
-// The 1e-6 is PyTorch's: it keeps the clipped norm just under max_norm.
+// The formula is shared with the device's clipping from a verdict (ops/step_verdict.hpp).
 double clip_coefficient(double max_norm, double norm) {
-  return max_norm / (norm + 1e-6);
+  return ops::clip_coefficient_of_norm(max_norm, norm);
 }
 
 }  // namespace
@@ -26,6 +27,22 @@ double GradientCheck::norm() const {
 GradientCheck check_gradients(ops::Context& ctx, FlatParams& flat, bool with_norm) {
   flat.grad_sum_squares(ctx, with_norm ? ops::FlatSums::Squares : ops::FlatSums::FinitenessOnly);
   return GradientCheck{flat.read_grad_sum_squares(ctx), with_norm};
+}
+
+void queue_gradient_check(ops::Context& ctx, FlatParams& flat, bool with_norm, Tensor& verdict,
+                          std::int64_t taken) {
+  flat.grad_sum_squares(ctx, with_norm ? ops::FlatSums::Squares : ops::FlatSums::FinitenessOnly);
+  ops::verdict_add(ctx, flat.grad_sum_squares_total(), verdict, /*first=*/true);
+  ops::verdict_close(ctx, verdict, taken);
+}
+
+Tensor make_verdict(Device device) {
+  return Tensor::from_vector<double>({0.0, 0.0}, {2}).to(device);
+}
+
+void clip_grad_norm(ops::Context& ctx, FlatParams& flat, double max_norm, const Tensor& verdict) {
+  check_max_norm(max_norm);
+  ops::clip_by_verdict(ctx, flat.grads(), verdict, max_norm);
 }
 
 double clip_grad_norm(ops::Context& ctx, FlatParams& flat, double max_norm, double norm) {

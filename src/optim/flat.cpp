@@ -193,6 +193,12 @@ const Tensor& FlatParams::grad_sum_squares(ops::Context& ctx, ops::FlatSums what
   return sums_;
 }
 
+Tensor FlatParams::grad_sum_squares_total() const {
+  LOCKSTEP_CHECK(sums_.defined(),
+                 "flat parameters: grad_sum_squares_total before grad_sum_squares");
+  return sums_.sub(static_cast<std::int64_t>(params_.size()), {1});
+}
+
 double FlatParams::read_grad_sum_squares(ops::Context& ctx) {
   LOCKSTEP_CHECK(sums_.defined(), "flat parameters: read_grad_sum_squares before grad_sum_squares");
   if (!sums_host_.defined()) sums_host_ = Tensor::empty({1}, DType::F64);

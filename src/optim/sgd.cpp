@@ -26,6 +26,8 @@ void Sgd::update(ops::Context& ctx, std::span<const ops::FlatRange> ranges) {
   sp.weight_decay = options_.weight_decay;
   sp.nesterov = options_.nesterov;
   sp.first_step = steps_ == 0;
+  sp.verdict = verdict_;
+  sp.step = steps_ + 1;
   const ops::FlatPlan& p = plan(ctx, options_.decay);
   for (const ops::FlatRange& range : ranges)
     ops::flat_sgd_update(ctx, p, range, flat_->values(), flat_->grads(), momentum_,

@@ -157,6 +157,25 @@ optim::GradientCheck DdpEngine::check_gradients(optim::FlatParams& flat, bool wi
   return optim::GradientCheck{total[0], with_norm};
 }
 
+void DdpEngine::queue_gradient_check(optim::FlatParams& flat, bool with_norm, Tensor& verdict,
+                                     std::int64_t taken) {
+  if (!shard_.sharded()) return optim::queue_gradient_check(ctx_, flat, with_norm, verdict, taken);
+  // As check_gradients above, on the device: the shard's partial sums added in range order into
+  // verdict[0] (from 0, as the host adds them), then one small allreduce of it, which the compute
+  // stream waits for without the host.
+  const ops::FlatSums what = with_norm ? ops::FlatSums::Squares : ops::FlatSums::FinitenessOnly;
+  bool first = true;
+  for (const ops::FlatRange& range : shard_.ranges) {
+    flat.grad_sum_squares(ctx_, what, range);
+    ops::verdict_add(ctx_, flat.grad_sum_squares_total(), verdict, first);
+    first = false;
+  }
+  auto start = std::chrono::steady_clock::now();
+  comm_.allreduce_async(verdict.sub(0, {1}), comm::ReduceOp::Sum)->wait();
+  times_.comm_exposed += seconds_since(start);
+  ops::verdict_close(ctx_, verdict, taken);
+}
+
 void DdpEngine::step(optim::Optimizer& optimizer) {
   if (!shard_.sharded()) return optimizer.step(ctx_);
   const optim::FlatShard& own = optimizer.shard();
@@ -170,11 +189,15 @@ void DdpEngine::step(optim::Optimizer& optimizer) {
   // the parameters.
   auto start = std::chrono::steady_clock::now();
   optim::FlatParams& flat = *reducer_->flat_params();
+  // One group (ncclGroupStart/End on a GPU): the buckets' allgathers launch and complete together.
   std::vector<comm::WorkPtr> work;
-  for (std::size_t b = 0; b < shard_.ranges.size(); ++b) {
-    const ops::FlatRange& r = shard_.ranges[b];
-    work.push_back(
-        comm_.allgather_async(flat.values().sub(r.begin, {r.end - r.begin}), flat.value_bucket(b)));
+  {
+    comm::Group group(comm_);
+    for (std::size_t b = 0; b < shard_.ranges.size(); ++b) {
+      const ops::FlatRange& r = shard_.ranges[b];
+      work.push_back(comm_.allgather_async(flat.values().sub(r.begin, {r.end - r.begin}),
+                                           flat.value_bucket(b)));
+    }
   }
   for (auto& w : work)
     w->wait();

@@ -12,6 +12,7 @@
 
 #include "lockstep/comm/local.hpp"
 #include "lockstep/core/rng.hpp"
+#include "lockstep/data/dataset.hpp"
 #include "lockstep/data/importers.hpp"
 #include "lockstep/train/config.hpp"
 #include "lockstep/train/setup.hpp"
@@ -47,6 +48,31 @@ inline std::string write_tiny_set(const std::string& dir, const std::string& nam
     a.y.push_back(best_class);
   }
   a.num_classes = spec.classes;
+  data::write_shard_set(a, dir, name, 2, {}, {});
+  return dir + "/" + name;
+}
+
+// The tiny set of write_tiny_set(dir, "clean") written again as DIR/NAME with feature `feature`
+// of global sample `index` set to `value` (NaN, Inf) for each entry of `spoiled`; returns DIR/NAME.
+struct SpoiledValue {
+  std::int64_t index = 0, feature = 0;
+  float value = 0.0f;
+};
+inline std::string write_spoiled_tiny_set(const std::string& dir, const std::string& name,
+                                          const std::vector<SpoiledValue>& spoiled) {
+  write_tiny_set(dir, "clean");
+  auto clean = data::ShardedDataset::open(dir + "/clean");
+  data::LabeledArray a;
+  std::vector<std::int64_t> all(static_cast<std::size_t>(clean->size()));
+  for (std::size_t i = 0; i < all.size(); ++i)
+    all[i] = static_cast<std::int64_t>(i);
+  Tensor y;
+  clean->gather(all, a.x, y);
+  a.y = y.to_vector<std::int32_t>();
+  a.num_classes = clean->num_classes();
+  const std::int64_t features = a.x.dim(1);
+  for (const SpoiledValue& v : spoiled)
+    a.x.data<float>()[v.index * features + v.feature] = v.value;
   data::write_shard_set(a, dir, name, 2, {}, {});
   return dir + "/" + name;
 }

@@ -116,21 +116,11 @@ TEST(TrainLoop, EvaluationCountsEveryTestSampleOnceAndLearns) {
 
 TEST(TrainLoop, NonFiniteInputIsBadDataNamingTheShardAndSampleNotALearningRateProblem) {
   test::TempDir dir;
-  test::write_tiny_set(dir.path(), "clean");
-  // The same set with NaN in one feature of global sample 40 (shard 1 holds 32..63) and Inf in
+  // The tiny set with NaN in one feature of global sample 40 (shard 1 holds 32..63) and Inf in
   // sample 41.
-  auto clean = data::ShardedDataset::open(dir / "clean");
-  data::LabeledArray a;
-  std::vector<std::int64_t> all(static_cast<std::size_t>(clean->size()));
-  std::iota(all.begin(), all.end(), 0);
-  Tensor y;
-  clean->gather(all, a.x, y);
-  a.y = y.to_vector<std::int32_t>();
-  a.num_classes = clean->num_classes();
-  a.x.data<float>()[40 * 4 + 2] = std::numeric_limits<float>::quiet_NaN();
-  a.x.data<float>()[41 * 4 + 0] = std::numeric_limits<float>::infinity();
-  data::write_shard_set(a, dir.path(), "dirty", 2, {}, {});
-
+  test::write_spoiled_tiny_set(dir.path(), "dirty",
+                               {{40, 2, std::numeric_limits<float>::quiet_NaN()},
+                                {41, 0, std::numeric_limits<float>::infinity()}});
   Config c = test::tiny_config(dir / "dirty");
   auto comm = comm::make_single_rank_communicator();
   try {

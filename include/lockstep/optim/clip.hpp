@@ -26,8 +26,19 @@ struct GradientCheck {
 
 // The step's check: FlatParams::grad_sum_squares, then its one readback. with_norm = false (no
 // clipping) checks finiteness only, at about the cost of the per-parameter all_finite pass. On
-// a GPU a later change can skip the readback and keep the device tensor for the optimizer.
+// a device that should not wait, queue_gradient_check below keeps the answer on the device.
 GradientCheck check_gradients(ops::Context& ctx, FlatParams& flat, bool with_norm = true);
+
+// The same check left on the device, for a loop that does not wait for it (train/loop.cpp, Note
+// [Deferred gradient check]): the pass over the gradients, its total into verdict[0] and the
+// verdict closed with `taken` (ops::verdict_close). Nothing is read back.
+void queue_gradient_check(ops::Context& ctx, FlatParams& flat, bool with_norm, Tensor& verdict,
+                          std::int64_t taken);
+// A fresh verdict on `device`: f64 [2] zeros (ops/step_verdict.hpp).
+Tensor make_verdict(Device device);
+// Clips with the norm the verdict holds, on the device: bit for bit what the host form below
+// does with the same norm read back; nothing when the step is not finite.
+void clip_grad_norm(ops::Context& ctx, FlatParams& flat, double max_norm, const Tensor& verdict);
 
 // Clips with a norm already known (check_gradients' norm()): scales all gradients by
 // max_norm / (norm + 1e-6) when that is below 1. Returns the factor applied (1: none).

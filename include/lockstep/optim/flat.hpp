@@ -121,6 +121,8 @@ class FlatParams {
   // `range` restricts the pass to part of the layout (a ZeRO-1 shard); default: all of it.
   const Tensor& grad_sum_squares(ops::Context& ctx, ops::FlatSums what = ops::FlatSums::Squares,
                                  std::optional<ops::FlatRange> range = std::nullopt);
+  // The total of the last grad_sum_squares: f64 [1] on the device, not read.
+  Tensor grad_sum_squares_total() const;
   // Reads the total of the last grad_sum_squares back: the one host synchronisation of the
   // check (on a GPU it waits for ctx's stream only, not the whole device).
   double read_grad_sum_squares(ops::Context& ctx);

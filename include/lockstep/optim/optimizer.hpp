@@ -66,6 +66,11 @@ class Optimizer {
 
   float lr() const { return lr_; }
   void set_lr(float lr) { lr_ = lr; }
+  // The device step verdict the fused updates obey (ops/step_verdict.hpp; undefined: none): a
+  // loop that does not wait for its gradient check lets the device skip a non-finite step. steps()
+  // then counts every step issued until the caller learns which were skipped and corrects it
+  // with set_steps.
+  void set_verdict(Tensor verdict) { verdict_ = std::move(verdict); }
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t steps) { steps_ = steps; }  // after restoring state()
   const std::vector<nn::Parameter*>& parameters() const { return flat_->parameters(); }
@@ -81,6 +86,7 @@ class Optimizer {
   FlatShard shard_;
   float lr_ = 0.0f;
   std::int64_t steps_ = 0;
+  Tensor verdict_;
 
  private:
   std::shared_ptr<const ops::FlatPlan> plan_;

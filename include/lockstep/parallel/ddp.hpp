@@ -53,6 +53,8 @@ class DdpEngine final : public Engine {
   void finish_gradients() override;
   StepTimes times() const override { return times_; }
   optim::GradientCheck check_gradients(optim::FlatParams& flat, bool with_norm) override;
+  void queue_gradient_check(optim::FlatParams& flat, bool with_norm, Tensor& verdict,
+                            std::int64_t taken) override;
   void step(optim::Optimizer& optimizer) override;
 
   // This rank's ZeRO-1 shard (count 1, the whole layout, without zero): give it to the optimizer.

@@ -57,6 +57,12 @@ class Engine {
   virtual optim::GradientCheck check_gradients(optim::FlatParams& flat, bool with_norm) {
     return optim::check_gradients(context(), flat, with_norm);
   }
+  // The same check left on the device (optim::queue_gradient_check): its answer goes to `verdict`
+  // (f64 [2], ops/step_verdict.hpp) without a read back, the same on every rank.
+  virtual void queue_gradient_check(optim::FlatParams& flat, bool with_norm, Tensor& verdict,
+                                    std::int64_t taken) {
+    optim::queue_gradient_check(context(), flat, with_norm, verdict, taken);
+  }
   // The optimizer's update from the averaged gradients. A ZeRO-1 engine updates its shard and
   // then allgathers the parameters, so every rank again holds the whole model.
   virtual void step(optim::Optimizer& optimizer) { optimizer.step(context()); }

@@ -37,6 +37,10 @@ class TraceWindow {
   // `step` has run: after the window's last step writes the file and returns true (note() says
   // where).
   bool after_step(std::int64_t step);
+  // Whether after_step(step) or finish(step) would write the window now: a device whose loop
+  // never waits for it must be drained first, so that its stream's spans are recorded.
+  bool closes_at(std::int64_t step) const { return open_ && step >= steps_.last; }
+  bool open() const { return open_; }
   // The run ends: a window still open is written (cut short). Returns a message for the log
   // ("" when nothing to say).
   std::string finish(std::int64_t step);

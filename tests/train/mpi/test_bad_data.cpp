@@ -18,18 +18,8 @@ TEST(TrainMpi, NonFiniteInputOnOneRankIsBadDataOnEveryRank) {
   std::string path;
   if (world().rank() == 0) {
     dir = std::make_unique<TempDir>();
-    write_tiny_set(dir->path(), "clean");
-    auto clean = data::ShardedDataset::open(dir->path() + "/clean");
-    data::LabeledArray a;
-    std::vector<std::int64_t> all(static_cast<std::size_t>(clean->size()));
-    std::iota(all.begin(), all.end(), 0);
-    Tensor y;
-    clean->gather(all, a.x, y);
-    a.y = y.to_vector<std::int32_t>();
-    a.num_classes = clean->num_classes();
-    a.x.data<float>()[21 * 4 + 1] = std::numeric_limits<float>::quiet_NaN();
-    data::write_shard_set(a, dir->path(), "dirty", 2, {}, {});
-    path = dir->path() + "/dirty";
+    path = write_spoiled_tiny_set(dir->path(), "dirty",
+                                  {{21, 1, std::numeric_limits<float>::quiet_NaN()}});
   }
   path = world().broadcast(path, 0);
   train::Config c = tiny_config(path);
