@@ -29,12 +29,14 @@ namespace {
 
 using data::ImageList;
 
-// Thrown on the ranks that did not fail themselves, after the failing rank has reported.
+// Thrown on every rank once a failing rank has printed its error.
 struct OtherRankFailed {};
 
-// Runs step on every rank. If it threw anywhere, the lowest rank that threw rethrows its error
-// (printed once, not once per rank when all ranks fail alike) and the others throw
-// OtherRankFailed: no rank is left waiting in a collective for one that has given up.
+// Runs step on every rank. If it threw anywhere, the lowest rank that threw prints its error
+// (once, not once per rank when all ranks fail alike), then every rank throws OtherRankFailed:
+// no rank is left waiting in a collective for one that has given up. The barrier after the
+// print keeps the other ranks from exiting first: mpirun ends the job at the first non-zero
+// exit, which could otherwise kill the failing rank before its message is out.
 void together(comm::Communicator& comm, const std::function<void()>& step) {
   std::exception_ptr error;
   try {
@@ -45,7 +47,17 @@ void together(comm::Communicator& comm, const std::function<void()>& step) {
   std::vector<std::int64_t> first{error ? comm.rank() : comm.size()};
   comm.allreduce(first, comm::ReduceOp::Min);
   if (first[0] == comm.size()) return;
-  if (first[0] == comm.rank()) std::rethrow_exception(error);
+  if (first[0] == comm.rank()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "lockstep-shard images: error: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "lockstep-shard images: error: an unknown exception\n");
+    }
+    std::fflush(stderr);
+  }
+  comm.barrier();
   throw OtherRankFailed{};
 }
 
@@ -269,7 +281,7 @@ int cmd_images(Options options) {
   try {
     return run_images(options);
   } catch (const OtherRankFailed&) {
-    return 1;  // the failing rank has said why
+    return 1;  // the failing rank has said why, before any rank returned
   }
 }
 
