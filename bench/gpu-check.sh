@@ -38,7 +38,10 @@
 # logs.tar.gz (every step's log, gtest JSON, metrics, dp-vs-ddp results): 4 files.
 # Settings: GPU_BUNDLE (gpu-bundle/lockstep-gpu.tar.xz), BUDGET_S (540: the whole check),
 #   TRAIN_STEPS (200), DP_K (8), GPU_CHECK_DRY_RUN (0), MEMCHECK_TESTS and RACECHECK_TESTS
-#   (gtest patterns, ':'-separated, instead of the subsets below).
+#   (gtest patterns, ':'-separated, instead of the subsets below), GPU_CHECK_ONLY (the steps to
+#   run, space-separated, of: smoke gpt torch-gpt test_cuda memcheck racecheck nccl train gpu-step
+#   torch-step dp-vs-ddp; empty = all. A rerun after a fix takes the steps that failed; the others
+#   are SKIP "not asked for"), TEST_CUDA_FILTER (a gtest filter for the test_cuda step).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -91,6 +94,14 @@ RACECHECK_SUBSET=(
 MEMCHECK_TESTS=${MEMCHECK_TESTS:-$(IFS=:; echo "${MEMCHECK_SUBSET[*]}")}
 RACECHECK_TESTS=${RACECHECK_TESTS:-$(IFS=:; echo "${RACECHECK_SUBSET[*]}")}
 
+ONLY=${GPU_CHECK_ONLY:-}
+for s in $ONLY; do
+  case " smoke gpt torch-gpt test_cuda memcheck racecheck nccl train gpu-step torch-step dp-vs-ddp " in
+    *" $s "*) ;;
+    *) echo "gpu-check: GPU_CHECK_ONLY names '$s', not a step of this check" >&2; exit 2 ;;
+  esac
+done
+
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/gpu-check.XXXXXX)
 mkdir -p "$W/logs"
@@ -100,6 +111,11 @@ record() {  # name status seconds detail
   printf '== [%3ss] %-22s %-8s %s\n' "$(elapsed)" "$1" "$2" "$4"
 }
 skip() { record "$1" SKIP 0 "$2"; }
+asked() {  # step: true when GPU_CHECK_ONLY is empty or names it, else records the skip
+  [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]] && return 0
+  skip "$1" "not asked for (GPU_CHECK_ONLY=$ONLY)"
+  return 1
+}
 # run_step name limit_s command...: output to logs/<name>.log; sets RC and DUR; 124 = timed out.
 run_step() {
   local name=$1 limit=$2 left
@@ -241,10 +257,9 @@ main() {
   else
     record bundle FAIL "$DUR" "cannot unpack $BUNDLE ($(grep -m1 . "$W/logs/bundle.log" | cut -c1-160)): make it again with bench/gpu-bundle.sh"
   fi
-  bundle_only() {
-    ((HAVE_BUNDLE)) && return 0
-    skip "$1" "no bundle"
-    return 1
+  bundle_only() {  # step: true with a bundle and the step asked for, else records the skip
+    ((HAVE_BUNDLE)) || { skip "$1" "no bundle"; return 1; }
+    asked "$1"
   }
 
   # ---- the device's cuBLAS(Lt), cuDNN and NCCL (lockstep opens them lazily), and libcuda
@@ -356,7 +371,7 @@ main() {
   fi
   if [ -z "$torch_v" ]; then
     skip torch-gpt "python3 has no torch"
-  elif gpu_only torch-gpt; then
+  elif asked torch-gpt && gpu_only torch-gpt; then
     for p in bf16 fp32; do
       run_step "torch-gpt-$p" 45 python3 bench/gpt_torch.py --model=gpt2-124m --batch=8 --seq=1024 \
         --device=cuda --dtype="$p" --steps=3 --reps=3
@@ -367,7 +382,8 @@ main() {
 
   # ---- 3. every CUDA test, by name
   if bundle_only test_cuda; then
-    run_step test_cuda 90 test_cuda --gtest_output="json:$W/logs/test_cuda.json"
+    run_step test_cuda 90 test_cuda ${TEST_CUDA_FILTER:+--gtest_filter="$TEST_CUDA_FILTER"} \
+      --gtest_output="json:$W/logs/test_cuda.json"
     local st
     st=$(status_of)
     local counts
@@ -382,7 +398,7 @@ main() {
   # ---- 4. compute-sanitizer on the named subsets; alone, before the figures that time anything
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
-  if bundle_only sanitizer-subsets; then
+  if ((HAVE_BUNDLE)); then  # cheap, and what memcheck/racecheck rely on: always
     # Every pattern of the subsets must match a test of test_cuda: a renamed test would otherwise
     # leave the sanitizer checking nothing while reporting ok.
     local all pat missing="" n_mem=0 n_race=0 t
@@ -406,6 +422,8 @@ main() {
   ((HAVE_GPU)) || sanitizer_triage_selftest
   if ! ((HAVE_BUNDLE)); then
     skip memcheck "no bundle"; skip racecheck "no bundle"
+  elif [ -n "$ONLY" ] && [[ " $ONLY " != *" memcheck "* && " $ONLY " != *" racecheck "* ]]; then
+    skip memcheck "not asked for (GPU_CHECK_ONLY=$ONLY)"; skip racecheck "not asked for (GPU_CHECK_ONLY=$ONLY)"
   elif ! ((HAVE_GPU)); then
     skip memcheck "no GPU"; skip racecheck "no GPU"
   elif [ -z "$sanitizer" ]; then
@@ -413,6 +431,7 @@ main() {
   else
     local tool filter limit verdict vdetail
     for tool in memcheck racecheck; do
+      asked $tool || continue
       if [ $tool = memcheck ]; then filter=$MEMCHECK_TESTS limit=90
       else filter=$RACECHECK_TESTS limit=45; fi
       run_step $tool $limit "$sanitizer" --tool $tool --error-exitcode 86 --print-limit 30 \
@@ -480,6 +499,8 @@ main() {
   fi
   if [ -z "$torch_v" ]; then
     skip torch-step "python3 has no torch"
+  elif ! asked torch-step; then
+    :
   elif ((HAVE_GPU)); then
     run_step torch-step 60 python3 bench/gpu_torch.py --device=cuda
     cp "$W/logs/torch-step.log" "$W/logs/torch-step.jsonl"
