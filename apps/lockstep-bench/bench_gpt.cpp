@@ -4,7 +4,12 @@
 // ending in Context::synchronize(); with --optimizer=adamw also an AdamW update of every parameter
 // (weight decay 0.1 on matrices only, as configs/gpt_tiny.ini; the peer script's --optimizer=adamw
 // does the same), so a whole training step is timed. --precision=fp32|tf32|bf16 sets the
-// Context's GEMM/attention precision (ops/precision.hpp).
+// Context's GEMM/attention precision (ops/precision.hpp). --recompute=none|gelu|block sets the
+// blocks' activation recompute (train.recompute).
+// Memory: activation_peak_bytes is the device allocator's peak over the warm-up and timed steps
+// less what it held before the first step (parameters, gradients, inputs, optimizer state), so it
+// counts every activation, the loss's buffers and the reused buffers; held_between_steps_bytes is
+// what stays allocated after the steps (the reused buffers).
 // Reported: the median over --reps repetitions of the mean step time over --steps steps, after
 // one warm-up step, and a per-layer split from a separately timed, synchronised run.
 #include <algorithm>
@@ -16,6 +21,7 @@
 #include <sstream>
 
 #include "bench.hpp"
+#include "lockstep/core/allocator.hpp"
 #include "lockstep/core/rng.hpp"
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/nn/model.hpp"
@@ -69,6 +75,7 @@ int run(const Args& args) {
   const Device device = parse_device(args.get("device", "cpu"));
   const std::string attention = args.get("attention", "auto");
   const std::string optimizer = args.get("optimizer", "none");
+  const std::string recompute = args.get("recompute", "none");
   LOCKSTEP_CHECK(reps >= 3 && steps >= 1 && batch >= 1 && seq >= 1 && threads >= 1,
                  "--reps must be >= 3 and --steps, --batch, --seq, --threads positive");
   LOCKSTEP_CHECK(attention == "auto" || attention == "naive", "--attention must be auto or naive");
@@ -83,6 +90,9 @@ int run(const Args& args) {
         model.parameters(),
         optim::AdamWOptions{
             .lr = 3e-4f, .weight_decay = 0.1f, .decay = optim::DecayScope::Matrices});
+  const std::int64_t blocks = nn::set_recompute(model, nn::recompute_from_name(recompute));
+  LOCKSTEP_CHECK(recompute == "none" || blocks > 0, "--recompute=", recompute, ": model ", spec,
+                 " has no transformer block");
   if (attention == "naive")
     for (std::size_t k = 0; k < model.num_layers(); ++k)
       if (auto* block = dynamic_cast<nn::TransformerBlock*>(&model.layer(k)))
@@ -108,6 +118,10 @@ int run(const Args& args) {
     model.backward(ctx, loss.backward(ctx, scale));
     if (adamw) adamw->step(ctx);
   };
+  ctx.synchronize();
+  Allocator& memory = allocator_for(device);
+  const std::size_t before_steps = memory.bytes_in_use();
+  memory.reset_peak_bytes();
   step();
   ctx.synchronize();
   std::vector<double> step_times;
@@ -118,6 +132,8 @@ int run(const Args& args) {
     ctx.synchronize();
     step_times.push_back(seconds_since(t0) / steps);
   }
+  const std::size_t activation_peak = memory.peak_bytes_in_use() - before_steps;
+  const std::size_t held_between_steps = memory.bytes_in_use() - before_steps;
   last_loss = loss.forward(ctx, model.forward(ctx, x), y).item();
   model.backward(ctx, loss.backward(ctx, scale));  // consume the forward's cached inputs
 
@@ -173,14 +189,16 @@ int run(const Args& args) {
        << "\", \"batch\": " << batch << ", \"seq\": " << seq << ", \"vocab\": " << vocab
        << ", \"threads\": " << threads << ", \"steps_per_rep\": " << steps << ", \"reps\": " << reps
        << ", \"attention\": \"" << attention << "\", \"optimizer\": \"" << optimizer
-       << "\", \"precision\": \"" << ops::precision_name(ctx.precision())
-       << "\", \"parameters\": " << model.num_parameters() << "},\n \"step_ms_per_rep\": [";
+       << "\", \"recompute\": \"" << recompute << "\", \"precision\": \""
+       << ops::precision_name(ctx.precision()) << "\", \"parameters\": " << model.num_parameters()
+       << "},\n \"step_ms_per_rep\": [";
   for (std::size_t i = 0; i < step_times.size(); ++i)
     json << (i ? ", " : "") << step_times[i] * 1e3;
   json << "],\n \"step_ms\": " << step_s * 1e3 << ", \"tokens_per_s\": " << tokens / step_s
        << ", \"train_gflop_per_step\": " << train_flops * 1e-9
        << ", \"gflops\": " << train_flops / step_s * 1e-9 << ", \"loss\": " << last_loss
-       << ",\n \"phases_ms\": {";
+       << ",\n \"activation_peak_bytes\": " << activation_peak
+       << ", \"held_between_steps_bytes\": " << held_between_steps << ",\n \"phases_ms\": {";
   double phase_total = 0.0;
   for (std::size_t i = 0; i < phases.size(); ++i) {
     const double ms = median(phases[i].second) * 1e3;
@@ -192,11 +210,13 @@ int run(const Args& args) {
 
   std::fprintf(stderr,
                "gpt %s (%lld parameters) batch %lld x seq %lld, vocab %lld, %s, %d thread(s): "
-               "%.2f ms/step, %.0f tokens/s, %.1f GFLOP/s (load %s; %s)\n",
+               "%.2f ms/step, %.0f tokens/s, %.1f GFLOP/s, recompute %s: activation peak %s "
+               "(load %s; %s)\n",
                spec.c_str(), static_cast<long long>(model.num_parameters()),
                static_cast<long long>(batch), static_cast<long long>(seq),
                static_cast<long long>(vocab), device.str().c_str(), threads, step_s * 1e3,
-               tokens / step_s, train_flops / step_s * 1e-9, load_average().c_str(),
+               tokens / step_s, train_flops / step_s * 1e-9, recompute.c_str(),
+               format_bytes(static_cast<double>(activation_peak)).c_str(), load_average().c_str(),
                ctx.precision_info().c_str());
   for (auto& [name, t] : phases)
     std::fprintf(stderr, "  %-28s %8.3f ms\n", name.c_str(), median(t) * 1e3);
@@ -208,8 +228,9 @@ int run(const Args& args) {
 LOCKSTEP_BENCH("gpt",
                "GPT forward+backward tokens/s (--model=gpt-mini --batch=8 --seq=256 --vocab=256 "
                "--threads=2 [--device=cuda:0 --attention=naive --optimizer=adamw "
-               "--precision=fp32|tf32|bf16])",
-               "attention batch device model optimizer precision reps seq steps threads vocab",
+               "--precision=fp32|tf32|bf16 --recompute=none|gelu|block])",
+               "attention batch device model optimizer precision recompute reps seq steps threads "
+               "vocab",
                run);
 
 }  // namespace lockstep::bench

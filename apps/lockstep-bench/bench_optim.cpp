@@ -77,8 +77,8 @@ void run_case(Case& c, const Shape& sample, int reps, int steps, bool norm) {
   fill_gradients(flat_model.parameters());
   auto flat = std::make_shared<optim::FlatParams>(flat_model.parameters());
   std::unique_ptr<optim::Optimizer> fused;
-  ops::SgdParams sp{0.05f, 0.9f, 0.0f, 1e-4f, false, false};
-  ops::AdamWParams ap{1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1};
+  ops::SgdParams sp{0.05f, 0.9f, 0.0f, 1e-4f, false, false, Tensor(), 1};
+  ops::AdamWParams ap{1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, Tensor()};
   if (c.optimizer == "sgd")
     fused = std::make_unique<optim::Sgd>(
         flat,

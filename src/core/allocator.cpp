@@ -57,6 +57,7 @@ class CpuAllocator final : public Allocator {
   }
   std::size_t bytes_in_use() const override { return in_use_.load(); }
   std::size_t peak_bytes_in_use() const override { return peak_.load(); }
+  void reset_peak_bytes() override { peak_.store(in_use_.load()); }
 
  private:
   std::atomic<std::size_t> in_use_{0};

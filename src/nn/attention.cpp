@@ -82,6 +82,12 @@ double CausalSelfAttention::forward_flops(const Shape& input) const {
   return (projections + attention) / b;
 }
 
+void CausalSelfAttention::release_buffers() {
+  qkv_ = att_ = lse_ = dqkv_ = Tensor();
+  c_attn_.release_buffers();
+  c_proj_.release_buffers();
+}
+
 std::unique_ptr<Module> CausalSelfAttention::clone_structure(Device device) const {
   auto copy = std::make_unique<CausalSelfAttention>(dim_, heads_, depth_, device);
   copy->set_kernel(kernel_);

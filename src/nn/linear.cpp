@@ -37,19 +37,33 @@ bool rounds_to_bf16(const ops::Context& ctx, const Tensor& t) {
 }
 }  // namespace
 
-Tensor Linear::forward(ops::Context& ctx, const Tensor& x) {
-  Shape out = output_shape(x.shape());
-  Tensor& y = detail::reuse_buffer(y_, out, x.device());
+void Linear::cache_input(ops::Context& ctx, const Tensor& x) {
   x_ = Tensor();  // a forward without backward (evaluation) leaves it set; free x16_ for reuse
   Tensor operand = x;
   if (rounds_to_bf16(ctx, x)) {
     operand = detail::reuse_buffer(x16_, x.shape(), x.device(), DType::BF16);
     ops::cast(ctx, x, operand);
   }
-  ops::gemm(ctx, false, true, 1.0f, operand, weight_.value, 0.0f, y);
-  if (has_bias_) ops::add_row_bias(ctx, y, bias_.value);
   x_ = operand;  // backward reads x only through the weight-gradient GEMM
+}
+
+void Linear::drop_input() {
+  x_ = Tensor();
+  x16_ = Tensor();
+}
+
+Tensor Linear::forward(ops::Context& ctx, const Tensor& x) {
+  Shape out = output_shape(x.shape());
+  Tensor& y = detail::reuse_buffer(y_, out, x.device());
+  cache_input(ctx, x);
+  ops::gemm(ctx, false, true, 1.0f, x_, weight_.value, 0.0f, y);
+  if (has_bias_) ops::add_row_bias(ctx, y, bias_.value);
   return y;
+}
+
+void Linear::release_buffers() {
+  drop_input();
+  y_ = dx_ = dy16_ = Tensor();
 }
 
 Tensor Linear::backward(ops::Context& ctx, const Tensor& dy) {

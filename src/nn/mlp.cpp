@@ -33,13 +33,27 @@ Tensor Mlp::forward(ops::Context& ctx, const Tensor& x) {
   Tensor& g = detail::reuse_buffer(g_, h.shape(), h.device());
   ops::gelu_tanh_forward(ctx, h, g);
   h_ = h;
-  return c_proj_.forward(ctx, g).view(shape);
+  Tensor y = c_proj_.forward(ctx, g);
+  if (recompute_gelu_) {  // backward makes it again
+    c_proj_.drop_input();
+    g_ = Tensor();
+  }
+  return y.view(shape);
 }
 
 Tensor Mlp::backward(ops::Context& ctx, const Tensor& dy) {
   Tensor h = detail::take_cached(h_, "mlp");
   const Shape shape = dy.shape();
+  if (recompute_gelu_) {
+    Tensor& g = detail::reuse_buffer(g_, h.shape(), h.device());
+    ops::gelu_tanh_forward(ctx, h, g);
+    c_proj_.cache_input(ctx, g);
+  }
   Tensor dg = c_proj_.backward(ctx, dy.view({h.dim(0), dim_}));
+  if (recompute_gelu_) {
+    c_proj_.drop_input();
+    g_ = Tensor();
+  }
   Tensor& dh = detail::reuse_buffer(dh_, h.shape(), h.device());
   ops::gelu_tanh_backward(ctx, h, dg, dh);
   h = Tensor();  // c_fc may reuse its output buffer next step
@@ -59,6 +73,12 @@ void Mlp::reset_parameters(std::uint64_t seed, const std::string& prefix) {
 void Mlp::collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) {
   c_fc_.collect_parameters(prefix + "c_fc.", out);
   c_proj_.collect_parameters(prefix + "c_proj.", out);
+}
+
+void Mlp::release_buffers() {
+  h_ = g_ = dh_ = Tensor();
+  c_fc_.release_buffers();
+  c_proj_.release_buffers();
 }
 
 void Mlp::set_input_grad(bool needed) {

@@ -1,6 +1,7 @@
 #include "lockstep/nn/transformer.hpp"
 
 #include "buffers.hpp"
+#include "lockstep/nn/sequential.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::nn {
@@ -23,23 +24,97 @@ Shape TransformerBlock::output_shape(const Shape& input) const {
   return input;
 }
 
-Tensor TransformerBlock::forward(ops::Context& ctx, const Tensor& x) {
+Tensor TransformerBlock::forward_branches(ops::Context& ctx, const Tensor& x) {
   Tensor a = attn_.forward(ctx, ln_1_.forward(ctx, x));
   Tensor& x1 = detail::reuse_buffer(x1_, x.shape(), x.device());
   ops::add(ctx, x, a, x1);
   a = Tensor();
-  Tensor m = mlp_.forward(ctx, ln_2_.forward(ctx, x1));
+  return mlp_.forward(ctx, ln_2_.forward(ctx, x1));
+}
+
+void TransformerBlock::release_activations() {
+  ln_1_.release_buffers();
+  attn_.release_buffers();
+  ln_2_.release_buffers();
+  mlp_.release_buffers();
+  x1_ = Tensor();
+}
+
+Tensor TransformerBlock::forward(ops::Context& ctx, const Tensor& x) {
+  Tensor m = forward_branches(ctx, x);
   Tensor& y = detail::reuse_buffer(y_, x.shape(), x.device());
-  ops::add(ctx, x1, m, y);
+  ops::add(ctx, x1_, m, y);
+  if (recompute_ == Recompute::Block) {
+    // Kept: the input (the previous block's output, held anyway) and the output.
+    m = Tensor();
+    release_activations();
+    x_ = x;
+  }
   return y;
 }
 
 Tensor TransformerBlock::backward(ops::Context& ctx, const Tensor& dy) {
+  if (recompute_ == Recompute::Block) forward_branches(ctx, detail::take_cached(x_, "block"));
   // dx1 = dy + ln_2'(mlp'(dy));  dx = dx1 + ln_1'(attn'(dx1))
   Tensor dx1 = ln_2_.backward_add(ctx, mlp_.backward(ctx, dy), dy);
   Tensor dx = ln_1_.backward_add(ctx, attn_.backward(ctx, dx1), dx1);
+  if (recompute_ == Recompute::Block) {
+    dx1 = Tensor();
+    release_activations();  // dx lives on in the handle returned
+  }
   if (!input_grad_) return Tensor();
   return dx;
+}
+
+void TransformerBlock::release_buffers() {
+  release_activations();
+  y_ = x_ = Tensor();
+}
+
+void TransformerBlock::set_recompute(Recompute mode) {
+  recompute_ = mode;
+  mlp_.set_recompute_gelu(mode == Recompute::Gelu);
+  x_ = Tensor();
+}
+
+Recompute recompute_from_name(const std::string& name) {
+  if (name == "none") return Recompute::None;
+  if (name == "gelu") return Recompute::Gelu;
+  if (name == "block") return Recompute::Block;
+  LOCKSTEP_FAIL("recompute must be none, gelu or block, got '", name, "'");
+}
+
+const char* recompute_name(Recompute mode) {
+  switch (mode) {
+    case Recompute::None:
+      return "none";
+    case Recompute::Gelu:
+      return "gelu";
+    case Recompute::Block:
+      return "block";
+  }
+  return "?";
+}
+
+namespace {
+std::int64_t set_recompute_in(Module& m, Recompute mode) {
+  if (auto* block = dynamic_cast<TransformerBlock*>(&m)) {
+    block->set_recompute(mode);
+    return 1;
+  }
+  std::int64_t blocks = 0;
+  if (auto* seq = dynamic_cast<Sequential*>(&m))
+    for (std::size_t k = 0; k < seq->size(); ++k)
+      blocks += set_recompute_in(seq->at(k), mode);
+  return blocks;
+}
+}  // namespace
+
+std::int64_t set_recompute(Model& model, Recompute mode) {
+  std::int64_t blocks = 0;
+  for (std::size_t k = 0; k < model.num_layers(); ++k)
+    blocks += set_recompute_in(model.layer(k), mode);
+  return blocks;
 }
 
 void TransformerBlock::reset_parameters(std::uint64_t seed, const std::string& prefix) {
@@ -107,6 +182,7 @@ double TiedLmHead::forward_flops(const Shape& input) const {
 std::unique_ptr<Module> TransformerBlock::clone_structure(Device device) const {
   auto copy = std::make_unique<TransformerBlock>(dim_, heads_, attn_.depth(), device);
   copy->attention().set_kernel(attn_.kernel());
+  copy->set_recompute(recompute_);
   return copy;
 }
 

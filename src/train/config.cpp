@@ -181,6 +181,13 @@ const std::vector<Key>& keys() {
        "or bf16 (bf16 inputs, f32 accumulation and outputs; a CPU needs AMX or AVX512-BF16). "
        "Weights, gradients, optimizer state, loss and softmax stay f32",
        {"fp32", "tf32", "bf16"}},
+      {"train.recompute",
+       &Config::train_recompute,
+       "activation recompute in a GPT's transformer blocks, trading compute for memory: none; "
+       "gelu (the MLP's GELU output is computed again in backward); or block (only each block's "
+       "input is kept, and backward runs the block's forward again first). The gradients are "
+       "bitwise those of none",
+       {"none", "gelu", "block"}},
       {"train.resume", &Config::train_resume,
        "empty (start fresh; refused when checkpoint.dir already holds checkpoints), auto (the "
        "newest checkpoint in checkpoint.dir; fresh when there is none; an error when it does not "

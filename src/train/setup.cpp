@@ -17,6 +17,7 @@
 #include "lockstep/core/rng.hpp"
 #include "lockstep/data/sampler.hpp"
 #include "lockstep/nn/residual.hpp"
+#include "lockstep/nn/transformer.hpp"
 #include "lockstep/optim/adamw.hpp"
 #include "lockstep/optim/sgd.hpp"
 #include "lockstep/parallel/data_parallel.hpp"
@@ -330,6 +331,13 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
                         "set model.zero_init_residual = false, or use a ResNet spec",
                         "model.zero_init_residual = true but model.spec = ", config.model_spec,
                         " has no residual blocks (res or bottleneck)");
+  }
+  if (config.train_recompute != "none") {
+    LOCKSTEP_CHECK_HINT(
+        nn::set_recompute(*r.model, nn::recompute_from_name(config.train_recompute)) > 0,
+        "set train.recompute = none, or use a GPT spec (gpt-tiny, gpt2-124m, ...)",
+        "train.recompute = ", config.train_recompute, " but model.spec = ", config.model_spec,
+        " has no transformer block to recompute");
   }
   if (tokens) check_token_model(r);
   comm::check_same_on_all_ranks(control, "model structure", r.model->structure());

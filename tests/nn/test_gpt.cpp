@@ -453,7 +453,7 @@ TEST(GptModel, AdamWOverfitsOneBatch) {
     for (std::size_t k = 0; k < m.parameters().size(); ++k) {
       Parameter& p = *m.parameters()[k];
       ops::adamw_update(ctx, p.value, p.grad, mom[k], var[k],
-                        {.lr = 1e-2f, .weight_decay = 0.0f, .step = step});
+                        {.lr = 1e-2f, .weight_decay = 0.0f, .step = step, .verdict = {}});
     }
   }
   EXPECT_NEAR(first, std::log(32.0), 0.1);

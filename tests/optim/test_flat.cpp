@@ -169,7 +169,8 @@ TEST(FusedSgd, EqualsThePerParameterUpdateBitForBit) {
             ops::SgdParams sp{
                 options.lr,        options.momentum,
                 options.dampening, decays(*ref[k], scope) ? options.weight_decay : 0.0f,
-                options.nesterov,  t == 0};
+                options.nesterov,  t == 0,
+                Tensor(),          1};
             ops::sgd_update(ctx, ref[k]->value, ref[k]->grad, buffers[k], sp);
           }
         }
@@ -211,7 +212,8 @@ TEST(FusedAdamW, EqualsThePerParameterUpdateBitForBit) {
                               options.beta2,
                               options.eps,
                               decays(*ref[k], scope) ? options.weight_decay : 0.0f,
-                              t + 1};
+                              t + 1,
+                              Tensor()};
           ops::adamw_update(ctx, ref[k]->value, ref[k]->grad, m[k], v[k], ap);
         }
       }

@@ -4,6 +4,7 @@
 #  - 2 ranks follow the same loss curve as 1 rank with the same global batch, and so does gradient
 #    accumulation (2 ranks x 2 micro-steps); tolerance below;
 #  - stop at step 8 + resume to 12 ends with the step-12 tensors bitwise equal to an uninterrupted run;
+#  - train.recompute = gelu and block end at step 12 with the tensors bitwise those of none;
 #  - --eval-only on that checkpoint reproduces the training run's own validation loss there, and
 #    checkpoint.export writes the GPT's parameters;
 #  - lockstep-generate: the same seed prints the same text, another seed other text.
@@ -96,6 +97,15 @@ mid=$(header_field "$WORK/split/ckpt-00000008.h5" tensors_crc32)
 echo "tensors_crc32 at step 12: uninterrupted $a, resumed $b (step 8: $mid)"
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "the resumed run's step-12 tensors differ from the uninterrupted run's"
 [ "$a" != "$mid" ] || fail "steps 9..12 changed nothing: the comparison would prove nothing"
+
+note "activation recompute: 12 steps with train.recompute = gelu and block (2 ranks)"
+for mode in gelu block; do
+  run_train 2 "$log" --checkpoint.dir="$WORK/rc-$mode" "${ck[@]}" --train.max_steps=12 \
+    --train.recompute=$mode || { show_log "$log"; fail "the run with train.recompute = $mode failed"; }
+  r=$(header_field "$WORK/rc-$mode/ckpt-00000012.h5" tensors_crc32)
+  echo "tensors_crc32 at step 12 with train.recompute = $mode: $r"
+  [ "$r" = "$a" ] || fail "train.recompute = $mode changed the step-12 tensors ($r, not $a)"
+done
 
 note "validation every 4 steps, --eval-only and checkpoint.export on the step-12 checkpoint"
 n_eval=$(grep -c '"val_perplexity"' "$WORK/full.jsonl")

@@ -161,6 +161,16 @@ TEST(Setup, ZeroInitResidualOnAModelWithoutResidualBlocksIsAnError) {
       << e;
 }
 
+TEST(Setup, RecomputeOnAModelWithoutTransformerBlocksIsAnError) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  c.train_recompute = "block";
+  const std::string e = test::setup_error(c);
+  EXPECT_NE(e.find("train.recompute = block but model.spec = mlp:8 has no transformer block"),
+            std::string::npos)
+      << e;
+}
+
 TEST(Setup, ZeroInitResidualZeroesEveryBlocksLastBatchNormScale) {
   test::TempDir dir;
   data::LabeledArray images;

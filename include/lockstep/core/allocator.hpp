@@ -23,6 +23,9 @@ class Allocator {
   // Bytes currently handed out by this allocator (for memory reports).
   virtual std::size_t bytes_in_use() const = 0;
   virtual std::size_t peak_bytes_in_use() const = 0;
+  // Starts the peak over at the bytes in use now, so a benchmark can read one phase's peak
+  // (lockstep-bench gpt: the activation memory of a step).
+  virtual void reset_peak_bytes() = 0;
 };
 
 // The allocator that owns memory on `device` (lives for the whole process).

@@ -24,6 +24,7 @@ class CausalSelfAttention final : public Module {
   void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
   void set_input_grad(bool needed) override;
   double forward_flops(const Shape& input) const override;
+  void release_buffers() override;
 
   int heads() const { return heads_; }
   // Which attention kernel the ops use (tests and benchmarks compare the naive CUDA path).

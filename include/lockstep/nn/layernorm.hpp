@@ -22,6 +22,7 @@ class LayerNorm final : public Module {
   Tensor backward_add(ops::Context& ctx, const Tensor& dy, const Tensor& dresidual);
   void reset_parameters(std::uint64_t seed, const std::string& prefix) override;
   void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
+  void release_buffers() override { x_ = y_ = mean_ = rstd_ = dx_ = Tensor(); }
 
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }

@@ -20,6 +20,11 @@ class Linear final : public Module {
   void reset_parameters(std::uint64_t seed, const std::string& prefix) override;
   void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
   double forward_flops(const Shape& input) const override;
+  void release_buffers() override;
+  // Caches x for backward as forward does (its bf16 copy under the bf16 policy), without the
+  // GEMM: an activation recompute gives back the input that drop_input let go.
+  void cache_input(ops::Context& ctx, const Tensor& x);
+  void drop_input();
 
   std::int64_t in_features() const { return in_; }
   std::int64_t out_features() const { return out_; }

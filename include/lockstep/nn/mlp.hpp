@@ -20,13 +20,22 @@ class Mlp final : public Module {
   void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
   void set_input_grad(bool needed) override;
   double forward_flops(const Shape& input) const override;
+  void release_buffers() override;
+  // GELU recompute: forward lets the GELU output go once c_proj has read it, and backward
+  // computes it again from the cached c_fc output (the same kernel on the same input: the same
+  // bits), which saves one [N * T, 4C] activation per block.
+  void set_recompute_gelu(bool on) { recompute_gelu_ = on; }
+  bool recompute_gelu() const { return recompute_gelu_; }
 
   std::unique_ptr<Module> clone_structure(Device device) const override {
-    return std::make_unique<Mlp>(dim_, depth_, device);
+    auto copy = std::make_unique<Mlp>(dim_, depth_, device);
+    copy->set_recompute_gelu(recompute_gelu_);
+    return copy;
   }
 
  private:
   std::int64_t dim_, depth_;
+  bool recompute_gelu_ = false;
   Linear c_fc_, c_proj_;
   Tensor h_;       // c_fc output (GELU input), cached for backward
   Tensor g_, dh_;  // GELU output and its input gradient (reused buffers)

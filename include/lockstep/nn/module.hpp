@@ -76,6 +76,10 @@ class Module {
     (void)input;
     return 0.0;
   }
+  // Drops every input cached for backward and every reused buffer, so that their memory goes back
+  // to the allocator; the next forward allocates afresh. Activation recompute
+  // (TransformerBlock::set_recompute) calls it to keep one block's activations at a time.
+  virtual void release_buffers() {}
 
   // A new module of this one's configuration on `device`: its own parameters, buffers and
   // caches, whose values clone() then copies in (a subclass need not). DataParallel makes its

@@ -8,8 +8,21 @@
 #include "lockstep/nn/embedding.hpp"
 #include "lockstep/nn/layernorm.hpp"
 #include "lockstep/nn/mlp.hpp"
+#include "lockstep/nn/model.hpp"
 
 namespace lockstep::nn {
+
+// Activation recompute (train.recompute): what a block keeps between forward and backward.
+//   none   everything backward reads (the default);
+//   gelu   all but the MLP's GELU output, which backward computes again from its input;
+//   block  only the block's input: backward runs the block's forward again first, and the
+//          block's activations and buffers are let go after its backward, so one block's are
+//          held at a time.
+// The recomputed values are those forward made (the same kernels on the same inputs), so the
+// gradients are bitwise those of none.
+enum class Recompute { None, Gelu, Block };
+Recompute recompute_from_name(const std::string& name);  // throws naming the choices
+const char* recompute_name(Recompute mode);
 
 class TransformerBlock final : public Module {
  public:
@@ -28,8 +41,11 @@ class TransformerBlock final : public Module {
   void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
   void set_input_grad(bool needed) override;
   double forward_flops(const Shape& input) const override;
+  void release_buffers() override;
 
   CausalSelfAttention& attention() { return attn_; }
+  void set_recompute(Recompute mode);
+  Recompute recompute() const { return recompute_; }
 
   std::unique_ptr<Module> clone_structure(Device device) const override;
 
@@ -40,8 +56,18 @@ class TransformerBlock final : public Module {
   CausalSelfAttention attn_;
   LayerNorm ln_2_;
   Mlp mlp_;
+  Recompute recompute_ = Recompute::None;
   Tensor x1_, y_;  // residual stream after attention, and the output (reused buffers)
+  Tensor x_;       // the input, cached for backward under Recompute::Block only
+
+  // x1 = x + attn(ln_1(x)) and mlp(ln_2(x1)): everything but the output sum.
+  Tensor forward_branches(ops::Context& ctx, const Tensor& x);
+  void release_activations();
 };
+
+// Sets the recompute mode of every TransformerBlock in the model (nested ones too); returns how
+// many blocks there are.
+std::int64_t set_recompute(Model& model, Recompute mode);
 
 // Logits [N * T, V] = h [N * T, C] wte^T with the embedding's own token table: no parameter of
 // its own (collect_parameters adds nothing), so the table is listed, bucketed and reported ready

@@ -110,6 +110,12 @@ class CachingAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mutex_);
     return total_peak_;
   }
+  void reset_peak_bytes() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    total_peak_ = total_in_use_;
+    for (auto& entry : devices_)
+      entry.second.peak = entry.second.in_use;
+  }
 
   AllocatorStats stats(int device) const {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -96,6 +96,10 @@ class CachingAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mutex_);
     return peak_;
   }
+  void reset_peak_bytes() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peak_ = in_use_;
+  }
   std::uint64_t mallocs(int device) const {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = caches_.find(device);

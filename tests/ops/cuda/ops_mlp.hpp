@@ -73,7 +73,7 @@ struct OpsMlp {
     ops::gemm(ctx, true, false, 1.0f, dh, x, 1.0f, gw1);
     ops::sum_rows(ctx, dh, gb1);
 
-    ops::SgdParams p{0.2f, 0.9f, 0.0f, 1e-4f, false, step_index == 0};
+    ops::SgdParams p{0.2f, 0.9f, 0.0f, 1e-4f, false, step_index == 0, Tensor(), 1};
     ops::sgd_update(ctx, w1, gw1, bw1, p);
     ops::sgd_update(ctx, b1, gb1, bb1, p);
     ops::sgd_update(ctx, w2, gw2, bw2, p);

@@ -318,10 +318,10 @@ TEST_F(Ops, OptimizerUpdatesMatchCpu) {
     const char* name;
   };
   const SgdCase sgd_cases[] = {
-      {{0.1f, 0.0f, 0.0f, 0.0f, false, false}, "plain"},
-      {{0.1f, 0.9f, 0.0f, 1e-4f, false, true}, "momentum, first step"},
-      {{0.1f, 0.9f, 0.1f, 1e-4f, false, false}, "momentum, dampening"},
-      {{0.1f, 0.9f, 0.0f, 5e-4f, true, false}, "nesterov"},
+      {{0.1f, 0.0f, 0.0f, 0.0f, false, false, Tensor(), 1}, "plain"},
+      {{0.1f, 0.9f, 0.0f, 1e-4f, false, true, Tensor(), 1}, "momentum, first step"},
+      {{0.1f, 0.9f, 0.1f, 1e-4f, false, false, Tensor(), 1}, "momentum, dampening"},
+      {{0.1f, 0.9f, 0.0f, 5e-4f, true, false, Tensor(), 1}, "nesterov"},
   };
   for (const auto& c : sgd_cases) {
     SCOPED_TRACE(c.name);

@@ -1,0 +1,188 @@
+// Activation recompute (train.recompute = none | gelu | block): the gradients of a GPT are bitwise
+// those without recompute, on the CPU (fp32, and bf16 where the CPU can) and on a device (the
+// emulated GPU everywhere, CUDA where a GPU answers); the memory it exists to save is given back.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lockstep/core/allocator.hpp"
+#include "lockstep/core/rng.hpp"
+#include "lockstep/nn/layers.hpp"
+#include "lockstep/nn/model.hpp"
+#include "lockstep/nn/transformer.hpp"
+#include "support/device_test_support.hpp"
+
+using namespace lockstep;
+using namespace lockstep::nn;
+
+namespace {
+
+// T = 70 crosses the CPU attention's 64-row query blocks.
+constexpr const char* kSpec = "gpt(layers=3,heads=2,dim=32)";
+constexpr std::int64_t kVocab = 40, kBatch = 2, kSeq = 70;
+
+Tensor tokens(std::uint64_t seed) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(kBatch * kSeq));
+  Philox rng(seed, 23);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<std::int32_t>(rng.u32(i) % static_cast<std::uint32_t>(kVocab));
+  return Tensor::from_vector(v, {kBatch, kSeq});
+}
+
+// What a run of two training steps leaves: each step's loss and, after the second, every
+// parameter's gradient, as raw bits.
+struct Outcome {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> grads;
+};
+
+// Two steps (zero_grad, forward, loss, backward; the second on other tokens) of the model, with
+// an evaluation forward between them, as the trainer does; `device` holds the model and data.
+Outcome two_steps(ops::Context& ctx, Recompute mode) {
+  const Device device = ctx.device();
+  Model m = Model::build(kSpec, {kSeq}, kVocab, 31, device);
+  EXPECT_EQ(set_recompute(m, mode), 3);
+  SoftmaxCrossEntropy loss;
+  Outcome out;
+  for (std::uint64_t step = 0; step < 2; ++step) {
+    Tensor x = tokens(40 + step).to(device);
+    Tensor y = tokens(50 + step).view({kBatch * kSeq}).to(device);
+    m.zero_grad(ctx);
+    m.set_training(true);
+    Tensor logits = m.forward(ctx, x);
+    out.losses.push_back(loss.forward(ctx, logits, y).to(Device::cpu()).item());
+    m.backward(ctx, loss.backward(ctx, 1.0f / static_cast<float>(kBatch * kSeq)));
+    if (step == 0) {  // an evaluation forward, whose caches the next training forward replaces
+      m.set_training(false);
+      loss.forward(ctx, m.forward(ctx, tokens(60).to(device)), y);
+    }
+  }
+  for (Parameter* p : m.parameters())
+    out.grads.push_back(p->grad.to(Device::cpu()).to_vector<float>());
+  return out;
+}
+
+void expect_bitwise(const Outcome& want, const Outcome& got, const std::string& what) {
+  ASSERT_EQ(want.losses.size(), got.losses.size());
+  for (std::size_t s = 0; s < want.losses.size(); ++s)
+    EXPECT_EQ(std::memcmp(&want.losses[s], &got.losses[s], sizeof(float)), 0)
+        << what << ": loss of step " << s << ": " << want.losses[s] << " vs " << got.losses[s];
+  ASSERT_EQ(want.grads.size(), got.grads.size());
+  for (std::size_t k = 0; k < want.grads.size(); ++k) {
+    ASSERT_EQ(want.grads[k].size(), got.grads[k].size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < want.grads[k].size(); ++i)
+      differ += std::memcmp(&want.grads[k][i], &got.grads[k][i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << what << ": parameter " << k << " differs in " << differ << " of "
+                          << want.grads[k].size() << " gradient elements";
+  }
+}
+
+std::string bf16_unavailable() {
+  try {
+    ops::Context ctx;
+    ctx.set_precision(ops::Precision::BF16);
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+// The CPU allocator's peak over two steps, less what it held before them.
+std::size_t activation_peak(Recompute mode) {
+  ops::Context ctx(Device::cpu(), 1);
+  Model m = Model::build(kSpec, {kSeq}, kVocab, 31);
+  set_recompute(m, mode);
+  SoftmaxCrossEntropy loss;
+  Tensor x = tokens(40), y = tokens(50).view({kBatch * kSeq});
+  Allocator& memory = allocator_for(Device::cpu());
+  const std::size_t before = memory.bytes_in_use();
+  memory.reset_peak_bytes();
+  for (int step = 0; step < 2; ++step) {
+    m.zero_grad(ctx);
+    loss.forward(ctx, m.forward(ctx, x), y);
+    m.backward(ctx, loss.backward(ctx, 1.0f));
+  }
+  return memory.peak_bytes_in_use() - before;
+}
+
+}  // namespace
+
+TEST(Recompute, GradientsAreBitwiseThoseWithoutRecomputeOnTheCpu) {
+  ops::Context ctx(Device::cpu(), 2);
+  const Outcome none = two_steps(ctx, Recompute::None);
+  // The steps trained: a loss near ln V, and gradients that are not all zero.
+  ASSERT_NEAR(none.losses[0], std::log(static_cast<float>(kVocab)), 0.2);
+  double sum = 0;
+  for (float g : none.grads[3])
+    sum += std::abs(g);
+  ASSERT_GT(sum, 0.0);
+  expect_bitwise(none, two_steps(ctx, Recompute::Gelu), "gelu");
+  expect_bitwise(none, two_steps(ctx, Recompute::Block), "block");
+}
+
+TEST(Recompute, GradientsAreBitwiseThoseWithoutRecomputeUnderBf16) {
+  if (std::string why = bf16_unavailable(); !why.empty())
+    GTEST_SKIP() << "this CPU cannot run bf16 (the policy refuses it): " << why;
+  ops::Context ctx(Device::cpu(), 2);
+  ctx.set_precision(ops::Precision::BF16);
+  const Outcome none = two_steps(ctx, Recompute::None);
+  expect_bitwise(none, two_steps(ctx, Recompute::Gelu), "gelu, bf16");
+  expect_bitwise(none, two_steps(ctx, Recompute::Block), "block, bf16");
+}
+
+TEST(Recompute, BlockKeepsLessActivationMemoryThanGeluAndGeluLessThanNone) {
+  const std::size_t none = activation_peak(Recompute::None);
+  const std::size_t gelu = activation_peak(Recompute::Gelu);
+  const std::size_t block = activation_peak(Recompute::Block);
+  // gelu gives back one [N*T, 4C] f32 activation per block but the last (one is live at a time).
+  const std::size_t gelu_output = kBatch * kSeq * 4 * 32 * sizeof(float);
+  EXPECT_GE(none - gelu, 2 * gelu_output) << "none " << none << ", gelu " << gelu;
+  // block keeps each block's input and one block's activations at a time (the benchmark,
+  // bench/recompute.sh, measures how much for gpt2-124m and gpt-mini).
+  EXPECT_LT(block, gelu) << "block " << block << ", gelu " << gelu;
+  EXPECT_LT(2 * block, none) << "block " << block << ", none " << none;
+}
+
+TEST(Recompute, ModelsWithoutBlocksHaveNothingToRecomputeAndClonesKeepTheMode) {
+  Model mlp = Model::build("mlp:16", {8}, 3, 1);
+  EXPECT_EQ(set_recompute(mlp, Recompute::Block), 0);
+  Model gpt = Model::build(kSpec, {kSeq}, kVocab, 31);
+  ASSERT_EQ(set_recompute(gpt, Recompute::Block), 3);
+  Model copy = gpt.clone(Device::cpu());
+  std::int64_t blocks = 0;
+  for (std::size_t k = 0; k < copy.num_layers(); ++k)
+    if (auto* b = dynamic_cast<TransformerBlock*>(&copy.layer(k))) {
+      EXPECT_EQ(b->recompute(), Recompute::Block);
+      ++blocks;
+    }
+  EXPECT_EQ(blocks, 3);
+  EXPECT_EQ(recompute_from_name("gelu"), Recompute::Gelu);
+  EXPECT_STREQ(recompute_name(Recompute::Block), "block");
+  try {
+    recompute_from_name("all");
+    ADD_FAILURE() << "'all' was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("recompute must be none, gelu or block, got 'all'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+using RecomputeOnDevice = lockstep::testing::OnDevice;
+LOCKSTEP_ON_DEVICES(RecomputeOnDevice);
+
+// On a device each mode runs the device's kernels; recompute must not change one bit of them.
+// On the emulated GPU the kernels are the CPU's, so the CPU's outcome is the reference too.
+TEST_P(RecomputeOnDevice, GradientsAreBitwiseThoseWithoutRecompute) {
+  const Outcome none = two_steps(dev(), Recompute::None);
+  expect_bitwise(none, two_steps(dev(), Recompute::Gelu), "gelu on " + device().str());
+  expect_bitwise(none, two_steps(dev(), Recompute::Block), "block on " + device().str());
+  if (device().is_emu()) {
+    ops::Context host(Device::cpu(), 1);
+    expect_bitwise(two_steps(host, Recompute::None), none, "emu against the cpu");
+  }
+}
