@@ -128,7 +128,12 @@ def main():
                     help="bf16: autocast (GPU runs)")
     ap.add_argument("--optimizer", default="none", choices=["none", "adamw"])
     ap.add_argument("--ranks", type=int, default=1, help="DDP processes (CPU, gloo)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (inductor, default mode); the warm-up step "
+                         "compiles, and its time is recorded as compile_s")
     a = ap.parse_args()
+    if a.compile and a.ranks > 1:
+        ap.error("--compile is for one process (--ranks=1)")
     layers, heads, dim, ctx, vocab = PRESETS.get(a.model, (None,) * 5)
     layers, heads, dim = a.layers or layers, a.heads or heads, a.dim or dim
     ctx = a.ctx or ctx or a.seq
@@ -157,6 +162,8 @@ def run(rank, a, sizes):
     net = model
     if a.ranks > 1:
         net = nn.parallel.DistributedDataParallel(model)
+    if a.compile:
+        net = torch.compile(model)
     optimizer = None
     if a.optimizer == "adamw":
         matrices = [p for p in model.parameters() if p.dim() >= 2]
@@ -185,8 +192,10 @@ def run(rank, a, sizes):
             optimizer.step()
         return loss
 
+    t_first = time.perf_counter()
     loss = step()
     sync()
+    compile_s = time.perf_counter() - t_first
     times = []
     for _ in range(a.reps):
         t0 = time.perf_counter()
@@ -204,19 +213,21 @@ def run(rank, a, sizes):
         "config": {"model": a.model, "layers": layers, "heads": heads, "dim": dim, "ctx": ctx,
                    "vocab": vocab, "batch": a.batch, "seq": a.seq, "threads": a.threads,
                    "device": a.device, "dtype": a.dtype, "steps_per_rep": a.steps,
-                   "optimizer": a.optimizer, "ranks": a.ranks,
+                   "optimizer": a.optimizer, "ranks": a.ranks, "compile": a.compile,
                    "reps": a.reps, "parameters": params,
                    "attention": "sdpa" if hasattr(F, "scaled_dot_product_attention")
                    else "masked-softmax"},
         "step_ms_per_rep": [t * 1e3 for t in times],
         "step_ms": step_s * 1e3, "tokens_per_s": tokens / step_s, "loss": float(loss),
     }
+    if a.compile:
+        record["compile_s"] = compile_s
     if device.type == "cuda":
         record["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
     print(json.dumps(record))
     print(f"torch {torch.__version__} gpt {a.model} ({params} parameters) batch {a.batch} x seq "
           f"{a.seq}, vocab {vocab}, {a.device}, {a.ranks} rank(s) x {a.threads} thread(s), "
-          f"optimizer {a.optimizer}: {step_s * 1e3:.2f} ms/step, "
+          f"optimizer {a.optimizer}{', compiled' if a.compile else ''}: {step_s * 1e3:.2f} ms/step, "
           f"{tokens / step_s:.0f} tokens/s (load {record['load_average']})", file=sys.stderr)
 
 

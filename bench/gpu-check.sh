@@ -9,8 +9,11 @@
 #    gpu, bundle      nvidia-smi (30), unpacking (60)
 #    smoke-*          lockstep-train, 20 steps on cuda:0 of the MLP, the CNN and GPT-tiny (40 each):
 #                     the first thing a user runs; pass/fail with its first error line
-#    gpt-*, torch-gpt-*  GPT-2 124M, batch 8 x 1024: lockstep-bench gpt fp32/bf16 and
-#                     bench/gpt_torch.py bf16/fp32 (45 each): the figures the lease is for
+#    peak             the GPU's ceilings as PyTorch reaches them (bench/gpu_peak.py, 30), for MFU
+#    gpt-*, torch-gpt-*  GPT-2 124M at 1024 tokens a sequence: lockstep-bench gpt bf16 at batch 8
+#                     and 16, fp32 at 8, bf16 at 8 with --recompute=block; bench/gpt_torch.py eager
+#                     and --compile, bf16 at 8 and 16, eager fp32 at 8 (45 each, 150 compiled):
+#                     the figures the lease is for; the summary gives MFU and lockstep vs PyTorch
 #    test_cuda        every CUDA test, pass/fail/skip by name (90)
 #    memcheck, racecheck  compute-sanitizer on the named subsets below (90, 45); a sanitizer the
 #                     sandbox refuses is SKIP with its reason, a finding is FAIL
@@ -111,8 +114,9 @@ record() {  # name status seconds detail
   printf '== [%3ss] %-22s %-8s %s\n' "$(elapsed)" "$1" "$2" "$4"
 }
 skip() { record "$1" SKIP 0 "$2"; }
+wants() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }  # step: asked for?
 asked() {  # step: true when GPU_CHECK_ONLY is empty or names it, else records the skip
-  [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]] && return 0
+  wants "$1" && return 0
   skip "$1" "not asked for (GPU_CHECK_ONLY=$ONLY)"
   return 1
 }
@@ -353,30 +357,45 @@ main() {
     done
   fi
 
-  # ---- 2. GPT-2 124M, batch 8 x 1024, in lockstep and PyTorch: the lease's figures, early
+  # ---- 2. GPT-2 124M at 1024 tokens a sequence, in lockstep and in PyTorch eager and compiled:
+  # the lease's figures, early. First the GPU's ceilings as PyTorch reaches them (an 8192^3 bf16
+  # product, a device copy), against which the summary gives each run's MFU.
+  if ((HAVE_GPU)) && [ -n "$torch_v" ] && { wants gpt || wants torch-gpt; }; then
+    run_step peak 30 python3 bench/gpu_peak.py
+    grep '^{' "$W/logs/peak.log" >"$W/logs/peak.json" 2>/dev/null
+    record peak "$(status_of)" "$DUR" "$(why "$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(f"bf16 {d[\"bf16_matmul_tflops\"]:.0f} TFLOP/s, copy {d[\"copy_tb_per_s\"]:.2f} TB/s")' "$W/logs/peak.json" 2>/dev/null)" peak)"
+  fi
   if bundle_only gpt; then
-    local gpt_precs="" p
-    [[ $(lockstep-bench --help 2>&1 | grep -A1 '^  gpt ') == *--precision* ]] && gpt_precs="fp32 bf16"
+    local spec p b rc name
     if ((HAVE_GPU)); then
-      for p in ${gpt_precs:-fp32}; do
-        run_step "gpt-$p" 45 lockstep-bench gpt --model=gpt2-124m --device=cuda:0 --batch=8 --seq=1024 \
-          --vocab=50257 --steps=3 --reps=3 ${gpt_precs:+--precision=$p} --out="$W/logs/gpt-$p.json"
-        record "gpt-$p" "$(status_of)" "$DUR" "$(why "lockstep gpt2-124m ${gpt_precs:+$p}${gpt_precs:-(no --precision flag: default precision)}" "gpt-$p")"
+      # precision:batch[:recompute]; block recompute's memory beside none's at batch 8
+      for spec in bf16:8 bf16:16 fp32:8 bf16:8:block; do
+        IFS=: read -r p b rc <<<"$spec"
+        name=gpt-$p-b$b${rc:+-$rc}
+        run_step "$name" 45 lockstep-bench gpt --model=gpt2-124m --device=cuda:0 --batch="$b" \
+          --seq=1024 --vocab=50257 --steps=3 --reps=3 --precision="$p" ${rc:+--recompute=$rc} \
+          --out="$W/logs/$name.json"
+        record "$name" "$(status_of)" "$DUR" "$(why "$(gpt_figures "$W/logs/$name.json")" "$name")"
       done
     else
       run_step gpt-fp32 45 lockstep-bench gpt --model=gpt-mini --device=cpu --batch=2 --seq=64 \
         --vocab=256 --threads="$(nproc)" --steps=1 --reps=3 --out="$W/logs/gpt-fp32.json"
-      record gpt-fp32 "$(status_of)" "$DUR" "$(why "lockstep gpt-mini on the CPU (no GPU)" gpt-fp32)"
+      record gpt-fp32 "$(status_of)" "$DUR" "$(why "lockstep gpt-mini on the CPU (no GPU): $(gpt_figures "$W/logs/gpt-fp32.json")" gpt-fp32)"
     fi
   fi
   if [ -z "$torch_v" ]; then
     skip torch-gpt "python3 has no torch"
   elif asked torch-gpt && gpu_only torch-gpt; then
-    for p in bf16 fp32; do
-      run_step "torch-gpt-$p" 45 python3 bench/gpt_torch.py --model=gpt2-124m --batch=8 --seq=1024 \
-        --device=cuda --dtype="$p" --steps=3 --reps=3
-      grep '^{' "$W/logs/torch-gpt-$p.log" >"$W/logs/torch-gpt-$p.json" 2>/dev/null
-      record "torch-gpt-$p" "$(status_of)" "$DUR" "$(why "PyTorch $torch_v gpt2-124m $p" "torch-gpt-$p")"
+    local mode limit flags
+    # mode:precision:batch; torch.compile's warm-up step compiles (its time is compile_s)
+    for spec in eager:bf16:8 compile:bf16:8 eager:bf16:16 compile:bf16:16 eager:fp32:8; do
+      IFS=: read -r mode p b <<<"$spec"
+      name=torch-gpt-$mode-$p-b$b limit=45 flags=()
+      [ "$mode" = compile ] && limit=150 flags=(--compile)
+      run_step "$name" $limit python3 bench/gpt_torch.py --model=gpt2-124m --batch="$b" \
+        --seq=1024 --device=cuda --dtype="$p" --steps=3 --reps=3 "${flags[@]}"
+      grep '^{' "$W/logs/$name.log" >"$W/logs/$name.json" 2>/dev/null
+      record "$name" "$(status_of)" "$DUR" "$(why "PyTorch $torch_v: $(gpt_figures "$W/logs/$name.json")" "$name")"
     done
   fi
 
@@ -549,6 +568,18 @@ for s in d["testsuites"]:
 print("FAIL" if "FAIL" in got or not got else "SKIP" if "SKIP" in got else "ok")
 EOF
 }
+gpt_figures() {  # a GPT benchmark's JSON (lockstep-bench gpt or gpt_torch.py) -> one line
+  python3 - "$1" <<'PY' 2>/dev/null || echo "no figures"
+import json, sys
+d = json.load(open(sys.argv[1]))
+peak = d.get("peak_bytes", d.get("peak_memory_bytes"))
+out = f"{d['step_ms']:.2f} ms/step, {d['tokens_per_s']:.0f} tokens/s"
+if peak: out += f", peak memory {peak / 2**30:.2f} GiB"
+if d.get("activation_peak_bytes"): out += f" (activations {d['activation_peak_bytes'] / 2**30:.2f})"
+if d.get("compile_s"): out += f", compile {d['compile_s']:.0f} s"
+print(out)
+PY
+}
 smoke_figures() {  # metrics JSONL -> "loss A -> B, N samples/s"; fails without a finite final loss
   python3 - "$1" <<'PY' 2>&1
 import json, math, sys
@@ -654,7 +685,8 @@ for p in sorted(glob.glob(os.path.join(w, "logs", "gpu-step*.json"))):
     if d: bench["lockstep_gpu_step"] += [dict(r, precision=d.get("precision")) for r in d["results"]]
 for p in sorted(glob.glob(os.path.join(w, "logs", "*gpt-*.json"))):
     d = load(p) or (jsonl(p) or [None])[0]
-    if d: bench["gpt"][os.path.basename(p)[:-5]] = {k: d.get(k) for k in ("step_ms", "tokens_per_s", "gflops", "precision_info", "peak_memory_bytes", "config") if k in d}
+    if d: bench["gpt"][os.path.basename(p)[:-5]] = {k: d.get(k) for k in ("step_ms", "tokens_per_s", "gflops", "train_gflop_per_step", "precision_info", "peak_bytes", "activation_peak_bytes", "peak_memory_bytes", "compile_s", "torch", "config") if k in d}
+bench["peak"] = load(os.path.join(w, "logs", "peak.json"))
 dp = load(os.path.join(w, "dp-vs-ddp", "summary.json"))
 import datetime
 doc = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "dry_run": dry == "1",
@@ -702,9 +734,39 @@ for r in bench["lockstep_gpu_step"]:
 for r in bench["torch_step"]:
     side.append((r["model"], r["precision"], 1, f"{'torch ' + r['torch'].split('+')[0] + ' step ' + r['model'].split('-')[0]:34} {r['precision']:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}"))
 L += [x[3] for x in sorted(side)]
+# GPT-2: tokens/s, MFU against the bf16 product PyTorch reached here (the same FLOP count for
+# both: lockstep's, 3 x the forward's multiply-adds with attention over the causal prefix), peak
+# memory, and lockstep against PyTorch at the same precision and batch.
+pk = (bench.get("peak") or {}).get("bf16_matmul_tflops")
+if bench.get("peak"):
+    L.append("")
+    L.append(f"GPU ceilings (PyTorch): bf16 product {pk:.0f} TFLOP/s, copy {bench['peak']['copy_tb_per_s']:.2f} TB/s")
+per_token = {}
 for k, g in bench["gpt"].items():
     c = g.get("config", {})
-    L.append(f"{k + ' ' + str(c.get('model', '')):34} {k.split('-')[-1]:9} {str(c.get('batch', '')):>6} {g.get('step_ms', 0):9.2f} {g.get('tokens_per_s', 0):11.0f}  tokens/s; {g.get('precision_info', '')}")
+    if g.get("train_gflop_per_step") and c.get("batch") and c.get("seq"):
+        per_token[(c.get("model"), c["seq"])] = g["train_gflop_per_step"] * 1e9 / (c["batch"] * c["seq"])
+def prec(g):
+    c = g.get("config", {})
+    return c.get("precision") or c.get("dtype") or ""
+if bench["gpt"]:
+    L.append("")
+    L.append(f"{'GPT run':34} {'precision':9} {'batch':>6} {'ms/step':>9} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>9}  vs PyTorch eager / compiled")
+for k, g in bench["gpt"].items():
+    c = g.get("config", {})
+    ft = per_token.get((c.get("model"), c.get("seq")))
+    mfu = f"{g['tokens_per_s'] * ft / (pk * 1e12):6.1%}" if ft and pk and g.get("tokens_per_s") else f"{'':>6}"
+    peak = g.get("peak_bytes") or g.get("peak_memory_bytes")
+    note = ""
+    if not k.startswith("torch"):
+        for mode in ("eager", "compile"):
+            t = next((t for n, t in bench["gpt"].items() if n.startswith("torch-gpt-" + mode)
+                      and prec(t) == prec(g) and t.get("config", {}).get("batch") == c.get("batch")), None)
+            note += (" / " if note else "") + (f"{g['tokens_per_s'] / t['tokens_per_s']:.2f}x" if t and t.get("tokens_per_s") else "-")
+        if c.get("recompute") and c.get("recompute") != "none": note += f" (recompute {c['recompute']})"
+    else:
+        note = "torch " + str(g.get("torch", "")) + (f", compile {g['compile_s']:.0f} s" if g.get("compile_s") else "")
+    L.append(f"{k:34} {prec(g):9} {str(c.get('batch', '')):>6} {g.get('step_ms', 0):9.2f} {g.get('tokens_per_s', 0):11.0f} {mfu} {(peak or 0) / 2**30:9.2f}  {note}")
 text = "\n".join(L) + "\n"
 open(os.path.join(out, "summary.txt"), "w").write(text)
 print("\n================================ lockstep gpu-check summary ================================")

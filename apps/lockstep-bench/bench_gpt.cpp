@@ -6,7 +6,8 @@
 // does the same), so a whole training step is timed. --precision=fp32|tf32|bf16 sets the
 // Context's GEMM/attention precision (ops/precision.hpp). --recompute=none|gelu|block sets the
 // blocks' activation recompute (train.recompute).
-// Memory: activation_peak_bytes is the device allocator's peak over the warm-up and timed steps
+// Memory, from the device allocator over the warm-up and timed steps: peak_bytes is its peak
+// (every tensor: the figure PyTorch's max_memory_allocated gives); activation_peak_bytes is that
 // less what it held before the first step (parameters, gradients, inputs, optimizer state), so it
 // counts every activation, the loss's buffers and the reused buffers; held_between_steps_bytes is
 // what stays allocated after the steps (the reused buffers).
@@ -197,7 +198,8 @@ int run(const Args& args) {
   json << "],\n \"step_ms\": " << step_s * 1e3 << ", \"tokens_per_s\": " << tokens / step_s
        << ", \"train_gflop_per_step\": " << train_flops * 1e-9
        << ", \"gflops\": " << train_flops / step_s * 1e-9 << ", \"loss\": " << last_loss
-       << ",\n \"activation_peak_bytes\": " << activation_peak
+       << ",\n \"peak_bytes\": " << before_steps + activation_peak
+       << ", \"activation_peak_bytes\": " << activation_peak
        << ", \"held_between_steps_bytes\": " << held_between_steps << ",\n \"phases_ms\": {";
   double phase_total = 0.0;
   for (std::size_t i = 0; i < phases.size(); ++i) {
