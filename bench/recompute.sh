@@ -71,7 +71,7 @@ for key in models:
     for m in ("none", "gelu", "block"):
         blocks = (peak[m] - loss_bytes) / (peak["none"] - loss_bytes) if peak["none"] > loss_bytes else float("nan")
         print(f"{model:<12} {f'{b} x {t}':>11} {v:>6} {m:<6} {ms[m]:>9.2f} {ms[m] / ms['none']:>6.2f}x "
-              f"{peak[m] / 2**20:>13.1f} {peak[m] / peak['none']:>7.0%} {blocks:>7.0%} "
+              f"{peak[m] / 2**20:>13.1f} {peak[m] / peak['none']:>7.1%} {blocks:>7.1%} "
               f"{loss_bytes / 2**20:>9.1f} {', '.join(f'{l:.6g}' for l in sorted(losses[m])):>9}")
     if len(losses["none"] | losses["gelu"] | losses["block"]) != 1:
         print(f"  {model}: the modes' losses differ: recompute changed the arithmetic")

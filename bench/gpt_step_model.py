@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""A gpt2-124m training step on one GPU, kernel by kernel, as lockstep's CUDA path runs it today
+(train.precision = bf16: bf16 GEMM inputs, f32 activations between layers, the own fp32
+attention kernels, the f32 [B*T, V] loss buffers): each kernel's FLOPs and bytes, and the time
+it needs at the ceilings below. A prediction by counting, to hold against the first measured
+run (bench/gpu-check.sh, lockstep-bench gpt --device=cuda:0): not a measurement.
+
+Ceilings (H200). Two are readings PyTorch gave on the H200 machines this project may be lent
+(not yet measured by lockstep): an 8192^3 bf16 matrix product at about 790 TFLOP/s and a
+device-to-device copy at about 4.3 TB/s. Assumed from them: bf16 GEMMs at 600 TFLOP/s (K = 768
+is short), 300 where V = 50257 leaves the LM head's operands misaligned; memory-bound kernels at
+3.5 TB/s; the fp32 attention at 25 TFLOP/s (37% of the 67 TFLOP/s fp32 peak,
+usual for a hand-written flash kernel on CUDA cores); sum_rows limited by its grid (cols / 32
+blocks of 256 threads on 132 SMs, at half the bandwidth per SM).
+
+Usage: python3 bench/gpt_step_model.py [--batch=8] [--seq=1024]   prints a Markdown table.
+"""
+import argparse
+
+p = argparse.ArgumentParser()
+p.add_argument("--batch", type=int, default=8)
+p.add_argument("--seq", type=int, default=1024)
+a = p.parse_args()
+B, T, C, L, V, H = a.batch, a.seq, 768, 12, 50257, 12
+N, d = B * T, C // H
+P = 124_439_808  # parameters (the tied table counted once)
+F4, B2 = 4, 2
+GEMM, GEMM_MISALIGNED, BW, ATT, PEAK = 600e12, 300e12, 3.5e12, 25e12, 790e12
+rows = []  # name, launches per step, FLOPs each, bytes each, kind
+
+
+def gemm(name, m, n, k, count, misaligned=False):
+    rows.append((name, count, 2 * m * n * k, (m * k + k * n) * B2 + m * n * F4,
+                 "gemm_mis" if misaligned else "gemm"))
+
+
+def mem(name, nbytes, count, kind="mem"):
+    rows.append((name, count, 0, nbytes, kind))
+
+
+linear_in = [C, C, C, 4 * C]    # inputs of c_attn, attn c_proj, c_fc, mlp c_proj
+linear_out = [3 * C, C, 4 * C, C]
+mean_in, mean_out = sum(linear_in) / 4, sum(linear_out) / 4
+att_flops = 4 * B * H * (T * (T + 1) / 2) * d  # q.k and p.v over the causal prefix
+# forward, per block
+mem("layernorm forward (ln_1, ln_2)", 2 * N * C * F4 + 2 * N * F4, 2 * L)
+mem("cast of a linear's input to bf16", N * mean_in * (F4 + B2), 4 * L)
+mem("cast of a weight to bf16 (forward and dX GEMMs)", 3 * C * C * (F4 + B2), 8 * L)
+for name, k, n in [("c_attn", C, 3 * C), ("attn c_proj", C, C), ("c_fc", C, 4 * C),
+                   ("mlp c_proj", 4 * C, C)]:
+    gemm(f"GEMM forward, {name} [N,{k}]x[{k},{n}]", N, n, k, L)
+mem("bias add", 2 * N * mean_out * F4, 4 * L)
+rows.append(("attention forward (own fp32 flash kernel)", L, att_flops,
+             (N * 3 * C + N * C) * F4 + B * H * T * F4, "att"))
+mem("residual add", 3 * N * C * F4, 2 * L)
+mem("GELU forward", 2 * N * 4 * C * F4, L)
+# backward, per block
+for name, k, n in [("c_attn", C, 3 * C), ("attn c_proj", C, C), ("c_fc", C, 4 * C),
+                   ("mlp c_proj", 4 * C, C)]:
+    gemm(f"GEMM backward dX and dW, {name}", N, n, k, 2 * L)
+mem("cast of a linear's dy to bf16", N * mean_out * (F4 + B2), 4 * L)
+rows.append(("bias gradient, sum_rows", 4 * L, 0, N * mean_out * F4, "sum_rows"))
+rows.append(("attention backward (own fp32 kernels; P recomputed)", L, 2.5 * att_flops,
+             (N * 3 * C * 2 + N * C * 2) * F4, "att"))
+mem("GELU backward", 3 * N * 4 * C * F4, L)
+mem("layernorm backward dX + residual", 4 * N * C * F4, 2 * L)
+mem("layernorm parameter partials and their sum", 2 * N * C * F4, 2 * L)
+# embedding, head, loss, optimizer
+mem("embedding forward (wte and wpe gather)", 3 * N * C * F4, 1)
+mem("final layernorm forward and backward", 6 * N * C * F4, 1)
+mem("casts for the LM head (ln_f output; wte twice)", N * C * (F4 + B2) + 2 * V * C * (F4 + B2), 1)
+gemm("GEMM LM head forward [N,768]x[768,50257] (misaligned)", N, V, C, 1, misaligned=True)
+mem("softmax cross-entropy forward (logits -> probabilities, loss)", 2 * N * V * F4, 1)
+mem("softmax cross-entropy backward (probabilities -> dlogits)", 2 * N * V * F4, 1)
+mem("cast of dlogits to bf16", N * V * (F4 + B2), 1)
+gemm("GEMM LM head backward dX and dW (misaligned)", N, V, C, 2, misaligned=True)
+mem("embedding backward (token scatter, position gradients)", 3 * N * C * F4, 1)
+mem("zero_grad (one fill of the flat gradients)", P * F4, 1)
+mem("gradient sum of squares (the deferred check)", P * F4, 1)
+mem("fused AdamW (p, g, m, v read; p, m, v written)", 7 * P * F4, 1)
+
+total_t = total_f = total_b = 0.0
+print("| kernel | launches | GFLOP | GB moved | predicted ms |")
+print("|---|---:|---:|---:|---:|")
+for name, count, flops, nbytes, kind in rows:
+    if kind == "gemm":
+        t = max(flops / GEMM, nbytes / BW)
+    elif kind == "gemm_mis":
+        t = max(flops / GEMM_MISALIGNED, nbytes / BW)
+    elif kind == "att":
+        t = max(flops / ATT, nbytes / BW)
+    elif kind == "sum_rows":
+        t = nbytes / (BW * 0.5 * min(1.0, mean_out / 32 / 132))
+    else:
+        t = nbytes / BW
+    total_t += t * count
+    total_f += flops * count
+    total_b += nbytes * count
+    print(f"| {name} | {count} | {flops * count / 1e9:.0f} | {nbytes * count / 1e9:.2f} | "
+          f"{t * count * 1e3:.2f} |")
+print(f"| **step** | | **{total_f / 1e9:.0f}** | **{total_b / 1e9:.1f}** | **{total_t * 1e3:.1f}** |")
+print(f"\nB = {B}, T = {T}: {N / total_t:,.0f} tokens/s, MFU {total_f / (total_t * PEAK):.1%} of "
+      f"the measured {PEAK / 1e12:.0f} TFLOP/s bf16 peak")
