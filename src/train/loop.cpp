@@ -104,6 +104,8 @@ class Checkpoints {
     run_.comm.allreduce(flags, comm::ReduceOp::Max);
     const bool due =
         flags[1] != 0 || (c.checkpoint_every_steps > 0 && step % c.checkpoint_every_steps == 0);
+    // A rank that stops on another rank's signal may receive its own copy only later.
+    if (flags[0] != 0) stop_->record(static_cast<int>(flags[0]));
     if (flags[0] != 0 || (due && step < run_.plan.total_steps))
       save(result, /*last=*/flags[0] != 0);
     return static_cast<int>(flags[0]);

@@ -65,6 +65,11 @@ StopRequest::~StopRequest() {
   g_installed.store(false);
 }
 
+void StopRequest::record(int signal) {
+  int expected = 0;
+  g_signal.compare_exchange_strong(expected, signal);
+}
+
 int StopRequest::requested() const {
   return g_signal.load(std::memory_order_relaxed);
 }

@@ -95,6 +95,30 @@ TEST(StopRequest, AfterAStopARepeatedSignalNoLongerEndsTheProcess) {
   EXPECT_EQ(seen.sa_handler, SIG_DFL) << "without a stop, the default is restored";
 }
 
+// Every rank stops at the step where any rank saw the signal; mpirun forwards SIGUSR1 to each rank
+// in turn, so a rank may stop on another's signal and get its own copy after its StopRequest is
+// gone. Seen in CI under load: that rank died of SIGUSR1 (status 138) instead of exiting with 3.
+TEST(StopRequest, AStopOnAnotherRanksSignalIgnoresThisRanksLateCopy) {
+  struct sigaction dfl = {}, seen = {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &dfl, nullptr), 0);
+  ASSERT_EQ(sigaction(SIGTERM, &dfl, nullptr), 0);
+  {
+    StopRequest stop;
+    ASSERT_EQ(stop.requested(), 0);
+    stop.record(SIGUSR1);  // the combined flag says: stop on SIGUSR1
+    EXPECT_EQ(stop.requested(), SIGUSR1);
+    stop.record(SIGTERM);  // the first one stays
+    EXPECT_EQ(stop.requested(), SIGUSR1);
+  }
+  ASSERT_EQ(sigaction(SIGUSR1, nullptr, &seen), 0);
+  EXPECT_EQ(seen.sa_handler, SIG_IGN);
+  ASSERT_EQ(std::raise(SIGUSR1), 0);  // the late copy: without record() it ends the test binary
+  ASSERT_EQ(sigaction(SIGUSR1, &dfl, nullptr), 0);
+  ASSERT_EQ(sigaction(SIGTERM, &dfl, nullptr), 0);
+}
+
 TEST(StopRequest, OnlyOneMayBeInstalled) {
   StopRequest first;
   EXPECT_THROW(StopRequest second, Error);

@@ -37,6 +37,11 @@ class StopRequest {
 
   // The first signal received (SIGTERM or SIGUSR1), or 0.
   int requested() const;
+  // The run stops on `signal`, received here or on another rank (the loop combines the ranks'
+  // flags): from now on it counts as received here, so that when the signal reaches this rank
+  // late (mpirun forwards it to each rank in turn) it is ignored after the destructor as a
+  // repeated one is, rather than ending the process with the signal's default action.
+  void record(int signal);
   // "SIGTERM", "SIGUSR1", or "" when none.
   const char* name() const { return signal_name(requested()); }
   static const char* signal_name(int signal);
