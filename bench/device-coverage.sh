@@ -24,7 +24,7 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
 fi
 cmake --build "$BUILD" -j "$(nproc)" >/dev/null
 
-# collect NAME: runs gcov over the train, dist and comm objects into $BUILD/coverage-NAME.json.
+# collect NAME: runs gcov over the train, parallel and comm objects into $BUILD/coverage-NAME.json.
 collect() {
   python3 "$ROOT/bench/device_coverage.py" collect "$BUILD" "$ROOT" "$BUILD/coverage-$1.json"
 }

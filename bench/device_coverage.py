@@ -1,4 +1,4 @@
-"""Helper of bench/device-coverage.sh: gcov's per-line counts of src/{train,dist,comm}, and the
+"""Helper of bench/device-coverage.sh: gcov's per-line counts of src/{train,parallel,comm}, and the
 share of device-only lines that the suite executes (see the script's header for the definition).
   device_coverage.py collect BUILD ROOT OUT.json
   device_coverage.py report A.json B.json OUT.json
@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-LAYERS = ("train", "dist", "comm")
+LAYERS = ("train", "parallel", "comm")  # src/dist became src/parallel (issue 32)
 
 
 def collect(build, root, out):
@@ -19,6 +19,8 @@ def collect(build, root, out):
     for layer in LAYERS:
         gcdas = glob.glob(os.path.join(build, "CMakeFiles", f"lockstep_{layer}.dir", "**", "*.gcda"),
                           recursive=True)
+        if not gcdas:  # a renamed layer must not drop out of the figure unnoticed
+            sys.exit(f"device_coverage.py: no gcov data for src/{layer} (lockstep_{layer}.dir) in {build}")
         with tempfile.TemporaryDirectory() as tmp:
             for gcda in gcdas:
                 subprocess.run(["gcov", "--json-format", "-o", os.path.dirname(gcda), gcda],
