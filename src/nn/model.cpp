@@ -237,4 +237,18 @@ void Model::set_dropout_calls(std::uint64_t calls) {
   }
 }
 
+namespace {
+void for_each_module_in(Module& m, const std::function<void(Module&)>& fn) {
+  fn(m);
+  if (auto* seq = dynamic_cast<Sequential*>(&m))
+    for (std::size_t k = 0; k < seq->size(); ++k)
+      for_each_module_in(seq->at(k), fn);
+}
+}  // namespace
+
+void for_each_module(Model& model, const std::function<void(Module&)>& fn) {
+  for (std::size_t k = 0; k < model.num_layers(); ++k)
+    for_each_module_in(model.layer(k), fn);
+}
+
 }  // namespace lockstep::nn

@@ -146,27 +146,14 @@ std::string Bottleneck::describe() const {
              ")");
 }
 
-namespace {
-
-std::int64_t zero_init_residual(Module& m) {
-  if (auto* block = dynamic_cast<ResidualBlock*>(&m)) {
-    init_constant(block->last_bn().weight().value, 0.0f);
-    return 1;
-  }
-  std::int64_t blocks = 0;
-  if (auto* seq = dynamic_cast<Sequential*>(&m)) {
-    for (std::size_t k = 0; k < seq->size(); ++k)
-      blocks += zero_init_residual(seq->at(k));
-  }
-  return blocks;
-}
-
-}  // namespace
-
 std::int64_t zero_init_residual(Model& model) {
   std::int64_t blocks = 0;
-  for (std::size_t k = 0; k < model.num_layers(); ++k)
-    blocks += zero_init_residual(model.layer(k));
+  for_each_module(model, [&](Module& m) {
+    if (auto* block = dynamic_cast<ResidualBlock*>(&m)) {
+      init_constant(block->last_bn().weight().value, 0.0f);
+      ++blocks;
+    }
+  });
   return blocks;
 }
 

@@ -1,7 +1,6 @@
 #include "lockstep/nn/transformer.hpp"
 
 #include "buffers.hpp"
-#include "lockstep/nn/sequential.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::nn {
@@ -84,36 +83,14 @@ Recompute recompute_from_name(const std::string& name) {
   LOCKSTEP_FAIL("recompute must be none, gelu or block, got '", name, "'");
 }
 
-const char* recompute_name(Recompute mode) {
-  switch (mode) {
-    case Recompute::None:
-      return "none";
-    case Recompute::Gelu:
-      return "gelu";
-    case Recompute::Block:
-      return "block";
-  }
-  return "?";
-}
-
-namespace {
-std::int64_t set_recompute_in(Module& m, Recompute mode) {
-  if (auto* block = dynamic_cast<TransformerBlock*>(&m)) {
-    block->set_recompute(mode);
-    return 1;
-  }
-  std::int64_t blocks = 0;
-  if (auto* seq = dynamic_cast<Sequential*>(&m))
-    for (std::size_t k = 0; k < seq->size(); ++k)
-      blocks += set_recompute_in(seq->at(k), mode);
-  return blocks;
-}
-}  // namespace
-
 std::int64_t set_recompute(Model& model, Recompute mode) {
   std::int64_t blocks = 0;
-  for (std::size_t k = 0; k < model.num_layers(); ++k)
-    blocks += set_recompute_in(model.layer(k), mode);
+  for_each_module(model, [&](Module& m) {
+    if (auto* block = dynamic_cast<TransformerBlock*>(&m)) {
+      block->set_recompute(mode);
+      ++blocks;
+    }
+  });
   return blocks;
 }
 

@@ -28,20 +28,7 @@ using ops::kBf16UnitRoundoff;
 
 namespace {
 
-// Why bf16 cannot run here, or "" when it can.
-std::string bf16_unavailable() {
-  try {
-    ops::Context ctx;
-    ctx.set_precision(ops::Precision::BF16);
-    return "";
-  } catch (const Error& e) {
-    return e.what();
-  }
-}
-
-#define SKIP_WITHOUT_BF16()                               \
-  if (std::string why = bf16_unavailable(); !why.empty()) \
-  GTEST_SKIP() << "this CPU cannot run bf16 (the policy refuses it): " << why
+#define SKIP_WITHOUT_BF16() LOCKSTEP_SKIP_WITHOUT_BF16()
 
 std::unique_ptr<ops::Context> bf16_context(int threads) {
   auto ctx = std::make_unique<ops::Context>(Device::cpu(), threads);

@@ -22,7 +22,23 @@
 #include "lockstep/core/tensor.hpp"
 #include "lockstep/ops/ops.hpp"
 
+// Skips the calling test, with the reason, where this CPU cannot run bf16.
+#define LOCKSTEP_SKIP_WITHOUT_BF16()                                           \
+  if (std::string why = ::lockstep::testing::bf16_unavailable(); !why.empty()) \
+  GTEST_SKIP() << "this CPU cannot run bf16 (the policy refuses it): " << why
+
 namespace lockstep::testing {
+
+// Why bf16 cannot run on this CPU (the precision policy refuses it), or "" when it can.
+inline std::string bf16_unavailable() {
+  try {
+    ops::Context ctx;
+    ctx.set_precision(ops::Precision::BF16);
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
 
 inline constexpr double kF32UnitRoundoff = 1.0 / 16777216.0;  // 2^-24
 

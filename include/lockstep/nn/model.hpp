@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,5 +105,10 @@ class Model {
   GradReadyFn grad_ready_;
   bool training_ = true;
 };
+
+// Calls fn on every module of the model, depth first: each layer, and the modules inside a
+// Sequential (a composed model nests them). The whole-model settings use it
+// (zero_init_residual, set_recompute).
+void for_each_module(Model& model, const std::function<void(Module&)>& fn);
 
 }  // namespace lockstep::nn

@@ -22,7 +22,6 @@ namespace lockstep::nn {
 // gradients are bitwise those of none.
 enum class Recompute { None, Gelu, Block };
 Recompute recompute_from_name(const std::string& name);  // throws naming the choices
-const char* recompute_name(Recompute mode);
 
 class TransformerBlock final : public Module {
  public:
