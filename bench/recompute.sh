@@ -4,9 +4,10 @@
 # steps in one process per mode and reports the allocator's activation peak (every activation,
 # the loss's buffers and the layers' reused buffers; parameters and gradients excluded) and the
 # step time; the three modes of a model are interleaved REPS times (load drifts alike), and the
-# figures are medians. The loss's own buffers (logits, probabilities, dlogits: three [B*T, V] f32
-# tensors until the chunked loss exists) do not depend on the mode, so the blocks' share is given
-# too: (mode - loss buffers) / (none - loss buffers), with loss buffers = 3 x B x T x V x 4 bytes.
+# figures are medians. The loss's buffer (the logits, which the loss overwrites with the softmax
+# and then dlogits: one [B*T, V] f32 tensor until the chunked loss exists) does not depend on the
+# mode, so the blocks' share is given too: (mode - loss buffer) / (none - loss buffer), with the
+# loss buffer = B x T x V x 4 bytes.
 # Target (issue 26): block <= 40% of none.
 #   bench/recompute.sh                             gpt-mini (batch 8 x 256, vocab 256) and
 #                                                  gpt2-124m (batch 1 x 1024, vocab 50257)
@@ -64,7 +65,7 @@ for key in models:
                                     r["config"]["vocab"]) == key and r["config"]["recompute"] == m]
             for m in ("none", "gelu", "block")}
     model, b, t, v = key
-    loss_bytes = 3 * b * t * v * 4
+    loss_bytes = b * t * v * 4  # the logits, in which the loss works (Logits::Overwrite)
     ms = {m: statistics.median(x["step_ms"] for x in rows[m]) for m in rows}
     peak = {m: statistics.median(x["activation_peak_bytes"] for x in rows[m]) for m in rows}
     losses = {m: {x["loss"] for x in rows[m]} for m in rows}
@@ -76,6 +77,6 @@ for key in models:
     if len(losses["none"] | losses["gelu"] | losses["block"]) != 1:
         print(f"  {model}: the modes' losses differ: recompute changed the arithmetic")
 print("'of none': the activation peak against recompute = none; 'blocks': the same less the loss's "
-      "three [B*T, V] f32 buffers, which recompute does not touch. The loss column is the last "
+      "[B*T, V] f32 buffer, which recompute does not touch. The loss column is the last "
       "step's loss of every run: one value per model when the modes compute the same.")
 EOF

@@ -98,7 +98,8 @@ int run(const Args& args) {
     for (std::size_t k = 0; k < model.num_layers(); ++k)
       if (auto* block = dynamic_cast<nn::TransformerBlock*>(&model.layer(k)))
         block->attention().set_kernel(ops::AttentionKernel::Naive);
-  nn::SoftmaxCrossEntropy loss;
+  // As the trainer's engines: the loss works in the logits' buffer.
+  nn::SoftmaxCrossEntropy loss = nn::SoftmaxCrossEntropy::for_training(model);
   // Inputs live on the device for the whole run: the benchmark is the model, not the loader.
   Tensor x = random_tokens({batch, seq}, vocab, 1).to(device);
   Tensor y = random_tokens({batch * seq}, vocab, 2).to(device);

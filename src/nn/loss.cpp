@@ -1,20 +1,29 @@
 #include "lockstep/nn/loss.hpp"
 
 #include "buffers.hpp"
+#include "lockstep/nn/model.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::nn {
 
-SoftmaxCrossEntropy::SoftmaxCrossEntropy(float label_smoothing)
-    : label_smoothing_(label_smoothing) {
+SoftmaxCrossEntropy::SoftmaxCrossEntropy(float label_smoothing, Logits logits)
+    : label_smoothing_(label_smoothing), logits_(logits) {
   LOCKSTEP_CHECK(label_smoothing >= 0.0f && label_smoothing < 1.0f,
                  "softmax cross-entropy: label_smoothing must be in [0, 1), got ", label_smoothing);
+}
+
+SoftmaxCrossEntropy SoftmaxCrossEntropy::for_training(const Model& model, float label_smoothing) {
+  return SoftmaxCrossEntropy(label_smoothing,
+                             model.logits_overwritable() ? Logits::Overwrite : Logits::Keep);
 }
 
 Tensor SoftmaxCrossEntropy::forward(ops::Context& ctx, const Tensor& logits, const Tensor& labels) {
   LOCKSTEP_CHECK(logits.ndim() == 2, "softmax cross-entropy expects logits [N, C], got ",
                  logits.describe());
-  Tensor& probs = detail::reuse_buffer(probs_, logits.shape(), logits.device());
+  if (logits_ == Logits::Overwrite) probs_ = logits;  // the op allows probs == logits (ops.hpp)
+  Tensor& probs = logits_ == Logits::Overwrite
+                      ? probs_
+                      : detail::reuse_buffer(probs_, logits.shape(), logits.device());
   Tensor& loss = detail::reuse_buffer(loss_, {1}, logits.device());
   ops::softmax_xent_forward(ctx, logits, labels, probs, loss, label_smoothing_);
   labels_ = labels;
@@ -26,6 +35,13 @@ Tensor SoftmaxCrossEntropy::backward(ops::Context& ctx, float scale) {
   LOCKSTEP_CHECK_HINT(have_forward_, "call forward before each backward",
                       "softmax cross-entropy: backward without forward");
   have_forward_ = false;
+  if (logits_ == Logits::Overwrite) {
+    Tensor d = std::move(probs_);  // dlogits over the softmax (the op allows it), handed on
+    probs_ = Tensor();
+    ops::softmax_xent_backward(ctx, d, labels_, scale, d, label_smoothing_);
+    labels_ = Tensor();
+    return d;
+  }
   Tensor& dlogits = detail::reuse_buffer(dlogits_, probs_.shape(), probs_.device());
   ops::softmax_xent_backward(ctx, probs_, labels_, scale, dlogits, label_smoothing_);
   labels_ = Tensor();

@@ -88,6 +88,10 @@ double Sequential::forward_flops(const Shape& input) const {
   return flops;
 }
 
+bool Sequential::output_overwritable() const {
+  return !children_.empty() && children_.back()->output_overwritable();
+}
+
 std::unique_ptr<Module> Sequential::clone_structure(Device device) const {
   auto copy = std::make_unique<Sequential>();
   for (std::size_t k = 0; k < children_.size(); ++k) {

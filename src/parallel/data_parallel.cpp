@@ -22,7 +22,7 @@ DataParallelEngine::DataParallelEngine(ops::Context& master_ctx, nn::Model& mast
       "DataParallel: ", options_.devices.size(), " devices for ", options_.replicas, " replicas");
   replicas_.resize(static_cast<std::size_t>(options_.replicas));
   for (Replica& r : replicas_)
-    r.loss = nn::SoftmaxCrossEntropy(options_.label_smoothing);
+    r.loss = nn::SoftmaxCrossEntropy::for_training(master_, options_.label_smoothing);
   if (!flat) flat = std::make_shared<optim::FlatParams>(master_.parameters());
   LOCKSTEP_CHECK(flat->parameters() == master_.parameters(),
                  "DataParallel: the flat parameters given are not the master model's");

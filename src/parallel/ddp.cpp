@@ -32,7 +32,7 @@ DdpEngine::DdpEngine(ops::Context& ctx, nn::Model& model, comm::Communicator& co
       model_(model),
       comm_(comm),
       options_(std::move(options)),
-      loss_(options_.label_smoothing) {
+      loss_(nn::SoftmaxCrossEntropy::for_training(model, options_.label_smoothing)) {
   LOCKSTEP_CHECK_HINT(!options_.zero || options_.sync, "set dist.sync = true, or dist.zero = 0",
                       "dist.zero = 1 needs gradient communication, but dist.sync = false");
   const bool zero = options_.zero && comm_.size() > 1;

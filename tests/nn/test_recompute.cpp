@@ -1,6 +1,8 @@
 // Activation recompute (train.recompute = none | gelu | block): the gradients of a GPT are bitwise
 // those without recompute, on the CPU (fp32, and bf16 where the CPU can) and on a device (the
 // emulated GPU everywhere, CUDA where a GPU answers); the memory it exists to save is given back.
+// Also the other memory saving of a GPT step: the loss writing the softmax and dlogits over the
+// logits (SoftmaxCrossEntropy::Logits::Overwrite), bitwise the same, two [N*T, V] buffers fewer.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -42,11 +44,14 @@ struct Outcome {
 
 // Two steps (zero_grad, forward, loss, backward; the second on other tokens) of the model, with
 // an evaluation forward between them, as the trainer does; `device` holds the model and data.
-Outcome two_steps(ops::Context& ctx, Recompute mode) {
+using Logits = SoftmaxCrossEntropy::Logits;
+
+Outcome two_steps(ops::Context& ctx, Recompute mode, Logits logits = Logits::Keep) {
   const Device device = ctx.device();
   Model m = Model::build(kSpec, {kSeq}, kVocab, 31, device);
   EXPECT_EQ(set_recompute(m, mode), 3);
-  SoftmaxCrossEntropy loss;
+  SoftmaxCrossEntropy loss(0.0f, logits);
+  SoftmaxCrossEntropy eval_loss;  // evaluation keeps its logits (it counts correct rows in them)
   Outcome out;
   for (std::uint64_t step = 0; step < 2; ++step) {
     Tensor x = tokens(40 + step).to(device);
@@ -58,7 +63,7 @@ Outcome two_steps(ops::Context& ctx, Recompute mode) {
     m.backward(ctx, loss.backward(ctx, 1.0f / static_cast<float>(kBatch * kSeq)));
     if (step == 0) {  // an evaluation forward, whose caches the next training forward replaces
       m.set_training(false);
-      loss.forward(ctx, m.forward(ctx, tokens(60).to(device)), y);
+      eval_loss.forward(ctx, m.forward(ctx, tokens(60).to(device)), y);
     }
   }
   for (Parameter* p : m.parameters())
@@ -83,11 +88,11 @@ void expect_bitwise(const Outcome& want, const Outcome& got, const std::string& 
 }
 
 // The context's device allocator's peak over two steps, less what it held before them.
-std::size_t activation_peak(ops::Context& ctx, Recompute mode) {
+std::size_t activation_peak(ops::Context& ctx, Recompute mode, Logits logits = Logits::Keep) {
   const Device device = ctx.device();
   Model m = Model::build(kSpec, {kSeq}, kVocab, 31, device);
   set_recompute(m, mode);
-  SoftmaxCrossEntropy loss;
+  SoftmaxCrossEntropy loss(0.0f, logits);
   Tensor x = tokens(40).to(device), y = tokens(50).view({kBatch * kSeq}).to(device);
   ctx.synchronize();
   Allocator& memory = allocator_for(device);
@@ -185,4 +190,79 @@ TEST_P(RecomputeOnDevice, BlockKeepsLessActivationMemoryThanNone) {
   const std::size_t block = activation_peak(dev(), Recompute::Block);
   EXPECT_GT(none, 0u);
   EXPECT_LT(2 * block, none) << "block " << block << ", none " << none << " on " << device().str();
+}
+
+// ---- the loss in the logits' buffer (Logits::Overwrite)
+
+TEST(LossInPlace, GradientsAreBitwiseThoseWithBuffersOfTheirOwn) {
+  ops::Context ctx(Device::cpu(), 2);
+  const Outcome keep = two_steps(ctx, Recompute::None);
+  expect_bitwise(keep, two_steps(ctx, Recompute::None, Logits::Overwrite), "overwrite");
+  expect_bitwise(keep, two_steps(ctx, Recompute::Block, Logits::Overwrite), "overwrite + block");
+  if (lockstep::testing::bf16_unavailable().empty()) {
+    ctx.set_precision(ops::Precision::BF16);
+    expect_bitwise(two_steps(ctx, Recompute::None), two_steps(ctx, Recompute::None, Logits::Overwrite),
+                   "overwrite, bf16");
+  }
+}
+
+TEST(LossInPlace, SavesTheSoftmaxAndDlogitsBuffers) {
+  ops::Context ctx(Device::cpu(), 1);
+  const std::size_t keep = activation_peak(ctx, Recompute::None);
+  const std::size_t overwrite = activation_peak(ctx, Recompute::None, Logits::Overwrite);
+  const std::size_t logits_bytes = kBatch * kSeq * kVocab * sizeof(float);
+  EXPECT_GE(keep - overwrite, 2 * logits_bytes) << "keep " << keep << ", overwrite " << overwrite;
+}
+
+// backward keeps no handle on the buffer it hands on, so the head writes the next step's logits
+// into the same memory: no allocation per step.
+TEST(LossInPlace, TheHeadReusesItsLogitsBufferEveryStep) {
+  ops::Context ctx(Device::cpu(), 1);
+  Model m = Model::build(kSpec, {kSeq}, kVocab, 31);
+  SoftmaxCrossEntropy loss = SoftmaxCrossEntropy::for_training(m);
+  ASSERT_EQ(loss.logits_mode(), Logits::Overwrite);
+  Tensor x = tokens(40), y = tokens(50).view({kBatch * kSeq});
+  const void* first = nullptr;
+  for (int step = 0; step < 3; ++step) {
+    m.zero_grad(ctx);
+    Tensor logits = m.forward(ctx, x);
+    if (step == 0) first = logits.raw_data();
+    EXPECT_EQ(logits.raw_data(), first) << "step " << step;
+    loss.forward(ctx, logits, y);
+    Tensor dlogits = loss.backward(ctx, 1.0f);
+    EXPECT_EQ(dlogits.raw_data(), first) << "dlogits not in the logits' buffer, step " << step;
+    m.backward(ctx, dlogits);
+  }
+}
+
+// Only a last layer whose backward does not read its output lets the loss overwrite it.
+TEST(LossInPlace, OnlyModelsWhoseLastLayerAllowsItOverwriteTheirLogits) {
+  EXPECT_TRUE(Model::build("mlp:16", {8}, 3, 1).logits_overwritable());  // ends in linear
+  EXPECT_TRUE(Model::build(kSpec, {kSeq}, kVocab, 31).logits_overwritable());  // the LM head
+  Sequential relu_last;
+  relu_last.emplace<Linear>(8, 3);
+  relu_last.emplace<ReLU>();  // its backward reads its output
+  Model m(std::move(relu_last), {8}, 3, 1);
+  EXPECT_FALSE(m.logits_overwritable());
+  EXPECT_EQ(SoftmaxCrossEntropy::for_training(m).logits_mode(), Logits::Keep);
+  // Keep leaves the logits as the model made them.
+  ops::Context ctx(Device::cpu(), 1);
+  std::vector<float> xs(16);
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    xs[i] = static_cast<float>(i) / 8.0f - 1.0f;
+  Tensor logits = m.forward(ctx, Tensor::from_vector(xs, {2, 8}));
+  const std::vector<float> before = logits.to_vector<float>();
+  SoftmaxCrossEntropy keep = SoftmaxCrossEntropy::for_training(m);
+  keep.forward(ctx, logits, Tensor::from_vector(std::vector<std::int32_t>{0, 2}, {2}));
+  EXPECT_EQ(logits.to_vector<float>(), before);
+}
+
+TEST_P(RecomputeOnDevice, TheLossInTheLogitsBufferIsBitwiseAndSmaller) {
+  expect_bitwise(two_steps(dev(), Recompute::None),
+                 two_steps(dev(), Recompute::None, Logits::Overwrite),
+                 "overwrite on " + device().str());
+  const std::size_t keep = activation_peak(dev(), Recompute::None);
+  const std::size_t overwrite = activation_peak(dev(), Recompute::None, Logits::Overwrite);
+  EXPECT_GE(keep - overwrite, 2 * kBatch * kSeq * kVocab * sizeof(float))
+      << "keep " << keep << ", overwrite " << overwrite << " on " << device().str();
 }

@@ -21,6 +21,7 @@ class Linear final : public Module {
   void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
   double forward_flops(const Shape& input) const override;
   void release_buffers() override;
+  bool output_overwritable() const override { return true; }  // backward reads x and W only
   // Caches x for backward as forward does (its bf16 copy under the bf16 policy), without the
   // GEMM: an activation recompute gives back the input that drop_input let go.
   void cache_input(ops::Context& ctx, const Tensor& x);

@@ -50,6 +50,10 @@ class Model {
   // parameter first: over one backward the hook sees exactly parameters() in reverse order.
   void backward(ops::Context& ctx, const Tensor& dlogits);
   void set_grad_ready_hook(GradReadyFn fn);
+  // Whether the logits forward returns may be overwritten before backward (the last layer's
+  // Module::output_overwritable): a training step's loss then works in them
+  // (SoftmaxCrossEntropy::Logits::Overwrite).
+  bool logits_overwritable() const { return layers_.output_overwritable(); }
 
   // In forward order; pointers stay valid for the Model's lifetime (also across moves).
   const std::vector<Parameter*>& parameters() const { return parameters_; }

@@ -46,6 +46,8 @@ class Sequential final : public Module {
   // Only the first child's input is this module's input; the others always pass dL/dx on.
   void set_input_grad(bool needed) override;
   double forward_flops(const Shape& input) const override;
+  // The last child's (the output is its output); false when empty.
+  bool output_overwritable() const override;
   // Clones every child; a TiedLmHead is tied to the clone of its Embedding, which must be a
   // child of this Sequential too.
   std::unique_ptr<Module> clone_structure(Device device) const override;

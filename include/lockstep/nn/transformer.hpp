@@ -82,6 +82,7 @@ class TiedLmHead final : public Module {
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
   double forward_flops(const Shape& input) const override;
+  bool output_overwritable() const override { return true; }  // backward reads x and wte only
 
   // The table it reads; a Sequential holding both clones the pair (alone, a head cannot be cloned:
   // the default clone_structure throws).
