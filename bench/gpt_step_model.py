@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A gpt2-124m training step on one GPU, kernel by kernel, as lockstep's CUDA path runs it today
 (train.precision = bf16: bf16 GEMM inputs, f32 activations between layers, the own fp32
-attention kernels, the f32 [B*T, V] loss buffers): each kernel's FLOPs and bytes, and the time
+attention kernels, the f32 [B*T, V] logits the loss works in): each kernel's FLOPs and bytes, and the time
 it needs at the ceilings below. A prediction by counting, to hold against the first measured
 run (bench/gpu-check.sh, lockstep-bench gpt --device=cuda:0): not a measurement.
 
@@ -10,8 +10,9 @@ Ceilings (H200). Two are readings PyTorch gave on the H200 machines this project
 device-to-device copy at about 4.3 TB/s. Assumed from them: bf16 GEMMs at 600 TFLOP/s (K = 768
 is short), 300 where V = 50257 leaves the LM head's operands misaligned; memory-bound kernels at
 3.5 TB/s; the fp32 attention at 25 TFLOP/s (37% of the 67 TFLOP/s fp32 peak,
-usual for a hand-written flash kernel on CUDA cores); sum_rows limited by its grid (cols / 32
-blocks of 256 threads on 132 SMs, at half the bandwidth per SM).
+usual for a hand-written flash kernel on CUDA cores). sum_rows, whose grid was cols / 32 blocks
+(24-96 on 132 SMs: 3.8 ms a step), now also splits the rows into slices of 256 (768-3072 blocks),
+so it is counted as memory-bound like the rest, plus the slices' sums it writes and reads.
 
 Usage: python3 bench/gpt_step_model.py [--batch=8] [--seq=1024]   prints a Markdown table.
 """
@@ -59,7 +60,8 @@ for name, k, n in [("c_attn", C, 3 * C), ("attn c_proj", C, C), ("c_fc", C, 4 * 
                    ("mlp c_proj", 4 * C, C)]:
     gemm(f"GEMM backward dX and dW, {name}", N, n, k, 2 * L)
 mem("cast of a linear's dy to bf16", N * mean_out * (F4 + B2), 4 * L)
-rows.append(("bias gradient, sum_rows", 4 * L, 0, N * mean_out * F4, "sum_rows"))
+mem("bias gradient, sum_rows (slices of 256 rows, then their sum)",
+    N * mean_out * F4 + 2 * (N // 256) * mean_out * F4, 4 * L)
 rows.append(("attention backward (own fp32 kernels; P recomputed)", L, 2.5 * att_flops,
              (N * 3 * C * 2 + N * C * 2) * F4, "att"))
 mem("GELU backward", 3 * N * 4 * C * F4, L)
@@ -89,8 +91,6 @@ for name, count, flops, nbytes, kind in rows:
         t = max(flops / GEMM_MISALIGNED, nbytes / BW)
     elif kind == "att":
         t = max(flops / ATT, nbytes / BW)
-    elif kind == "sum_rows":
-        t = nbytes / (BW * 0.5 * min(1.0, mean_out / 32 / 132))
     else:
         t = nbytes / BW
     total_t += t * count

@@ -5,8 +5,9 @@
 //
 // Trade-offs:
 // - Grid-stride kernels (common.cuh); the only reductions are the bias gradients: sum_rows with a
-//   fixed 32x8 block, sum_channels with one block per channel reading the channel's N*inner values
-//   in a coalesced loop when inner >= 32. Both deterministic.
+//   fixed 32x8 block per 32 columns and slice of kSumRowsSlice rows (then the slices added in
+//   order), sum_channels with one block per channel reading the channel's N*inner values in a
+//   coalesced loop when inner >= 32. Both deterministic.
 // - Dropout draws from Philox (philox.hpp) exactly as the CPU does, so the masks match bit for bit.
 // - normalize_input uploads its per-channel scale and shift only when they change.
 #include <cuda_runtime.h>
@@ -35,13 +36,24 @@ __global__ void add_row_bias_kernel(float* y, const float* bias, i64 n, i64 cols
   LOCKSTEP_GRID_STRIDE(i, n) y[i] += bias[i % cols];
 }
 
-// Block (32, 8): 32 columns, 8 row-strided partial sums each, then a fixed-order sum.
-__global__ void sum_rows_acc_kernel(const float* dy, float* db, i64 rows, i64 cols) {
+// sum_rows: rows are cut into slices of kSumRowsSlice. Only 32 columns per block would leave a
+// large GPU nearly idle for a transformer's biases (a [8192, 768] dy: 24 blocks on an H200's 132
+// SMs, 3.8 ms a step in docs/GPT.md's prediction); with slices the same dy takes 24 x 32 blocks.
+// The split depends on the shape alone, so the result does not depend on the GPU or the timing;
+// with one slice (rows <= kSumRowsSlice: an MLP's batch) it is what one block per 32 columns gives.
+constexpr i64 kSumRowsSlice = 256;
+
+// Block (32, 8) at (column block, slice): 32 columns, 8 row-strided partial sums each over the
+// slice's rows, then a fixed-order sum. `add` adds it into out[col] (one slice: out is db);
+// otherwise it is stored at out[slice * cols + col] for sum_slices_kernel.
+__global__ void sum_rows_slice_kernel(const float* dy, float* out, i64 rows, i64 cols, bool add) {
   __shared__ float partial[8][33];
   i64 col = static_cast<i64>(blockIdx.x) * 32 + threadIdx.x;
+  const i64 begin = static_cast<i64>(blockIdx.y) * kSumRowsSlice;
+  const i64 end = min(rows, begin + kSumRowsSlice);
   float acc = 0.0f;
   if (col < cols)
-    for (i64 r = threadIdx.y; r < rows; r += 8)
+    for (i64 r = begin + threadIdx.y; r < end; r += 8)
       acc += dy[r * cols + col];
   partial[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
@@ -49,6 +61,19 @@ __global__ void sum_rows_acc_kernel(const float* dy, float* db, i64 rows, i64 co
     float sum = 0.0f;
     for (int k = 0; k < 8; ++k)
       sum += partial[k][threadIdx.x];
+    if (add)
+      out[col] += sum;
+    else
+      out[static_cast<i64>(blockIdx.y) * cols + col] = sum;
+  }
+}
+
+// db[col] += the slices' sums, added in slice order.
+__global__ void sum_slices_kernel(const float* slices, float* db, i64 count, i64 cols) {
+  LOCKSTEP_GRID_STRIDE(col, cols) {
+    float sum = 0.0f;
+    for (i64 k = 0; k < count; ++k)
+      sum += slices[k * cols + col];
     db[col] += sum;
   }
 }
@@ -151,12 +176,20 @@ void add_row_bias(float* y, const float* bias, i64 rows, i64 cols, cudaStream_t 
   LOCKSTEP_LAUNCH(add_row_bias_kernel, rows * cols, s, y, bias, rows * cols, cols);
 }
 
-// dy viewed as [rows, cols]: db[j] += sum_i dy[i, j]
-void sum_rows_acc(const float* dy, float* db, i64 rows, i64 cols, cudaStream_t s) {
+i64 sum_rows_slices(i64 rows) {
+  return std::max<i64>(1, (rows + kSumRowsSlice - 1) / kSumRowsSlice);
+}
+
+// dy viewed as [rows, cols]: db[j] += sum_i dy[i, j]. `slices` holds sum_rows_slices(rows) x cols
+// floats when that is more than one (else it is not read).
+void sum_rows_acc(const float* dy, float* db, float* slices, i64 rows, i64 cols, cudaStream_t s) {
   if (cols == 0) return;
-  dim3 block(32, 8);
-  sum_rows_acc_kernel<<<static_cast<unsigned>((cols + 31) / 32), block, 0, s>>>(dy, db, rows, cols);
+  const i64 count = sum_rows_slices(rows);
+  dim3 block(32, 8), grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(count));
+  sum_rows_slice_kernel<<<grid, block, 0, s>>>(dy, count == 1 ? db : slices, rows, cols,
+                                               count == 1);
   LOCKSTEP_CHECK_LAUNCH();
+  if (count > 1) LOCKSTEP_LAUNCH(sum_slices_kernel, cols, s, slices, db, count, cols);
 }
 
 // y[n, c, k] += b[c] for y of shape [n, channels, inner]
@@ -229,8 +262,12 @@ void CudaBackend::add_row_bias(Tensor& y, const Tensor& bias) {
 
 void CudaBackend::sum_rows(const Tensor& dy, Tensor& db) {
   activate();
-  sum_rows_acc(dy.data<float>(), db.data<float>(),
-               dy.numel() / std::max<std::int64_t>(db.numel(), 1), db.numel(), stream_);
+  const std::int64_t cols = db.numel(), rows = dy.numel() / std::max<std::int64_t>(cols, 1);
+  const std::int64_t slices = sum_rows_slices(rows);
+  // Stream-ordered, from the caching allocator: no allocation in a steady-state step.
+  Tensor partial = slices > 1 ? Tensor::empty({slices * cols}, DType::F32, device_) : Tensor();
+  sum_rows_acc(dy.data<float>(), db.data<float>(), slices > 1 ? partial.data<float>() : nullptr,
+               rows, cols, stream_);
 }
 
 // ---- elementwise

@@ -72,6 +72,17 @@ TEST_F(Ops, RowBiasAddsAndSumRowsAccumulates) {
   ops::sum_rows(cpu(), dy, db);
   ops::sum_rows(gpu(), dev(dy), db_gpu);
   EXPECT_CLOSE(db_gpu, db, 1e-6);
+
+  // Many rows: summed in slices of 256 rows, the slices then added in order (9 here, the last
+  // short), over columns that are not a multiple of the 32 a block takes. Deterministic: twice the
+  // same bits.
+  Tensor tall = random_tensor({2100, 97}, 44);
+  Tensor acc = random_tensor({97}, 45), acc_gpu = dev(acc), again = dev(acc);
+  ops::sum_rows(cpu(), tall, acc);
+  ops::sum_rows(gpu(), dev(tall), acc_gpu);
+  ops::sum_rows(gpu(), dev(tall), again);
+  EXPECT_CLOSE(acc_gpu, acc, 1e-5);
+  EXPECT_CLOSE(again, acc_gpu, 0.0);
 }
 
 TEST_F(Ops, ElementwiseOpsMatchCpu) {
