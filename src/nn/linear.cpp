@@ -12,6 +12,7 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool bias, D
                  " out=", out_);
   weight_ = make_parameter({out_, in_}, device);
   if (has_bias_) bias_ = make_parameter({out_}, device);
+  weight_.overwrites_grad = bias_.overwrites_grad = true;  // backward writes both whole
 }
 
 std::string Linear::describe() const {
@@ -73,10 +74,17 @@ Tensor Linear::backward(ops::Context& ctx, const Tensor& dy) {
     dy_operand = detail::reuse_buffer(dy16_, dy.shape(), dy.device(), DType::BF16);
     ops::cast(ctx, dy, dy_operand);
   }
-  // dW += dy^T x and db += column sums of dy: both accumulate, as parameter gradients must. The
-  // bias gradient sums the f32 dy.
-  ops::gemm(ctx, true, false, 1.0f, dy_operand, x, 1.0f, weight_.grad);
-  if (has_bias_) ops::sum_rows(ctx, dy, bias_.grad);
+  // dW += dy^T x and db += column sums of dy: both accumulate, as parameter gradients must,
+  // unless zero_grad left them stale: then dW = dy^T x (beta = 0, which never reads the old dW)
+  // and db starts from zero. The bias gradient sums the f32 dy.
+  ops::gemm(ctx, true, false, 1.0f, dy_operand, x, weight_.grad_stale ? 0.0f : 1.0f,
+            weight_.grad);
+  weight_.grad_stale = false;
+  if (has_bias_) {
+    if (bias_.grad_stale) ops::fill(ctx, bias_.grad, 0.0f);
+    bias_.grad_stale = false;
+    ops::sum_rows(ctx, dy, bias_.grad);
+  }
   if (!input_grad_) return Tensor();
   Tensor& dx = detail::reuse_buffer(dx_, x.shape(), x.device());
   ops::gemm(ctx, false, false, 1.0f, dy_operand, weight_.value, 0.0f, dx);

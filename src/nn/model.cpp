@@ -152,6 +152,9 @@ void Model::backward(ops::Context& ctx, const Tensor& dlogits) {
       rethrow_with_context(
           str("backward of layer ", k, " (", layers_.at(k).describe(), ") on ", d.describe()));
     }
+    // A layer's gradients are complete here: none may stay stale (a layer that overwrites a
+    // stale gradient did so; anything else left one zero_grad did not fill), so fill those.
+    settle_stale_grads(ctx, layer_params_[k]);
     if (grad_ready_) {
       auto& params = layer_params_[k];
       for (auto it = params.rbegin(); it != params.rend(); ++it)
@@ -171,8 +174,20 @@ void Model::set_training(bool training) {
 }
 
 void Model::zero_grad(ops::Context& ctx) {
-  for (Parameter* p : parameters_)
+  for (Parameter* p : parameters_) {
+    if (p->overwrites_grad)
+      p->grad_stale = true;  // its layer's next backward overwrites it
+    else
+      ops::fill(ctx, p->grad, 0.0f);
+  }
+}
+
+void settle_stale_grads(ops::Context& ctx, const std::vector<Parameter*>& params) {
+  for (Parameter* p : params) {
+    if (!p->grad_stale) continue;
     ops::fill(ctx, p->grad, 0.0f);
+    p->grad_stale = false;
+  }
 }
 
 std::string Model::structure() const {

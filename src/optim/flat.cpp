@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/nn/model.hpp"
 
 namespace lockstep::optim {
 namespace {
@@ -169,7 +170,33 @@ Tensor FlatParams::view(const Tensor& buffer, std::size_t k) const {
 }
 
 void FlatParams::zero_grad(ops::Context& ctx) {
-  ops::fill(ctx, grads_, 0.0f);
+  if (zero_runs_.empty()) {  // first call: the layout's runs of gradients to fill
+    const auto& segments = layout_.segments();
+    std::vector<std::size_t> order(params_.size());
+    for (std::size_t k = 0; k < order.size(); ++k)
+      order[k] = k;
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return segments[a].offset < segments[b].offset; });
+    std::int64_t run_begin = 0;  // padding between filled gradients goes with them (it is zero)
+    for (std::size_t k : order) {
+      if (!params_[k]->overwrites_grad) continue;
+      if (segments[k].offset > run_begin) zero_runs_.push_back({run_begin, segments[k].offset});
+      run_begin = segments[k].offset + params_[k]->value.numel();
+    }
+    if (layout_.numel() > run_begin) zero_runs_.push_back({run_begin, layout_.numel()});
+    if (zero_runs_.empty()) zero_runs_.push_back({0, 0});  // every gradient is overwritten
+  }
+  for (const ops::FlatRange& r : zero_runs_) {
+    if (r.end == r.begin) continue;
+    Tensor run = grads_.sub(r.begin, {r.end - r.begin});
+    ops::fill(ctx, run, 0.0f);
+  }
+  for (nn::Parameter* p : params_)
+    if (p->overwrites_grad) p->grad_stale = true;
+}
+
+void FlatParams::settle(ops::Context& ctx) {
+  nn::settle_stale_grads(ctx, params_);
 }
 
 std::shared_ptr<const ops::FlatPlan> FlatParams::make_plan(ops::Context& ctx,
@@ -184,6 +211,7 @@ std::shared_ptr<const ops::FlatPlan> FlatParams::make_plan(ops::Context& ctx,
 
 const Tensor& FlatParams::grad_sum_squares(ops::Context& ctx, ops::FlatSums what,
                                            std::optional<ops::FlatRange> range) {
+  settle(ctx);
   if (!stats_plan_ || stats_plan_->device() != ctx.device()) stats_plan_ = make_plan(ctx);
   if (!sums_.defined() || sums_.device() != ctx.device())
     sums_ =

@@ -70,6 +70,7 @@ std::int64_t Optimizer::state_bytes() {
 }
 
 void Optimizer::step(ops::Context& ctx, std::span<const ops::FlatRange> ranges) {
+  flat_->settle(ctx);  // a step after zero_grad without backward reads zeros
   update(ctx, ranges);
   ++steps_;
 }

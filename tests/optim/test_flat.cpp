@@ -535,3 +535,114 @@ TEST(FlatShard, ShardedOptimizersTogetherEqualTheWholeOneBitwise) {
     }
   }
 }
+
+// ---- zero_grad leaves a linear's gradients for its backward to overwrite (Parameter::grad_stale)
+
+namespace {
+
+// One forward + backward of the model on batch `b` (4 samples), adding into its gradients.
+void backward_on(ops::Context& ctx, nn::Model& model, std::uint64_t b) {
+  nn::SoftmaxCrossEntropy loss;
+  Tensor x = lockstep::testing::random_tensor({4, 1, 32, 32}, 20 + b);
+  Tensor y = Tensor::from_vector<std::int32_t>({0, 1, 2, static_cast<std::int32_t>(b % 5)}, {4});
+  loss.forward(ctx, model.forward(ctx, x), y);
+  model.backward(ctx, loss.backward(ctx, 0.25f));
+}
+
+// The path without stale gradients: every gradient filled with zeros, every backward adding.
+void fill_every_gradient(ops::Context& ctx, nn::Model& model) {
+  for (nn::Parameter* p : model.parameters()) {
+    ops::fill(ctx, p->grad, 0.0f);
+    p->grad_stale = false;
+  }
+}
+
+std::vector<std::vector<float>> gradients(const nn::Model& model) {
+  std::vector<std::vector<float>> out;
+  for (const nn::Parameter* p : model.parameters())
+    out.push_back(p->grad.to_vector<float>());
+  return out;
+}
+
+}  // namespace
+
+TEST(ZeroGrad, ALinearsGradientsAreMarkedNotFilledAndItsBackwardOverwritesThem) {
+  ops::Context ctx(Device::cpu(), 2);
+  nn::Model model = build_model(), reference = build_model();
+  FlatParams flat(model.parameters(), kLimits);
+  Tensor& grads = flat.grads();
+  ops::fill(ctx, grads, std::numeric_limits<float>::quiet_NaN());  // last step's, say
+  flat.zero_grad(ctx);
+  int linear = 0, filled = 0;
+  for (nn::Parameter* p : model.parameters()) {
+    const std::vector<float> g = p->grad.to_vector<float>();
+    if (p->overwrites_grad) {
+      ++linear;
+      EXPECT_TRUE(p->grad_stale) << p->name;
+      EXPECT_TRUE(std::isnan(g[0])) << p->name << ": filled although its backward overwrites it";
+    } else {
+      ++filled;
+      EXPECT_FALSE(p->grad_stale) << p->name;
+      EXPECT_EQ(g, std::vector<float>(g.size(), 0.0f)) << p->name;
+    }
+  }
+  ASSERT_GT(linear, 0);
+  ASSERT_GT(filled, 0);  // the spec has convolutions and batch norms too
+  backward_on(ctx, model, 1);
+  fill_every_gradient(ctx, reference);
+  backward_on(ctx, reference, 1);
+  const auto got = gradients(model), want = gradients(reference);
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    EXPECT_FALSE(model.parameters()[k]->grad_stale);
+    EXPECT_EQ(got[k], want[k]) << model.parameters()[k]->name;  // == on floats: no NaN survives
+  }
+}
+
+TEST(ZeroGrad, MicroBatchesAddToWhatTheFirstBackwardWrote) {
+  ops::Context ctx(Device::cpu(), 1);
+  nn::Model model = build_model(), reference = build_model();
+  for (nn::Parameter* p : model.parameters())
+    ops::fill(ctx, p->grad, std::numeric_limits<float>::quiet_NaN());
+  model.zero_grad(ctx);  // the per-parameter zero_grad, without a flat buffer
+  fill_every_gradient(ctx, reference);
+  for (std::uint64_t b : {1, 2, 3}) {
+    backward_on(ctx, model, b);
+    backward_on(ctx, reference, b);
+  }
+  EXPECT_EQ(gradients(model), gradients(reference));
+}
+
+TEST(ZeroGrad, TrainingIsTheFilledPathsAndAStepWithoutBackwardReadsZeros) {
+  ops::Context ctx(Device::cpu(), 2);
+  nn::Model model = build_model(), reference = build_model();
+  auto flat = std::make_shared<FlatParams>(model.parameters(), kLimits);
+  auto ref_flat = std::make_shared<FlatParams>(reference.parameters(), kLimits);
+  Sgd sgd(flat, {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f});
+  Sgd ref_sgd(ref_flat, {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-4f});
+  for (std::uint64_t t = 0; t < 3; ++t) {
+    flat->zero_grad(ctx);
+    backward_on(ctx, model, t);
+    sgd.step(ctx);
+    fill_every_gradient(ctx, reference);
+    backward_on(ctx, reference, t);
+    ref_sgd.step(ctx);
+  }
+  for (std::size_t k = 0; k < model.parameters().size(); ++k)
+    EXPECT_EQ(model.parameters()[k]->value.to_vector<float>(),
+              reference.parameters()[k]->value.to_vector<float>())
+        << model.parameters()[k]->name;
+  // zero_grad and a step with no backward between: the stale gradients count as zero.
+  ops::fill(ctx, flat->grads(), std::numeric_limits<float>::quiet_NaN());
+  flat->zero_grad(ctx);
+  fill_every_gradient(ctx, reference);
+  sgd.step(ctx);
+  ref_sgd.step(ctx);
+  for (std::size_t k = 0; k < model.parameters().size(); ++k)
+    EXPECT_EQ(model.parameters()[k]->value.to_vector<float>(),
+              reference.parameters()[k]->value.to_vector<float>())
+        << model.parameters()[k]->name << " after a step without backward";
+  // And the gradient check reads zeros too.
+  ops::fill(ctx, flat->grads(), std::numeric_limits<float>::quiet_NaN());
+  flat->zero_grad(ctx);
+  EXPECT_EQ(flat->grad_sum_squares(ctx).to_vector<double>().back(), 0.0);
+}

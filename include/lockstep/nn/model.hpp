@@ -60,6 +60,8 @@ class Model {
   const std::vector<Buffer*>& buffers() const { return buffers_; }
   void set_training(bool training);
   bool training() const { return training_; }
+  // Every gradient to zero: filled, or for a parameter whose layer overwrites it
+  // (Parameter::overwrites_grad) marked stale for its next backward to overwrite.
   void zero_grad(ops::Context& ctx);
 
   // As given to build, presets expanded and head added; both empty for a model composed in C++.
@@ -114,5 +116,9 @@ class Model {
 // Sequential (a composed model nests them). The whole-model settings use it
 // (zero_init_residual, set_recompute).
 void for_each_module(Model& model, const std::function<void(Module&)>& fn);
+
+// Fills every gradient of `params` still marked stale (Parameter::grad_stale) with zeros and
+// clears the mark: what reads gradients outside backward calls it first.
+void settle_stale_grads(ops::Context& ctx, const std::vector<Parameter*>& params);
 
 }  // namespace lockstep::nn

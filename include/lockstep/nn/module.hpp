@@ -25,6 +25,15 @@ struct Parameter {
   std::string name;
   Tensor value;
   Tensor grad;  // same shape; may be a view into a reducer bucket
+  // Set by a layer whose backward writes this whole gradient and can overwrite it instead of
+  // adding to it (a linear's weight, through its GEMM's beta, and bias). zero_grad then does not
+  // fill such a gradient but marks it stale, and the layer's next backward overwrites it: one pass
+  // over the gradients fewer, and no read of the old values by the weight-gradient GEMM (what
+  // PyTorch's zero_grad(set_to_none=True) saves). Everything else reads gradients only after
+  // backward, which leaves none stale (Model::backward, FlatParams::settle).
+  bool overwrites_grad = false;
+  // The gradient's contents stand for zero: the next contribution overwrites them.
+  bool grad_stale = false;
 };
 
 struct Buffer {

@@ -110,8 +110,13 @@ class FlatParams {
   // `buffer` (of this layout) viewed as parameter k's tensor.
   Tensor view(const Tensor& buffer, std::size_t k) const;
 
-  // Every gradient to zero: one fill of the whole buffer.
+  // Every gradient to zero: one fill per run of gradients between those whose layer overwrites
+  // them (Parameter::overwrites_grad), which are marked stale instead (one fill of the whole
+  // buffer when there are none).
   void zero_grad(ops::Context& ctx);
+  // Fills the gradients still marked stale (none after a backward): the optimizer's step and
+  // grad_sum_squares call it, so that a step without backward reads zeros.
+  void settle(ops::Context& ctx);
 
   // Starts one pass over every gradient (padding excluded) on ctx's device and returns at once:
   // f64 [parameters + 1] on the device, each parameter's sum of squares and then their total,
@@ -139,6 +144,7 @@ class FlatParams {
   Device device_;
   Tensor values_, grads_;
   std::shared_ptr<const ops::FlatPlan> stats_plan_;
+  std::vector<ops::FlatRange> zero_runs_;  // what zero_grad fills (made on its first call)
   Tensor sums_, sums_host_;  // f64 [parameters + 1] on the device; f64 [1] on the host
 };
 
