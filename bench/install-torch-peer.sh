@@ -5,7 +5,8 @@
 #                                        environment, ~/.cache/lockstep/bench-venv (or
 #                                        $LOCKSTEP_BENCH_VENV); about 5.5 GB (PyPI's wheel is the
 #                                        CUDA build; its CPU kernels are the same)
-#   bench/install-torch-peer.sh debian   Debian 12's python3-torch 1.13 (apt-get, as root)
+#   bench/install-torch-peer.sh debian   Debian 12's python3-torch 1.13 and python3-torchvision
+#                                        0.14 (ResNet-18's peer; apt-get, as root)
 #   bench/install-torch-peer.sh images   adds the image-loader peers to the pip environment:
 #                                        NVIDIA DALI 2.4 (nvidia-dali-cuda120, its CPU pipeline
 #                                        runs without a GPU; about 0.4 GB) and pillow-simd in
@@ -28,8 +29,8 @@ case "$what" in
     ;;
   debian)
     [ "$(id -u)" = 0 ] || { echo "install-torch-peer: apt-get needs root" >&2; exit 1; }
-    apt-get update -qq && apt-get install -y -qq python3-torch >/dev/null
-    /usr/bin/python3 -c 'import torch; print("torch", torch.__version__)'
+    apt-get update -qq && apt-get install -y -qq python3-torch python3-torchvision >/dev/null
+    /usr/bin/python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'
     ;;
   images)
     venv=${LOCKSTEP_BENCH_VENV:-$HOME/.cache/lockstep/bench-venv}
