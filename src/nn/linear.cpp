@@ -77,8 +77,7 @@ Tensor Linear::backward(ops::Context& ctx, const Tensor& dy) {
   // dW += dy^T x and db += column sums of dy: both accumulate, as parameter gradients must,
   // unless zero_grad left them stale: then dW = dy^T x (beta = 0, which never reads the old dW)
   // and db starts from zero. The bias gradient sums the f32 dy.
-  ops::gemm(ctx, true, false, 1.0f, dy_operand, x, weight_.grad_stale ? 0.0f : 1.0f,
-            weight_.grad);
+  ops::gemm(ctx, true, false, 1.0f, dy_operand, x, weight_.grad_stale ? 0.0f : 1.0f, weight_.grad);
   weight_.grad_stale = false;
   if (has_bias_) {
     if (bias_.grad_stale) ops::fill(ctx, bias_.grad, 0.0f);

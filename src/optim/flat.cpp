@@ -110,6 +110,17 @@ FlatParams::FlatParams(std::vector<nn::Parameter*> params, const BucketLimits& l
     params_[k]->value = view(values_, k);
     params_[k]->grad = view(grads_, k);
   }
+  // What zero_grad fills: the runs between gradients whose layer overwrites them. The layout
+  // holds the parameters in reverse order, so walking them backwards walks it from the start;
+  // the padding between filled gradients goes with them (it is zero).
+  std::int64_t run_begin = 0;
+  for (std::size_t k = params_.size(); k-- > 0;) {
+    if (!params_[k]->overwrites_grad) continue;
+    const ops::FlatSegment& s = layout_.segments()[k];
+    if (s.offset > run_begin) zero_runs_.push_back({run_begin, s.offset});
+    run_begin = s.offset + s.numel;
+  }
+  if (n > run_begin) zero_runs_.push_back({run_begin, n});
 }
 
 Tensor FlatParams::value_bucket(std::size_t b) const {
@@ -170,24 +181,7 @@ Tensor FlatParams::view(const Tensor& buffer, std::size_t k) const {
 }
 
 void FlatParams::zero_grad(ops::Context& ctx) {
-  if (zero_runs_.empty()) {  // first call: the layout's runs of gradients to fill
-    const auto& segments = layout_.segments();
-    std::vector<std::size_t> order(params_.size());
-    for (std::size_t k = 0; k < order.size(); ++k)
-      order[k] = k;
-    std::sort(order.begin(), order.end(),
-              [&](std::size_t a, std::size_t b) { return segments[a].offset < segments[b].offset; });
-    std::int64_t run_begin = 0;  // padding between filled gradients goes with them (it is zero)
-    for (std::size_t k : order) {
-      if (!params_[k]->overwrites_grad) continue;
-      if (segments[k].offset > run_begin) zero_runs_.push_back({run_begin, segments[k].offset});
-      run_begin = segments[k].offset + params_[k]->value.numel();
-    }
-    if (layout_.numel() > run_begin) zero_runs_.push_back({run_begin, layout_.numel()});
-    if (zero_runs_.empty()) zero_runs_.push_back({0, 0});  // every gradient is overwritten
-  }
   for (const ops::FlatRange& r : zero_runs_) {
-    if (r.end == r.begin) continue;
     Tensor run = grads_.sub(r.begin, {r.end - r.begin});
     ops::fill(ctx, run, 0.0f);
   }

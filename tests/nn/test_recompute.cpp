@@ -201,8 +201,8 @@ TEST(LossInPlace, GradientsAreBitwiseThoseWithBuffersOfTheirOwn) {
   expect_bitwise(keep, two_steps(ctx, Recompute::Block, Logits::Overwrite), "overwrite + block");
   if (lockstep::testing::bf16_unavailable().empty()) {
     ctx.set_precision(ops::Precision::BF16);
-    expect_bitwise(two_steps(ctx, Recompute::None), two_steps(ctx, Recompute::None, Logits::Overwrite),
-                   "overwrite, bf16");
+    expect_bitwise(two_steps(ctx, Recompute::None),
+                   two_steps(ctx, Recompute::None, Logits::Overwrite), "overwrite, bf16");
   }
 }
 
@@ -237,7 +237,7 @@ TEST(LossInPlace, TheHeadReusesItsLogitsBufferEveryStep) {
 
 // Only a last layer whose backward does not read its output lets the loss overwrite it.
 TEST(LossInPlace, OnlyModelsWhoseLastLayerAllowsItOverwriteTheirLogits) {
-  EXPECT_TRUE(Model::build("mlp:16", {8}, 3, 1).logits_overwritable());  // ends in linear
+  EXPECT_TRUE(Model::build("mlp:16", {8}, 3, 1).logits_overwritable());        // ends in linear
   EXPECT_TRUE(Model::build(kSpec, {kSeq}, kVocab, 31).logits_overwritable());  // the LM head
   Sequential relu_last;
   relu_last.emplace<Linear>(8, 3);

@@ -11,16 +11,9 @@
 
 #include "lockstep/core/rng.hpp"
 #include "lockstep/core/tensor.hpp"
+#include "support/random_tensor.hpp"
 
 namespace lockstep::testing {
-
-// Uniform in [lo, hi) from Philox(seed 2024, stream).
-inline Tensor random_tensor(const Shape& shape, std::uint64_t stream, float lo = -1.0f,
-                            float hi = 1.0f) {
-  Tensor t = Tensor::empty(shape);
-  Philox(2024, stream).fill_uniform(t.data<float>(), t.numel(), lo, hi);
-  return t;
-}
 
 inline std::vector<double> to_double(const Tensor& t) {
   std::vector<float> v = t.to_vector<float>();

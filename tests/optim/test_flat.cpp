@@ -15,6 +15,7 @@
 #include "lockstep/optim/flat.hpp"
 #include "lockstep/optim/sgd.hpp"
 #include "ops/ops_test_util.hpp"
+#include "support/device_test_support.hpp"
 
 using namespace lockstep;
 using namespace lockstep::optim;
@@ -543,8 +544,9 @@ namespace {
 // One forward + backward of the model on batch `b` (4 samples), adding into its gradients.
 void backward_on(ops::Context& ctx, nn::Model& model, std::uint64_t b) {
   nn::SoftmaxCrossEntropy loss;
-  Tensor x = lockstep::testing::random_tensor({4, 1, 32, 32}, 20 + b);
-  Tensor y = Tensor::from_vector<std::int32_t>({0, 1, 2, static_cast<std::int32_t>(b % 5)}, {4});
+  Tensor x = lockstep::testing::random_tensor({4, 1, 32, 32}, 20 + b).to(model.device());
+  Tensor y = Tensor::from_vector<std::int32_t>({0, 1, 2, static_cast<std::int32_t>(b % 5)}, {4})
+                 .to(model.device());
   loss.forward(ctx, model.forward(ctx, x), y);
   model.backward(ctx, loss.backward(ctx, 0.25f));
 }
@@ -645,4 +647,28 @@ TEST(ZeroGrad, TrainingIsTheFilledPathsAndAStepWithoutBackwardReadsZeros) {
   ops::fill(ctx, flat->grads(), std::numeric_limits<float>::quiet_NaN());
   flat->zero_grad(ctx);
   EXPECT_EQ(flat->grad_sum_squares(ctx).to_vector<double>().back(), 0.0);
+}
+
+// On a device the linear's beta = 0 GEMM and the runs zero_grad fills are the device's: stale NaN
+// gradients come out as the filled path's there too.
+using ZeroGradOnDevice = lockstep::testing::OnDevice;
+LOCKSTEP_ON_DEVICES(ZeroGradOnDevice);
+
+TEST_P(ZeroGradOnDevice, StaleGradientsComeOutAsTheFilledPaths) {
+  nn::Model model = nn::Model::build(kSpec, kSample, 5, 7, device());
+  nn::Model reference = nn::Model::build(kSpec, kSample, 5, 7, device());
+  FlatParams flat(model.parameters(), kLimits);
+  FlatParams ref_flat(reference.parameters(), kLimits);
+  ops::fill(dev(), flat.grads(), std::numeric_limits<float>::quiet_NaN());
+  flat.zero_grad(dev());
+  fill_every_gradient(dev(), reference);
+  for (std::uint64_t b : {1, 2}) {  // the second adds to what the first wrote
+    backward_on(dev(), model, b);
+    backward_on(dev(), reference, b);
+  }
+  // Compared as values: beta = 0 may give -0 where adding to a filled zero gives +0.
+  for (std::size_t k = 0; k < model.parameters().size(); ++k)
+    EXPECT_EQ(model.parameters()[k]->grad.to(Device::cpu()).to_vector<float>(),
+              reference.parameters()[k]->grad.to(Device::cpu()).to_vector<float>())
+        << model.parameters()[k]->name << " on " << device().str();
 }

@@ -16,6 +16,7 @@
 #include "lockstep/core/tensor.hpp"
 #include "lockstep/ops/context.hpp"
 #include "lockstep/ops/ops.hpp"
+#include "support/random_tensor.hpp"
 
 namespace lockstep::testing {
 
@@ -30,14 +31,6 @@ inline const char* no_gpu_reason() {
 
 #define LOCKSTEP_SKIP_WITHOUT_GPU() \
   if (!::lockstep::cuda_available()) GTEST_SKIP() << ::lockstep::testing::no_gpu_reason()
-
-// Host tensor, uniform in [lo, hi) from Philox(seed, stream): reproducible, independent of order.
-inline Tensor random_tensor(const Shape& shape, std::uint64_t stream, float lo = -1.0f,
-                            float hi = 1.0f, std::uint64_t seed = 2024) {
-  Tensor t = Tensor::empty(shape);
-  Philox(seed, stream).fill_uniform(t.data<float>(), t.numel(), lo, hi);
-  return t;
-}
 
 inline Tensor random_labels(std::int64_t n, int classes, std::uint64_t stream) {
   Philox rng(77, stream);

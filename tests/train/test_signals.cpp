@@ -67,12 +67,20 @@ TEST(StopRequest, RestoresThePreviousHandlersAndStartsClean) {
   ASSERT_EQ(sigaction(SIGUSR1, &saved, nullptr), 0);
 }
 
-TEST(StopRequest, AfterAStopARepeatedSignalNoLongerEndsTheProcess) {
-  struct sigaction dfl = {}, seen = {};
+// Puts SIGUSR1 and SIGTERM back to their default actions and returns that action (to restore it
+// again at the end of a test).
+static struct sigaction default_usr1_and_term() {
+  struct sigaction dfl = {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
-  ASSERT_EQ(sigaction(SIGUSR1, &dfl, nullptr), 0);
-  ASSERT_EQ(sigaction(SIGTERM, &dfl, nullptr), 0);
+  EXPECT_EQ(sigaction(SIGUSR1, &dfl, nullptr), 0);
+  EXPECT_EQ(sigaction(SIGTERM, &dfl, nullptr), 0);
+  return dfl;
+}
+
+TEST(StopRequest, AfterAStopARepeatedSignalNoLongerEndsTheProcess) {
+  struct sigaction seen = {};
+  const struct sigaction dfl = default_usr1_and_term();
   {
     StopRequest stop;
     std::raise(SIGUSR1);
@@ -99,11 +107,8 @@ TEST(StopRequest, AfterAStopARepeatedSignalNoLongerEndsTheProcess) {
 // in turn, so a rank may stop on another's signal and get its own copy after its StopRequest is
 // gone. Seen in CI under load: that rank died of SIGUSR1 (status 138) instead of exiting with 3.
 TEST(StopRequest, AStopOnAnotherRanksSignalIgnoresThisRanksLateCopy) {
-  struct sigaction dfl = {}, seen = {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  ASSERT_EQ(sigaction(SIGUSR1, &dfl, nullptr), 0);
-  ASSERT_EQ(sigaction(SIGTERM, &dfl, nullptr), 0);
+  struct sigaction seen = {};
+  const struct sigaction dfl = default_usr1_and_term();
   {
     StopRequest stop;
     ASSERT_EQ(stop.requested(), 0);

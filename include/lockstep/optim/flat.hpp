@@ -144,7 +144,7 @@ class FlatParams {
   Device device_;
   Tensor values_, grads_;
   std::shared_ptr<const ops::FlatPlan> stats_plan_;
-  std::vector<ops::FlatRange> zero_runs_;  // what zero_grad fills (made on its first call)
+  std::vector<ops::FlatRange> zero_runs_;  // what zero_grad fills, in layout order
   Tensor sums_, sums_host_;  // f64 [parameters + 1] on the device; f64 [1] on the host
 };
 
