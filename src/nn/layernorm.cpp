@@ -33,6 +33,16 @@ Tensor LayerNorm::forward(ops::Context& ctx, const Tensor& x) {
   return y;
 }
 
+Tensor LayerNorm::forward_add(ops::Context& ctx, const Tensor& x, const Tensor& a, Tensor& sum) {
+  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device());
+  const std::int64_t rows = x.numel() / dim_;
+  Tensor& mean = detail::reuse_buffer(mean_, {rows}, x.device());
+  Tensor& rstd = detail::reuse_buffer(rstd_, {rows}, x.device());
+  ops::residual_layernorm_forward(ctx, x, a, weight_.value, bias_.value, eps_, sum, y, mean, rstd);
+  x_ = sum;
+  return y;
+}
+
 Tensor LayerNorm::backward(ops::Context& ctx, const Tensor& dy) {
   return backward_add(ctx, dy, Tensor());
 }

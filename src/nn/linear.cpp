@@ -54,11 +54,24 @@ void Linear::drop_input() {
 }
 
 Tensor Linear::forward(ops::Context& ctx, const Tensor& x) {
+  Tensor none;
+  return forward_act(ctx, x, ops::Activation::None, none);
+}
+
+Tensor Linear::forward_act(ops::Context& ctx, const Tensor& x, ops::Activation act,
+                           Tensor& pre_act) {
   Shape out = output_shape(x.shape());
   Tensor& y = detail::reuse_buffer(y_, out, x.device());
   cache_input(ctx, x);
-  ops::gemm(ctx, false, true, 1.0f, x_, weight_.value, 0.0f, y);
-  if (has_bias_) ops::add_row_bias(ctx, y, bias_.value);
+  ops::linear_forward(ctx, x_, weight_.value, bias_.value, act, y, pre_act);
+  return y;
+}
+
+Tensor Linear::recompute_act(ops::Context& ctx, ops::Activation act, Tensor& pre_act) {
+  LOCKSTEP_CHECK_HINT(x_.defined(), "recompute before this layer's backward",
+                      "linear: recompute_act without the input cached by forward");
+  Tensor& y = detail::reuse_buffer(y_, pre_act.shape(), pre_act.device());
+  ops::linear_recompute_activation(ctx, x_, weight_.value, bias_.value, act, pre_act, y);
   return y;
 }
 
@@ -68,25 +81,36 @@ void Linear::release_buffers() {
 }
 
 Tensor Linear::backward(ops::Context& ctx, const Tensor& dy) {
+  return run_backward(ctx, dy, ops::Activation::None, Tensor());
+}
+
+Tensor Linear::backward_act(ops::Context& ctx, const Tensor& dy, ops::Activation act,
+                            const Tensor& pre_act) {
+  return run_backward(ctx, dy, act, pre_act);
+}
+
+Tensor Linear::run_backward(ops::Context& ctx, const Tensor& dy, ops::Activation input_act,
+                            const Tensor& input_pre_act) {
   Tensor x = detail::take_cached(x_, "linear");
-  Tensor dy_operand = dy;
+  Tensor dy16;
   if (input_grad_ && rounds_to_bf16(ctx, dy)) {  // two GEMMs read dy: round it once
-    dy_operand = detail::reuse_buffer(dy16_, dy.shape(), dy.device(), DType::BF16);
-    ops::cast(ctx, dy, dy_operand);
+    dy16 = detail::reuse_buffer(dy16_, dy.shape(), dy.device(), DType::BF16);
+    ops::cast(ctx, dy, dy16);
   }
   // dW += dy^T x and db += column sums of dy: both accumulate, as parameter gradients must,
-  // unless zero_grad left them stale: then dW = dy^T x (beta = 0, which never reads the old dW)
-  // and db starts from zero. The bias gradient sums the f32 dy.
-  ops::gemm(ctx, true, false, 1.0f, dy_operand, x, weight_.grad_stale ? 0.0f : 1.0f, weight_.grad);
+  // unless zero_grad left them stale: then they are overwritten (the weight GEMM's beta = 0 never
+  // reads the old dW). The bias gradient sums the f32 dy.
+  ops::LinearBackward p;
+  p.overwrite_dw = weight_.grad_stale;
+  p.overwrite_db = has_bias_ && bias_.grad_stale;
+  p.input_act = input_act;
+  p.input_pre_act = input_pre_act;
+  Tensor dx;
+  if (input_grad_) dx = detail::reuse_buffer(dx_, x.shape(), x.device());
+  Tensor db = has_bias_ ? bias_.grad : Tensor();
+  ops::linear_backward(ctx, x, weight_.value, dy, dy16, weight_.grad, db, dx, p);
   weight_.grad_stale = false;
-  if (has_bias_) {
-    if (bias_.grad_stale) ops::fill(ctx, bias_.grad, 0.0f);
-    bias_.grad_stale = false;
-    ops::sum_rows(ctx, dy, bias_.grad);
-  }
-  if (!input_grad_) return Tensor();
-  Tensor& dx = detail::reuse_buffer(dx_, x.shape(), x.device());
-  ops::gemm(ctx, false, false, 1.0f, dy_operand, weight_.value, 0.0f, dx);
+  if (has_bias_) bias_.grad_stale = false;
   return dx;
 }
 

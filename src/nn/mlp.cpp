@@ -26,17 +26,19 @@ Shape Mlp::output_shape(const Shape& input) const {
   return input;
 }
 
+// c_fc's GELU runs inside c_fc's op (ops::linear_forward), keeping its input h for the backward;
+// c_proj's backward folds the GELU's backward into its input-gradient GEMM and hands c_fc
+// dL/dh directly.
 Tensor Mlp::forward(ops::Context& ctx, const Tensor& x) {
   const Shape shape = output_shape(x.shape());
   const std::int64_t rows = shape[0] * shape[1];
-  Tensor h = c_fc_.forward(ctx, x.view({rows, dim_}));
-  Tensor& g = detail::reuse_buffer(g_, h.shape(), h.device());
-  ops::gelu_tanh_forward(ctx, h, g);
+  Tensor& h = detail::reuse_buffer(pre_act_, {rows, 4 * dim_}, x.device());
+  Tensor g = c_fc_.forward_act(ctx, x.view({rows, dim_}), ops::Activation::GeluTanh, h);
   h_ = h;
   Tensor y = c_proj_.forward(ctx, g);
   if (recompute_gelu_) {  // backward makes it again
     c_proj_.drop_input();
-    g_ = Tensor();
+    c_fc_.drop_output();
   }
   return y.view(shape);
 }
@@ -44,19 +46,14 @@ Tensor Mlp::forward(ops::Context& ctx, const Tensor& x) {
 Tensor Mlp::backward(ops::Context& ctx, const Tensor& dy) {
   Tensor h = detail::take_cached(h_, "mlp");
   const Shape shape = dy.shape();
-  if (recompute_gelu_) {
-    Tensor& g = detail::reuse_buffer(g_, h.shape(), h.device());
-    ops::gelu_tanh_forward(ctx, h, g);
-    c_proj_.cache_input(ctx, g);
-  }
-  Tensor dg = c_proj_.backward(ctx, dy.view({h.dim(0), dim_}));
+  if (recompute_gelu_)
+    c_proj_.cache_input(ctx, c_fc_.recompute_act(ctx, ops::Activation::GeluTanh, h));
+  Tensor dh = c_proj_.backward_act(ctx, dy.view({h.dim(0), dim_}), ops::Activation::GeluTanh, h);
   if (recompute_gelu_) {
     c_proj_.drop_input();
-    g_ = Tensor();
+    c_fc_.drop_output();
   }
-  Tensor& dh = detail::reuse_buffer(dh_, h.shape(), h.device());
-  ops::gelu_tanh_backward(ctx, h, dg, dh);
-  h = Tensor();  // c_fc may reuse its output buffer next step
+  h = Tensor();
   Tensor dx = c_fc_.backward(ctx, dh);
   if (!dx.defined()) return Tensor();
   return dx.view(shape);
@@ -76,7 +73,7 @@ void Mlp::collect_parameters(const std::string& prefix, std::vector<Parameter*>&
 }
 
 void Mlp::release_buffers() {
-  h_ = g_ = dh_ = Tensor();
+  h_ = pre_act_ = Tensor();
   c_fc_.release_buffers();
   c_proj_.release_buffers();
 }

@@ -780,4 +780,116 @@ void attention_backward(Context& ctx, const Tensor& qkv, const Tensor& out, cons
   ctx.backend().attention_backward(qkv, out, dout, lse, heads, dqkv, kernel);
 }
 
+// ---- fused layer ops
+
+void residual_layernorm_forward(Context& ctx, const Tensor& x, const Tensor& a,
+                                const Tensor& weight, const Tensor& bias, float eps, Tensor& s,
+                                Tensor& y, Tensor& mean, Tensor& rstd) {
+  const char* op = "residual_layernorm_forward";
+  check_layernorm_params(ctx, op, x, weight, mean, rstd);
+  check_channel_vector(ctx, op, "bias", bias, x.dim(-1));
+  check_f32(ctx, op, "a", a);
+  check_f32(ctx, op, "s", s);
+  check_f32(ctx, op, "y", y);
+  check_same_shape(op, "x", x, "a", a);
+  check_same_shape(op, "x", x, "s", s);
+  check_same_shape(op, "x", x, "y", y);
+  LOCKSTEP_CHECK(eps > 0.0f, op, ": eps ", eps, " must be positive");
+  LOCKSTEP_CHECK(!s.shares_storage(x) && !s.shares_storage(a) && !y.shares_storage(s) &&
+                     !y.shares_storage(x) && !y.shares_storage(a),
+                 op, ": s and y must not share storage with each other or with x and a");
+  ctx.backend().residual_layernorm_forward(x, a, weight, bias, eps, s, y, mean, rstd);
+}
+
+namespace {
+
+// x [N, in] (f32, or bf16 on a bf16 context), w [out, in], b [out] or undefined; returns N.
+std::int64_t check_linear(Context& ctx, const char* op, const Tensor& x, const Tensor& w,
+                          const Tensor& b) {
+  const DType xt =
+      ctx.precision() == Precision::BF16 && x.dtype() == DType::BF16 ? DType::BF16 : DType::F32;
+  check_tensor(ctx, op, "x", x, xt);
+  check_f32(ctx, op, "w", w);
+  check_ndim(op, "x", x, 2);
+  check_ndim(op, "w", w, 2);
+  LOCKSTEP_CHECK(x.dim(1) == w.dim(1), op, ": x is ", x.describe(), " but w is ", w.describe(),
+                 " (need x [N, in] and w [out, in])");
+  if (b.defined()) check_channel_vector(ctx, op, "b", b, w.dim(0));
+  return x.dim(0);
+}
+
+void check_activation(const char* op, Activation act) {
+  LOCKSTEP_CHECK(act == Activation::None || act == Activation::GeluTanh, op,
+                 ": unknown activation ", static_cast<int>(act));
+}
+
+}  // namespace
+
+void linear_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                    Tensor& y, Tensor& pre_act) {
+  const char* op = "linear_forward";
+  const std::int64_t n = check_linear(ctx, op, x, w, b);
+  check_activation(op, act);
+  check_f32(ctx, op, "y", y);
+  check_shape(op, "y", y, {n, w.dim(0)});
+  LOCKSTEP_CHECK(!y.shares_storage(x) && !y.shares_storage(w), op,
+                 ": y must not share storage with x or w");
+  if (act != Activation::None) {
+    check_f32(ctx, op, "pre_act", pre_act);
+    check_same_shape(op, "y", y, "pre_act", pre_act);
+    LOCKSTEP_CHECK(!pre_act.shares_storage(y) && !pre_act.shares_storage(x), op,
+                   ": pre_act must not share storage with x or y");
+  }
+  ctx.backend().linear_forward(x, w, b, act, y, pre_act);
+}
+
+void linear_backward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& dy,
+                     const Tensor& dy16, Tensor& dw, Tensor& db, Tensor& dx,
+                     const LinearBackward& p) {
+  const char* op = "linear_backward";
+  const std::int64_t n = check_linear(ctx, op, x, w, Tensor());
+  check_activation(op, p.input_act);
+  check_f32(ctx, op, "dy", dy);
+  check_shape(op, "dy", dy, {n, w.dim(0)});
+  if (dy16.defined()) {
+    LOCKSTEP_CHECK(ctx.precision() == Precision::BF16, op,
+                   ": dy16 is a bf16 copy of dy, for a bf16 context only; this one computes in ",
+                   precision_name(ctx.precision()));
+    check_tensor(ctx, op, "dy16", dy16, DType::BF16);
+    check_same_shape(op, "dy", dy, "dy16", dy16);
+  }
+  check_f32(ctx, op, "dw", dw);
+  check_same_shape(op, "w", w, "dw", dw);
+  if (db.defined()) check_channel_vector(ctx, op, "db", db, w.dim(0));
+  if (dx.defined()) {
+    check_f32(ctx, op, "dx", dx);
+    check_shape(op, "dx", dx, {n, w.dim(1)});
+    LOCKSTEP_CHECK(!dx.shares_storage(dy) && !dx.shares_storage(w) && !dx.shares_storage(x), op,
+                   ": dx must not share storage with x, w or dy");
+    if (p.input_act != Activation::None) {
+      check_f32(ctx, op, "input_pre_act", p.input_pre_act);
+      check_same_shape(op, "dx", dx, "input_pre_act", p.input_pre_act);
+    }
+  }
+  LOCKSTEP_CHECK(!dw.shares_storage(dy) && !dw.shares_storage(x), op,
+                 ": dw must not share storage with x or dy");
+  ctx.backend().linear_backward(x, w, dy, dy16, dw, db, dx, p);
+}
+
+void linear_recompute_activation(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b,
+                                 Activation act, Tensor& pre_act, Tensor& y) {
+  const char* op = "linear_recompute_activation";
+  const std::int64_t n = check_linear(ctx, op, x, w, b);
+  check_activation(op, act);
+  LOCKSTEP_CHECK(act != Activation::None, op,
+                 ": there is no activation to recompute (act = None: y is the GEMM's own output)");
+  check_f32(ctx, op, "y", y);
+  check_shape(op, "y", y, {n, w.dim(0)});
+  check_f32(ctx, op, "pre_act", pre_act);
+  check_same_shape(op, "y", y, "pre_act", pre_act);
+  LOCKSTEP_CHECK(!pre_act.shares_storage(y) && !y.shares_storage(x), op,
+                 ": y must not share storage with x or pre_act");
+  ctx.backend().linear_recompute_activation(x, w, b, act, pre_act, y);
+}
+
 }  // namespace lockstep::ops

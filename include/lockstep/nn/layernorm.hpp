@@ -1,6 +1,7 @@
 // Layer normalisation over the last dimension (torch.nn.LayerNorm(dim), eps 1e-5): weight 1 and
-// bias 0 at initialisation. backward_add folds a residual gradient into the same pass, which is
-// what a pre-LN transformer block needs at both of its LayerNorms.
+// bias 0 at initialisation. A pre-LN transformer block needs a residual sum next to two of them:
+// forward_add normalises x + a and writes the sum in the same pass, backward_add folds the
+// residual gradient into the same pass.
 #pragma once
 
 #include "lockstep/nn/module.hpp"
@@ -17,6 +18,9 @@ class LayerNorm final : public Module {
   std::string describe() const override;
   Shape output_shape(const Shape& input) const override;
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
+  // forward(x + a), with x + a written into `sum` (the caller's buffer, of x's shape, which it may
+  // read, and which this layer caches as its input for backward), in one pass.
+  Tensor forward_add(ops::Context& ctx, const Tensor& x, const Tensor& a, Tensor& sum);
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
   // dL/dx + dresidual (an undefined dresidual means zero), in one pass.
   Tensor backward_add(ops::Context& ctx, const Tensor& dy, const Tensor& dresidual);

@@ -1,9 +1,12 @@
 // Linear (fully connected) layer: y = x W^T + b for x of shape [N, in]. W is [out, in] as in
 // PyTorch, so checkpoints and initial values line up with torch.nn.Linear. Inputs with more than
 // two dimensions are an error (put `flatten` before it) rather than silently reshaped.
+// Forward and backward are one fused op each (ops::linear_forward / linear_backward: the bias, and
+// an activation the layer is given, inside the GEMM where the device can).
 #pragma once
 
 #include "lockstep/nn/module.hpp"
+#include "lockstep/ops/ops.hpp"
 
 namespace lockstep::nn {
 
@@ -27,6 +30,18 @@ class Linear final : public Module {
   void cache_input(ops::Context& ctx, const Tensor& x);
   void drop_input();
 
+  // An MLP's pair, c_fc with its activation and c_proj folding that activation's backward:
+  // forward_act returns act(x W^T + b) and writes x W^T + b into pre_act, a [N, out] buffer the
+  // caller keeps for the backward; backward_act is backward for a layer whose input x was
+  // act(pre_act) (the output of the layer before's forward_act), and returns dL/d pre_act.
+  Tensor forward_act(ops::Context& ctx, const Tensor& x, ops::Activation act, Tensor& pre_act);
+  Tensor backward_act(ops::Context& ctx, const Tensor& dy, ops::Activation act,
+                      const Tensor& pre_act);
+  // forward_act's output again, bit for bit, from its pre_act and the input still cached for
+  // backward (train.recompute = gelu); drop_output lets forward_act's output go until then.
+  Tensor recompute_act(ops::Context& ctx, ops::Activation act, Tensor& pre_act);
+  void drop_output() { y_ = Tensor(); }
+
   std::int64_t in_features() const { return in_; }
   std::int64_t out_features() const { return out_; }
   Parameter& weight() { return weight_; }
@@ -43,6 +58,9 @@ class Linear final : public Module {
   Tensor x_;           // input cached for backward (its bf16 copy under the bf16 policy)
   Tensor y_, dx_;      // reused output buffers
   Tensor x16_, dy16_;  // reused bf16 copies of x and dy (bf16 policy only)
+
+  Tensor run_backward(ops::Context& ctx, const Tensor& dy, ops::Activation input_act,
+                      const Tensor& input_pre_act);
 };
 
 }  // namespace lockstep::nn

@@ -22,7 +22,7 @@ class Mlp final : public Module {
   double forward_flops(const Shape& input) const override;
   void release_buffers() override;
   // GELU recompute: forward lets the GELU output go once c_proj has read it, and backward
-  // computes it again from the cached c_fc output (the same kernel on the same input: the same
+  // computes it again from the kept GELU input (ops::linear_recompute_activation: the forward's
   // bits), which saves one [N * T, 4C] activation per block.
   void set_recompute_gelu(bool on) { recompute_gelu_ = on; }
   bool recompute_gelu() const { return recompute_gelu_; }
@@ -37,8 +37,8 @@ class Mlp final : public Module {
   std::int64_t dim_, depth_;
   bool recompute_gelu_ = false;
   Linear c_fc_, c_proj_;
-  Tensor h_;       // c_fc output (GELU input), cached for backward
-  Tensor g_, dh_;  // GELU output and its input gradient (reused buffers)
+  Tensor pre_act_;  // GELU input h = c_fc's x W^T + b (reused buffer)
+  Tensor h_;        // the same, cached for backward
 };
 
 }  // namespace lockstep::nn

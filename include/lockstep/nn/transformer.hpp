@@ -32,6 +32,7 @@ class TransformerBlock final : public Module {
   std::string type() const override { return "block"; }
   std::string describe() const override;
   Shape output_shape(const Shape& input) const override;
+  // x1 = x + attn(..) is written by ln_2 in the pass that normalises it (LayerNorm::forward_add).
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   // The residual sums pass their gradient to both branches; each LayerNorm backward adds the
   // skip path's gradient in the same pass (ops::layernorm_backward's dresidual).

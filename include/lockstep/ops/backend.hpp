@@ -115,6 +115,28 @@ class Backend {
   virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& dout,
                                   const Tensor& lse, int heads, Tensor& dqkv,
                                   AttentionKernel kernel) = 0;
+
+  // ---- fused layer ops (ops.hpp). These defaults are the compositions ops.hpp names, run through
+  // this backend's own ops, so a backend that fuses nothing inherits them and gives their bits; a
+  // backend that fuses overrides and calls the compose_* pieces for whatever it could not fold.
+  virtual void residual_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                                          const Tensor& bias, float eps, Tensor& s, Tensor& y,
+                                          Tensor& mean, Tensor& rstd);
+  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                              Tensor& y, Tensor& pre_act);
+  virtual void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
+                               const Tensor& dy16, Tensor& dw, Tensor& db, Tensor& dx,
+                               const LinearBackward& p);
+  virtual void linear_recompute_activation(const Tensor& x, const Tensor& w, const Tensor& b,
+                                           Activation act, Tensor& pre_act, Tensor& y);
+
+ protected:
+  // The three parts of linear_backward's composition: dw (+)= dy^T x; db (+)= column sums of dy
+  // (zeros first when overwriting); dx = dy w, then the input activation's backward in place.
+  void compose_linear_dw(const Tensor& x, const Tensor& dy_operand, Tensor& dw, bool overwrite);
+  void compose_linear_db(const Tensor& dy, Tensor& db, bool overwrite);
+  void compose_linear_dx(const Tensor& w, const Tensor& dy_operand, Tensor& dx,
+                         const LinearBackward& p);
 };
 
 std::unique_ptr<Backend> make_cpu_backend(Context& ctx);

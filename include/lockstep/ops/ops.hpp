@@ -273,4 +273,62 @@ void attention_backward(Context& ctx, const Tensor& qkv, const Tensor& out, cons
                         const Tensor& lse, int heads, Tensor& dqkv,
                         AttentionKernel kernel = AttentionKernel::Auto);
 
+// ---- fused layer ops: a GEMM with what follows it, a residual sum with the LayerNorm that reads
+// it. On the CPU and the emulated GPU each is the composition its comment names, bit for bit
+// (tests/ops/test_fused_ops.cpp holds them to it), so layers call these once for every device and
+// lose nothing where nothing is fused; CUDA folds the pieces into cuBLASLt epilogues or one kernel.
+//
+// s = x + a and y = LayerNorm(s) (mean, rstd and eps as layernorm_forward), in one pass over each
+// row: a pre-LN block's residual sum and the LayerNorm that reads it. Composition: add, then
+// layernorm_forward.
+void residual_layernorm_forward(Context& ctx, const Tensor& x, const Tensor& a,
+                                const Tensor& weight, const Tensor& bias, float eps, Tensor& s,
+                                Tensor& y, Tensor& mean, Tensor& rstd);
+
+// What a linear layer applies to its output, inside its GEMM where the backend can.
+enum class Activation {
+  None,
+  GeluTanh,  // gelu_tanh_forward's GELU (GPT-2's; cuBLASLt's GELU epilogue is this form too)
+};
+
+// y = act(x w^T + b) for x [N, in], w [out, in], b [out] (undefined: no bias) and y [N, out]. With
+// act = GeluTanh, pre_act [N, out] receives x w^T + b, the activation's input, which the backward
+// reads; with None, pass an undefined pre_act. The GEMM is in the context's precision, and on a
+// bf16 context x may be bf16 (as for gemm); everything else is f32.
+// Composition: gemm (beta 0), add_row_bias, gelu_tanh_forward.
+// CUDA under bf16: one cuBLASLt call with the BIAS or GELU_AUX_BIAS epilogue.
+void linear_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                    Tensor& y, Tensor& pre_act);
+
+struct LinearBackward {
+  // dw = dy^T x and db = the column sums instead of adding them: gradients that zero_grad left
+  // stale (nn::Parameter::grad_stale). The composition fills db with zeros, then adds.
+  bool overwrite_dw = false;
+  bool overwrite_db = false;
+  // The activation that made x from input_pre_act (the layer before's linear_forward: an MLP's
+  // c_proj reads c_fc's GELU). With GeluTanh, dx receives dL/d input_pre_act =
+  // gelu_tanh'(input_pre_act) * (dy w): that activation's backward, folded into the input-gradient
+  // GEMM. Composition: gemm into dx, then gelu_tanh_backward over dx in place.
+  Activation input_act = Activation::None;
+  Tensor input_pre_act;  // [N, in], f32
+};
+// The backward of linear_forward with act = None (dy is dL/d(x w^T + b)):
+//   dw (+)= dy^T x,   db (+)= sum over rows of dy,   dx = dy w (or the pre-activation gradient).
+// db and dx may be undefined (no bias; no input gradient wanted). dy16 is dy rounded to bf16,
+// which a layer on a bf16 context passes so that both GEMMs read one copy (undefined: the GEMMs
+// take dy); the bias gradient sums the f32 dy. Composition: gemm, fill + sum_rows, gemm.
+// CUDA under bf16: BGRADB folds an overwritten db into the dw GEMM (the bias gradient is then the
+// sum of dy16, as PyTorch's autocast computes it), DGELU the GELU backward into the dx GEMM.
+void linear_backward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& dy,
+                     const Tensor& dy16, Tensor& dw, Tensor& db, Tensor& dx,
+                     const LinearBackward& p = {});
+
+// y = act(pre_act) bit for bit as linear_forward(x, w, b, act, y, pre_act) wrote it, for an
+// activation recompute (train.recompute = gelu); the arguments are that call's. Composition:
+// gelu_tanh_forward(pre_act, y). A backend whose forward applied the activation in the GEMM's
+// epilogue (CUDA under bf16: cuBLASLt's GELU need not give gelu_tanh_forward's bits) runs that
+// GEMM again, writing pre_act's values over it once more.
+void linear_recompute_activation(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b,
+                                 Activation act, Tensor& pre_act, Tensor& y);
+
 }  // namespace lockstep::ops

@@ -120,6 +120,9 @@ class CpuBackend final : public Backend {
   void layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& weight,
                           const Tensor& mean, const Tensor& rstd, const Tensor& dresidual,
                           Tensor& dx, Tensor& dweight, Tensor& dbias) override;
+  void residual_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                                  const Tensor& bias, float eps, Tensor& s, Tensor& y, Tensor& mean,
+                                  Tensor& rstd) override;
   void gelu_tanh_forward(const Tensor& x, Tensor& y) override;
   void gelu_tanh_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void attention_forward(const Tensor& qkv, int heads, Tensor& out, Tensor& lse,

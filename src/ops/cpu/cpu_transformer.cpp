@@ -1,5 +1,5 @@
-// CPU kernels of the GPT layers: token + position embedding, LayerNorm, GELU (tanh form) and
-// causal multi-head attention.
+// CPU kernels of the GPT layers: token + position embedding, LayerNorm (alone and fused with the
+// residual sum before it), GELU (tanh form) and causal multi-head attention.
 //
 // Attention is blocked and causal: for each (batch, head) the queries go in blocks of
 // kAttnBlock rows, and a block's scores are computed only against the keys it may see (the
@@ -381,6 +381,31 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const 
                  std::max<std::int64_t>(1, kParallelGrain / 4 / std::max<std::int64_t>(c, 1)),
                  [&](std::int64_t r0, std::int64_t r1) {
                    layernorm_rows(px, pw, pb, eps, py, pm, pr, r0, r1, c);
+                 });
+}
+
+// Each row's sum is added and normalised while it is still in L1: the bits of add followed by
+// layernorm_forward (the same float additions, then layernorm_rows on the stored sum), with one
+// pass less over memory.
+void CpuBackend::residual_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                                            const Tensor& bias, float eps, Tensor& s, Tensor& y,
+                                            Tensor& mean, Tensor& rstd) {
+  const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+  const float* px = x.data<float>();
+  const float* pa = a.data<float>();
+  const float* pw = weight.data<float>();
+  const float* pb = bias.data<float>();
+  float* ps = s.data<float>();
+  float* py = y.data<float>();
+  float* pm = mean.data<float>();
+  float* pr = rstd.data<float>();
+  parallel_range(ctx_.pool(), rows,
+                 std::max<std::int64_t>(1, kParallelGrain / 4 / std::max<std::int64_t>(c, 1)),
+                 [&](std::int64_t r0, std::int64_t r1) {
+                   for (std::int64_t r = r0; r < r1; ++r) {
+                     add_rows(px + r * c, pa + r * c, ps + r * c, c);
+                     layernorm_rows(ps, pw, pb, eps, py, pm, pr, r, r + 1, c);
+                   }
                  });
 }
 

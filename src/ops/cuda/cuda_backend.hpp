@@ -4,7 +4,8 @@
 // declares CpuBackend; its methods are defined per op family (ggml's layout, one file each):
 //   cuda_backend.cpp      construction, synchronize, fill, copy, the result words
 //   cuda_elementwise.cu   elementwise ops, biases, dropout, input normalisation
-//   cuda_gemm.cpp         gemm: cuBLAS, cuBLASLt for bf16 (LtGemm, gemm_lt.hpp)
+//   cuda_gemm.cpp         gemm: cuBLAS, cuBLASLt for bf16 (LtGemm, gemm_lt.hpp); the fused
+//                         linear ops' cuBLASLt epilogues
 //   cuda_conv.cpp         cuDNN convolutions (ConvPlans, conv.hpp)
 //   cuda_pool.cu          max and average pooling
 //   cuda_batchnorm.cu     batch normalisation
@@ -223,6 +224,9 @@ class CudaBackend final : public Backend {
   void layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& weight,
                           const Tensor& mean, const Tensor& rstd, const Tensor& dresidual,
                           Tensor& dx, Tensor& dweight, Tensor& dbias) override;
+  void residual_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                                  const Tensor& bias, float eps, Tensor& s, Tensor& y, Tensor& mean,
+                                  Tensor& rstd) override;
   void gelu_tanh_forward(const Tensor& x, Tensor& y) override;
   void gelu_tanh_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
   void attention_forward(const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
@@ -231,8 +235,21 @@ class CudaBackend final : public Backend {
                           const Tensor& lse, int heads, Tensor& dqkv,
                           AttentionKernel kernel) override;
 
+  // ---- fused linear ops, cuBLASLt epilogues under bf16: cuda_gemm.cpp
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, Tensor& y,
+                      Tensor& pre_act) override;
+  void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dy16,
+                       Tensor& dw, Tensor& db, Tensor& dx, const LinearBackward& p) override;
+  void linear_recompute_activation(const Tensor& x, const Tensor& w, const Tensor& b,
+                                   Activation act, Tensor& pre_act, Tensor& y) override;
+
  private:
   void activate() { activate_device(device_.index); }
+  LtGemm& lt();  // made by the first bf16 GEMM
+  // linear_forward's product with its bias and activation in one cuBLASLt epilogue; false, having
+  // queued nothing, where cuBLASLt has none for it (the caller composes).
+  bool linear_forward_epilogue(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                               Tensor& y, Tensor& pre_act);
 
   // The conversion CastCache runs for operands that are not bf16 yet.
   struct ToBf16 {

@@ -1,11 +1,13 @@
 // Dense GEMM: CudaBackend::gemm (cublasSgemm for fp32, cublasGemmEx for tf32) and LtGemm
 // (gemm_lt.hpp: cuBLASLt for bf16, falling back to cublasGemmEx where its heuristic has no
-// algorithm).
+// algorithm); the fused linear ops, which fold bias, GELU and bias gradient into cuBLASLt's
+// epilogues under bf16.
 #include "ops/cuda/gemm_lt.hpp"
 
 #include <atomic>
 #include <climits>
 #include <cstdio>
+#include <string>
 
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/cuda_backend.hpp"
@@ -55,10 +57,63 @@ LtGemm::~LtGemm() {
   if (handle_) dyn::cublasLtDestroy(handle_);
 }
 
+namespace {
+
+cublasLtEpilogue_t lt_epilogue(const LtEpilogue& e) {
+  switch (e.kind) {
+    case LtEpilogueKind::None:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case LtEpilogueKind::Bias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case LtEpilogueKind::GeluAuxBias:
+      return e.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case LtEpilogueKind::DGelu:
+      return CUBLASLT_EPILOGUE_DGELU;
+    case LtEpilogueKind::BGradA:
+      return CUBLASLT_EPILOGUE_BGRADB;  // cuBLASLt's B is our a
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+const char* epilogue_name(LtEpilogueKind kind) {
+  switch (kind) {
+    case LtEpilogueKind::None:
+      return "no";
+    case LtEpilogueKind::Bias:
+      return "the BIAS";
+    case LtEpilogueKind::GeluAuxBias:
+      return "the GELU_AUX(_BIAS)";
+    case LtEpilogueKind::DGelu:
+      return "the DGELU";
+    case LtEpilogueKind::BGradA:
+      return "the BGRADB";
+  }
+  return "an unknown";
+}
+
+// cuBLASLt's documented rules for epilogue operands; "" when they hold.
+std::string epilogue_rule_broken(const LtEpilogue& e, std::int64_t n) {
+  if (e.bias && alignment(e.bias) < 16) return "the bias vector is not 16-byte aligned";
+  if (e.kind == LtEpilogueKind::GeluAuxBias || e.kind == LtEpilogueKind::DGelu) {
+    if (!e.aux) return "no aux matrix was given";
+    if (alignment(e.aux) < 16) return "the aux matrix is not 16-byte aligned";
+    if (e.aux_ld % 8 != 0 || e.aux_ld < n)
+      return "the aux leading dimension is not a multiple of 8 as wide as the output";
+  }
+  return "";
+}
+
+}  // namespace
+
 bool LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                  float alpha, const void* a, const void* b, float beta, float* c) {
+                  float alpha, const void* a, const void* b, float beta, float* c,
+                  const LtEpilogue& e) {
   const std::uint32_t align_a = alignment(a), align_b = alignment(b), align_c = alignment(c);
-  const Key key{m, n, k, trans_a, trans_b, beta != 0.0f, align_a, align_b, align_c};
+  const std::uint32_t align_bias = e.bias ? alignment(e.bias) : 0;
+  const std::uint32_t align_aux = e.aux ? alignment(e.aux) : 0;
+  const Key key{m,       n,       k,       trans_a,    trans_b,   beta != 0.0f,
+                align_a, align_b, align_c, align_bias, align_aux, static_cast<std::int64_t>(e.kind),
+                e.aux_ld};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto plan = std::make_unique<Plan>();
@@ -85,13 +140,32 @@ bool LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
       LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, uk, um, uk));
     LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, un, um, un));
 
+    std::string broken;
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    if (e.kind != LtEpilogueKind::None) {
+      broken = epilogue_rule_broken(e, n);
+      if (broken.empty()) {
+        // The operands' pointers are set now too: the heuristic reads their alignment from them.
+        const cublasLtEpilogue_t epi = lt_epilogue(e);
+        status = dyn::cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                     sizeof(epi));
+        if (status == CUBLAS_STATUS_SUCCESS && e.aux) {
+          const std::int64_t ld = e.aux_ld;
+          status = dyn::cublasLtMatmulDescSetAttribute(
+              plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld));
+        }
+        if (status == CUBLAS_STATUS_SUCCESS) status = set_pointers(plan->op, e);
+      }
+    }
+
     cublasLtMatmulPreference_t pref = nullptr;
     LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatmulPreferenceCreate(&pref));
     const std::uint64_t ws = kLtWorkspaceBytes;
     // cuBLASLt's "A" is b and its "B" is a (see above).
     const std::uint32_t lt_align_a = align_b, lt_align_b = align_a;
-    cublasStatus_t status = dyn::cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = dyn::cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
     if (status == CUBLAS_STATUS_SUCCESS)
       status = dyn::cublasLtMatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &lt_align_a, sizeof(lt_align_a));
@@ -106,16 +180,20 @@ bool LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    if (status == CUBLAS_STATUS_SUCCESS)
+    if (status == CUBLAS_STATUS_SUCCESS && broken.empty())
       status = dyn::cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c,
                                                    plan->c, pref, 1, &result, &found);
     dyn::cublasLtMatmulPreferenceDestroy(pref);
-    // NOT_SUPPORTED is the heuristic's "nothing for this configuration", not a failure.
-    if (status != CUBLAS_STATUS_NOT_SUPPORTED) LOCKSTEP_CHECK_CUBLAS(status);
-    plan->has_algo = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    // NOT_SUPPORTED is the heuristic's "nothing for this configuration", not a failure; with an
+    // epilogue, so is an attribute this cuBLASLt does not take (INVALID_VALUE).
+    const bool no_answer =
+        status == CUBLAS_STATUS_NOT_SUPPORTED ||
+        (e.kind != LtEpilogueKind::None && status == CUBLAS_STATUS_INVALID_VALUE);
+    if (!no_answer) LOCKSTEP_CHECK_CUBLAS(status);
+    plan->has_algo = broken.empty() && status == CUBLAS_STATUS_SUCCESS && found > 0;
     if (plan->has_algo) {
       plan->algo = result.algo;
-    } else {
+    } else if (e.kind == LtEpilogueKind::None) {
       static std::atomic<bool> warned{false};
       if (!warned.exchange(true))
         std::fprintf(stderr,
@@ -127,6 +205,18 @@ bool LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
                      static_cast<long long>(m), static_cast<long long>(k),
                      static_cast<long long>(k), static_cast<long long>(n), trans_a ? 1 : 0,
                      trans_b ? 1 : 0, align_a, align_b, align_c);
+    } else {
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true))
+        std::fprintf(stderr,
+                     "warning: cuBLASLt %s %s epilogue for the bf16 C[%lld, %lld] = op(A)[%lld, "
+                     "%lld] op(B)[%lld, %lld]%s%s; computing it with the plain GEMM and separate "
+                     "kernels instead (same result; further such cases are not reported)\n",
+                     broken.empty() ? "has no algorithm with" : "cannot take",
+                     epilogue_name(e.kind), static_cast<long long>(m), static_cast<long long>(n),
+                     static_cast<long long>(m), static_cast<long long>(k),
+                     static_cast<long long>(k), static_cast<long long>(n),
+                     broken.empty() ? "" : ": ", broken.c_str());
     }
     it = plans_.emplace(key, std::move(plan)).first;
   }
@@ -134,10 +224,23 @@ bool LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
   if (!workspace_.defined())
     workspace_ = Tensor::empty({static_cast<std::int64_t>(kLtWorkspaceBytes)}, DType::U8, device_);
   const Plan& p = *it->second;
+  // Plans are keyed by the pointers' alignments, not the pointers: this call's go in now.
+  if (e.kind != LtEpilogueKind::None) LOCKSTEP_CHECK_CUBLAS(set_pointers(p.op, e));
   LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatmul(handle_, p.op, &alpha, b, p.a, a, p.b, &beta, c, p.c, c,
                                             p.c, &p.algo, workspace_.raw_data(), kLtWorkspaceBytes,
                                             stream_));
   return true;
+}
+
+cublasStatus_t LtGemm::set_pointers(cublasLtMatmulDesc_t op, const LtEpilogue& e) {
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  if (e.bias)
+    status = dyn::cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias,
+                                                 sizeof(e.bias));
+  if (status == CUBLAS_STATUS_SUCCESS && e.aux)
+    status = dyn::cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                 &e.aux, sizeof(e.aux));
+  return status;
 }
 
 namespace {
@@ -183,8 +286,7 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a,
     case Precision::BF16: {
       Tensor a16 = casts_.get(ctx_, a, 0, to_bf16());
       Tensor b16 = casts_.get(ctx_, b, 1, to_bf16());
-      if (!lt_) lt_ = std::make_unique<LtGemm>(device_, stream_);
-      if (lt_->bf16(trans_a, trans_b, m, n, k, alpha, a16.raw_data(), b16.raw_data(), beta,
+      if (lt().bf16(trans_a, trans_b, m, n, k, alpha, a16.raw_data(), b16.raw_data(), beta,
                     c.data<float>()))
         return;
       // cuBLASLt's heuristic had no algorithm for this shape (gemm_lt.hpp): the same product,
@@ -196,6 +298,92 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a,
       return;
     }
   }
+}
+
+LtGemm& CudaBackend::lt() {
+  if (!lt_) lt_ = std::make_unique<LtGemm>(device_, stream_);
+  return *lt_;
+}
+
+// ---- the fused linear ops (ops.hpp). Under bf16 each tries its cuBLASLt epilogue and composes
+// what cuBLASLt declines from the plain GEMM and the element kernels (Backend's compose_*), so a
+// shape without an epilogue algorithm still runs, warned once (gemm_lt.hpp). Under fp32 and tf32
+// they are the compositions: the epilogues exist for the bf16 path only (cuBLASLt's f32 kernels
+// with epilogues are not what cublasSgemm runs, and fp32 is the reference the others are held to).
+
+bool CudaBackend::linear_forward_epilogue(const Tensor& x, const Tensor& w, const Tensor& b,
+                                          Activation act, Tensor& y, Tensor& pre_act) {
+  const std::int64_t m = x.dim(0), n = w.dim(0), k = w.dim(1);
+  if (ctx_.precision() != Precision::BF16 || m == 0 || n == 0 || k == 0) return false;
+  if (act == Activation::None && !b.defined()) return false;  // nothing to fold
+  LtEpilogue e;
+  e.bias = b.defined() ? b.data<float>() : nullptr;
+  if (act == Activation::GeluTanh) {
+    e.kind = LtEpilogueKind::GeluAuxBias;
+    e.aux = pre_act.data<float>();
+    e.aux_ld = n;
+  } else {
+    e.kind = LtEpilogueKind::Bias;
+  }
+  Tensor x16 = casts_.get(ctx_, x, 0, to_bf16());
+  Tensor w16 = casts_.get(ctx_, w, 1, to_bf16());
+  return lt().bf16(false, true, m, n, k, 1.0f, x16.raw_data(), w16.raw_data(), 0.0f,
+                   y.data<float>(), e);
+}
+
+void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                                 Tensor& y, Tensor& pre_act) {
+  activate();
+  if (!linear_forward_epilogue(x, w, b, act, y, pre_act))
+    Backend::linear_forward(x, w, b, act, y, pre_act);
+}
+
+// The epilogue's GELU is cuBLASLt's, whose bits gelu_tanh_forward need not match: the recompute
+// runs the forward's GEMM again (the same key, so the same algorithm: the same bits; its aux
+// output rewrites pre_act with the values it holds). Where the forward composed, so does this.
+void CudaBackend::linear_recompute_activation(const Tensor& x, const Tensor& w, const Tensor& b,
+                                              Activation act, Tensor& pre_act, Tensor& y) {
+  activate();
+  if (!linear_forward_epilogue(x, w, b, act, y, pre_act))
+    Backend::linear_recompute_activation(x, w, b, act, pre_act, y);
+}
+
+void CudaBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
+                                  const Tensor& dy16, Tensor& dw, Tensor& db, Tensor& dx,
+                                  const LinearBackward& p) {
+  activate();
+  const Tensor& dy_operand = dy16.defined() ? dy16 : dy;
+  const std::int64_t rows = dy.dim(0), out = w.dim(0), in = w.dim(1);
+  if (ctx_.precision() != Precision::BF16 || rows == 0 || out == 0 || in == 0) {
+    Backend::linear_backward(x, w, dy, dy16, dw, db, dx, p);
+    return;
+  }
+  Tensor d16 = casts_.get(ctx_, dy_operand, 0, to_bf16());
+  // dW = dy^T x, and an overwritten bias gradient as the epilogue's column sums of dy16 (cuBLASLt
+  // writes it whole, so an accumulating one is composed: sum_rows adds into it).
+  bool dw_done = false, db_done = !db.defined();
+  if (db.defined() && p.overwrite_db) {
+    Tensor x16 = casts_.get(ctx_, x, 1, to_bf16());
+    LtEpilogue e;
+    e.kind = LtEpilogueKind::BGradA;
+    e.bias = db.data<float>();
+    dw_done = db_done = lt().bf16(true, false, out, in, rows, 1.0f, d16.raw_data(), x16.raw_data(),
+                                  p.overwrite_dw ? 0.0f : 1.0f, dw.data<float>(), e);
+  }
+  if (!dw_done) compose_linear_dw(x, d16, dw, p.overwrite_dw);
+  if (!db_done) compose_linear_db(dy, db, p.overwrite_db);
+  if (!dx.defined()) return;
+  if (p.input_act == Activation::GeluTanh) {
+    Tensor w16 = casts_.get(ctx_, w, 1, to_bf16());
+    LtEpilogue e;
+    e.kind = LtEpilogueKind::DGelu;
+    e.aux = const_cast<float*>(p.input_pre_act.data<float>());  // read only, by DGELU
+    e.aux_ld = in;
+    if (lt().bf16(false, false, rows, in, out, 1.0f, d16.raw_data(), w16.raw_data(), 0.0f,
+                  dx.data<float>(), e))
+      return;
+  }
+  compose_linear_dx(w, d16, dx, p);
 }
 
 }  // namespace lockstep::ops::cuda

@@ -1,6 +1,6 @@
-// The GPT layers: embedding, LayerNorm, GELU (tanh form), causal attention: the kernels, their
-// launchers and CudaBackend's methods of the family. Workspaces come from the caching allocator
-// per call (the stream orders their reuse).
+// The GPT layers: embedding, LayerNorm (alone and after a residual sum), GELU (tanh form), causal
+// attention: the kernels, their launchers and CudaBackend's methods of the family. Workspaces come
+// from the caching allocator per call (the stream orders their reuse).
 //
 // Trade-offs, once for the file:
 // - Deterministic everywhere, as common.cuh promises: no float atomics. The token-embedding
@@ -121,6 +121,26 @@ SortBuffers carve(void* workspace, i64 n) {
 
 // ---------------------------------------------------------------- LayerNorm
 
+// One warp normalises row xr into yr. The lane reads back only the elements it wrote (a fused
+// caller's sum), so no fence is needed.
+__device__ __forceinline__ void layernorm_row(const float* xr, const float* w, const float* bias,
+                                              float eps, float* yr, float* mean, float* rstd,
+                                              i64 row, i64 c, int lane, float sum) {
+  const float m = warp_sum(sum) / static_cast<float>(c);
+  float v = 0.0f;
+  for (i64 j = lane; j < c; j += 32) {
+    const float d = xr[j] - m;
+    v += d * d;
+  }
+  const float r = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(c) + eps);
+  for (i64 j = lane; j < c; j += 32)
+    yr[j] = (xr[j] - m) * r * w[j] + bias[j];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
 // One warp per row.
 __global__ void layernorm_forward_kernel(const float* x, const float* w, const float* bias,
                                          float eps, float* y, float* mean, float* rstd, i64 rows,
@@ -132,20 +152,26 @@ __global__ void layernorm_forward_kernel(const float* x, const float* w, const f
   float s = 0.0f;
   for (i64 j = lane; j < c; j += 32)
     s += xr[j];
-  const float m = warp_sum(s) / static_cast<float>(c);
-  float v = 0.0f;
+  layernorm_row(xr, w, bias, eps, y + row * c, mean, rstd, row, c, lane, s);
+}
+
+// s = x + a, then the LayerNorm of s, one warp per row: the bits of add_kernel followed by
+// layernorm_forward_kernel (the same lanes add the same elements in the same order), with x and a
+// read once and s read back from cache instead of from memory by a second kernel.
+__global__ void residual_layernorm_forward_kernel(const float* x, const float* a, const float* w,
+                                                  const float* bias, float eps, float* s, float* y,
+                                                  float* mean, float* rstd, i64 rows, i64 c) {
+  const i64 row = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  float* sr = s + row * c;
+  float sum = 0.0f;
   for (i64 j = lane; j < c; j += 32) {
-    const float d = xr[j] - m;
-    v += d * d;
+    const float v = x[row * c + j] + a[row * c + j];
+    sr[j] = v;
+    sum += v;
   }
-  const float r = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(c) + eps);
-  float* yr = y + row * c;
-  for (i64 j = lane; j < c; j += 32)
-    yr[j] = (xr[j] - m) * r * w[j] + bias[j];
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = r;
-  }
+  layernorm_row(sr, w, bias, eps, y + row * c, mean, rstd, row, c, lane, sum);
 }
 
 __global__ void layernorm_backward_dx_kernel(const float* x, const float* dy, const float* w,
@@ -694,6 +720,18 @@ void layernorm_forward(const float* x, const float* w, const float* bias, float 
   LOCKSTEP_CHECK_LAUNCH();
 }
 
+// s = x + a, then the LayerNorm of s (mean, rstd as above).
+void residual_layernorm_forward(const float* x, const float* a, const float* w, const float* bias,
+                                float eps, float* s, float* y, float* mean, float* rstd, i64 rows,
+                                i64 c, cudaStream_t st) {
+  if (rows == 0) return;
+  constexpr int kRowsPerBlock = kThreads / 32;
+  const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  residual_layernorm_forward_kernel<<<blocks, kThreads, 0, st>>>(x, a, w, bias, eps, s, y, mean,
+                                                                 rstd, rows, c);
+  LOCKSTEP_CHECK_LAUNCH();
+}
+
 // Workspace (floats) for the weight/bias partial sums.
 i64 layernorm_backward_workspace(i64 rows, i64 c) {
   return 2 * ((rows + kLnChunkRows - 1) / kLnChunkRows) * c;
@@ -849,6 +887,15 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const
   cuda::layernorm_forward(x.data<float>(), weight.data<float>(), bias.data<float>(), eps,
                           y.data<float>(), mean.data<float>(), rstd.data<float>(), rows, c,
                           stream_);
+}
+void CudaBackend::residual_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                                             const Tensor& bias, float eps, Tensor& s, Tensor& y,
+                                             Tensor& mean, Tensor& rstd) {
+  activate();
+  const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+  cuda::residual_layernorm_forward(x.data<float>(), a.data<float>(), weight.data<float>(),
+                                   bias.data<float>(), eps, s.data<float>(), y.data<float>(),
+                                   mean.data<float>(), rstd.data<float>(), rows, c, stream_);
 }
 void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd,

@@ -4,6 +4,9 @@
 // never the tensors: as on a GPU, a tensor the host drops goes back to the cache at once and its
 // block may serve the next op queued, which is safe only in stream order.
 //
+// The fused linear ops are the Backend's compositions over these queued ops (a GPU's fusions are
+// its libraries', which an emulation would only imitate); the fused LayerNorm is the CPU's kernel.
+//
 // Ops that return a host value (count_correct, sum_squares, all_finite) and copies to the host
 // wait for the compute stream, and count that wait, as the CUDA backend does. Parameter reuse
 // windows (Context::begin_reuse) are not forwarded: the inner CPU backend converts bf16 operands
@@ -315,6 +318,14 @@ class EmuBackend final : public Backend {
             dresidual = view(dresidual), dx = view(dx), dweight = view(dweight),
             dbias = view(dbias)](Backend& b) mutable {
       b.layernorm_backward(x, dy, weight, mean, rstd, dresidual, dx, dweight, dbias);
+    });
+  }
+  void residual_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
+                                  const Tensor& bias, float eps, Tensor& s, Tensor& y, Tensor& mean,
+                                  Tensor& rstd) override {
+    launch([=, x = view(x), a = view(a), weight = view(weight), bias = view(bias), s = view(s),
+            y = view(y), mean = view(mean), rstd = view(rstd)](Backend& b) mutable {
+      b.residual_layernorm_forward(x, a, weight, bias, eps, s, y, mean, rstd);
     });
   }
   void gelu_tanh_forward(const Tensor& x, Tensor& y) override {

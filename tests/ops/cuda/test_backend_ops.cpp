@@ -10,7 +10,8 @@
 // How to add an op: one row in rows() below — a name, a CUDA bound, and a function that takes the
 // context and an Io (in(i) gives the i-th input moved to the context's device; out(t) records an
 // output) and calls the op. Inputs come from the shared generators (uniform floats, labels,
-// tokens, bytes), seeded by the row, so a row is reproducible on its own.
+// tokens, bytes), seeded by the row, so a row is reproducible on its own. A row whose last field
+// is true runs on contexts that compute in bf16 (train.precision = bf16), where the CPU can.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "support/device_test_support.hpp"
+#include "support/precision_reference.hpp"
 
 namespace lockstep::testing {
 namespace {
@@ -53,6 +55,7 @@ struct Row {
   double cuda_bound;  // scaled_error bound on CUDA; 0: exact
   std::function<std::vector<Tensor>()> inputs;
   std::function<void(Io&)> run;
+  bool bf16 = false;  // run on contexts computing in bf16 (skipped where the CPU cannot)
 };
 
 Tensor uniform(const Shape& s, std::uint64_t stream, float lo = -1.0f, float hi = 1.0f) {
@@ -72,6 +75,84 @@ Tensor extremes() {
       std::vector<float>{-1e4f, -100.0f, -20.0f, -10.5f, -10.0f, -5.0f, -1.0f, -1e-3f, 0.0f, 1e-3f,
                          1.0f, 5.0f, 10.0f, 10.5f, 20.0f, 100.0f},
       {16});
+}
+
+// Values bf16 holds exactly (uniform ones rounded to nearest even): a bf16 GEMM's rounding of
+// its operands is then exact, so the CPU and CUDA differ only in their summation order (and
+// formulas), and a bias gradient summed from dy rounded to bf16 (cuBLASLt's BGRADB) is the f32
+// dy's sum.
+Tensor bf16_exact(const Shape& s, std::uint64_t stream, float lo = -1.0f, float hi = 1.0f) {
+  Tensor t = uniform(s, stream, lo, hi);
+  auto* bits = static_cast<std::uint32_t*>(t.raw_data());
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    bits[i] = (bits[i] + 0x7fffu + ((bits[i] >> 16) & 1u)) & 0xffff0000u;
+  return t;
+}
+
+bool same_on_host(const Tensor& a, const Tensor& b) {
+  Tensor x = a.to(Device::cpu()), y = b.to(Device::cpu());
+  return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+
+// linear_backward twice from the same inputs (x, w, dy, then two gradient start values each for
+// dw and db): first overwriting stale gradients, then accumulating; dx through the GELU of
+// input_pre_act when one is given. Reports dw, db, dx of each.
+void linear_backward_both_ways(Io& io, const Tensor& x, const Tensor& w, const Tensor& dy,
+                               std::size_t first_grad, const Tensor& input_pre_act) {
+  Tensor dy16;
+  if (io.ctx().precision() == ops::Precision::BF16) {  // as nn::Linear passes it
+    dy16 = io.empty(dy.shape(), DType::BF16);
+    ops::cast(io.ctx(), dy, dy16);
+  }
+  for (bool overwrite : {true, false}) {
+    const std::size_t k = first_grad + (overwrite ? 0 : 2);
+    Tensor dx = io.empty({x.dim(0), x.dim(1)});
+    ops::LinearBackward p;
+    p.overwrite_dw = p.overwrite_db = overwrite;
+    if (input_pre_act.defined()) {
+      p.input_act = ops::Activation::GeluTanh;
+      p.input_pre_act = input_pre_act;
+    }
+    ops::linear_backward(io.ctx(), x, w, dy, dy16, io.in(k), io.in(k + 1), dx, p);
+    io.out(io.in(k));
+    io.out(io.in(k + 1));
+    io.out(dx);
+  }
+}
+
+// The inputs of a linear layer's row: x [rows, in], w [out, in], b [out], dy [rows, out], the
+// GELU input of the layer before [rows, in], and two start values each of dw and db.
+std::vector<Tensor> linear_inputs(std::int64_t rows, std::int64_t in, std::int64_t out,
+                                  std::uint64_t seed) {
+  return {bf16_exact({rows, in}, seed),
+          bf16_exact({out, in}, seed + 1),
+          uniform({out}, seed + 2),
+          bf16_exact({rows, out}, seed + 3),
+          uniform({rows, in}, seed + 4, -4, 4),
+          uniform({out, in}, seed + 5),
+          uniform({out}, seed + 6),
+          uniform({out, in}, seed + 7),
+          uniform({out}, seed + 8)};
+}
+
+// Forward (y; with gelu also the GELU's output, its pre_act, and 1 when the GELU recompute gave
+// the forward's bits on this device), then the backward both ways, with gelu also through the
+// GELU of input 4 (the layer before's pre_act).
+void linear_row(Io& io, const Tensor& bias, bool gelu) {
+  const Tensor &x = io.in(0), &w = io.in(1), &dy = io.in(3);
+  const std::int64_t rows = x.dim(0), out = w.dim(0);
+  Tensor y = io.empty({rows, out}), none;
+  ops::linear_forward(io.ctx(), x, w, bias, ops::Activation::None, y, none);
+  io.out(y);
+  linear_backward_both_ways(io, x, w, dy, 5, Tensor());
+  if (!gelu) return;
+  Tensor g = io.empty({rows, out}), pre = io.empty({rows, out}), again = io.empty({rows, out});
+  ops::linear_forward(io.ctx(), x, w, bias, ops::Activation::GeluTanh, g, pre);
+  ops::linear_recompute_activation(io.ctx(), x, w, bias, ops::Activation::GeluTanh, pre, again);
+  io.out(g);
+  io.out(pre);
+  io.out_value(same_on_host(again, g) ? 1.0 : 0.0);
+  linear_backward_both_ways(io, x, w, dy, 5, io.in(4));
 }
 
 const ops::Conv2dParams kConv{1, 1, 1, 1};
@@ -393,6 +474,39 @@ std::vector<Row> rows() {
                  for (const Tensor& t : {y, mean, rstd, dx, dw, db})
                    io.out(t);
                }});
+  r.push_back({"residual_layernorm", 1e-5,
+               [] {
+                 return std::vector<Tensor>{uniform({3, 11, 48}, 43, -3, 3),
+                                            uniform({3, 11, 48}, 44), uniform({48}, 45, 0.5f, 1.5f),
+                                            uniform({48}, 46)};
+               },
+               [](Io& io) {
+                 Tensor s = io.empty({3, 11, 48}), y = io.empty({3, 11, 48}), mean = io.empty({33}),
+                        rstd = io.empty({33});
+                 ops::residual_layernorm_forward(io.ctx(), io.in(0), io.in(1), io.in(2), io.in(3),
+                                                 1e-5f, s, y, mean, rstd);
+                 for (const Tensor& t : {s, y, mean, rstd})
+                   io.out(t);
+               }});
+  // The fused linear ops. fp32: the compositions on every backend. bf16: cuBLASLt's epilogues on
+  // CUDA (BIAS and BGRADB at the GEMMs' bound, the inputs being bf16-exact; GELU_AUX_BIAS and
+  // DGELU within 2e-3, below bf16's own rounding of 2^-8, which the GELU's output and input
+  // gradient meet before any GEMM reads them: cuBLASLt's GELU is its own formula), then the same
+  // with a 4-byte-aligned bias and widths that are not multiples of 8, which cuBLASLt's rules
+  // send to the composition.
+  r.push_back({"linear_fp32", 1e-5, [] { return linear_inputs(37, 45, 29, 50); },
+               [](Io& io) { linear_row(io, io.in(2), true); }});
+  r.push_back({"linear_bf16_bias_epilogues", 1e-5, [] { return linear_inputs(64, 96, 128, 60); },
+               [](Io& io) { linear_row(io, io.in(2), false); }, true});
+  r.push_back({"linear_bf16_gelu_epilogues", 2e-3, [] { return linear_inputs(64, 96, 128, 60); },
+               [](Io& io) { linear_row(io, io.in(2), true); }, true});
+  r.push_back({"linear_bf16_unaligned", 2e-3,
+               [] {
+                 std::vector<Tensor> in = linear_inputs(37, 13, 21, 70);
+                 in.push_back(uniform({22}, 79));
+                 return in;
+               },
+               [](Io& io) { linear_row(io, io.in(9).sub(1, {21}), true); }, true});
   r.push_back({"attention", 1e-4,
                [] {
                  return std::vector<Tensor>{uniform({2, 16, 3 * 32}, 41), uniform({2, 16, 32}, 42)};
@@ -434,6 +548,11 @@ TEST_P(BackendOps, MatchTheCpuBackend) {
   const Row& row = table().at(index);
   ops::Context cpu;
   ops::Context dev(kind == "cuda" ? Device::cuda(0) : Device::emu(0));
+  if (row.bf16) {
+    LOCKSTEP_SKIP_WITHOUT_BF16();  // the CPU reference (and the emulated GPU's kernels)
+    cpu.set_precision(ops::Precision::BF16);
+    dev.set_precision(ops::Precision::BF16);
+  }
   const std::vector<Tensor> want = run_row(row, cpu);
   const std::vector<Tensor> got = run_row(row, dev);
   ASSERT_EQ(got.size(), want.size());

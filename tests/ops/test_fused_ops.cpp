@@ -1,0 +1,216 @@
+// The fused layer ops (ops.hpp: residual_layernorm_forward, linear_forward, linear_backward,
+// linear_recompute_activation) are, on the CPU, the compositions their comments name, bit for bit:
+// each test runs the fused op and the separate ops on the same inputs and compares every output's
+// bits, in fp32 and (where the CPU has it) bf16, over shapes that are not multiples of the SIMD
+// width. The separate ops are themselves held to float64 references in test_transformer_ops.cpp,
+// test_gemm.cpp and test_precision.cpp. The emulated GPU and CUDA are compared with the CPU by
+// tests/ops/cuda/test_backend_ops.cpp.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "lockstep/core/error.hpp"
+#include "lockstep/ops/ops.hpp"
+#include "ops_test_util.hpp"
+#include "support/precision_reference.hpp"
+
+using namespace lockstep;
+using lockstep::testing::bitwise_equal;
+using lockstep::testing::random_tensor;
+
+namespace {
+
+template <class F>
+void expect_error_containing(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+// ---- residual sum + LayerNorm
+
+TEST(ResidualLayerNorm, IsAddThenLayerNormBitForBit) {
+  for (int threads : {1, 3}) {
+    ops::Context ctx(Device::cpu(), threads);
+    for (std::int64_t c : {67, 256}) {
+      SCOPED_TRACE(::testing::Message() << "C = " << c << ", " << threads << " threads");
+      const Shape shape{3, 13, c};  // 39 rows: uneven over the threads
+      Tensor x = random_tensor(shape, 1, -3, 3), a = random_tensor(shape, 2);
+      Tensor w = random_tensor({c}, 3, 0.5f, 1.5f), b = random_tensor({c}, 4);
+      Tensor s = Tensor::empty(shape), y = Tensor::empty(shape);
+      Tensor mean = Tensor::empty({39}), rstd = Tensor::empty({39});
+      ops::residual_layernorm_forward(ctx, x, a, w, b, 1e-5f, s, y, mean, rstd);
+
+      Tensor s_ref = Tensor::empty(shape), y_ref = Tensor::empty(shape);
+      Tensor mean_ref = Tensor::empty({39}), rstd_ref = Tensor::empty({39});
+      ops::add(ctx, x, a, s_ref);
+      ops::layernorm_forward(ctx, s_ref, w, b, 1e-5f, y_ref, mean_ref, rstd_ref);
+      EXPECT_TRUE(bitwise_equal(s, s_ref));
+      EXPECT_TRUE(bitwise_equal(y, y_ref));
+      EXPECT_TRUE(bitwise_equal(mean, mean_ref));
+      EXPECT_TRUE(bitwise_equal(rstd, rstd_ref));
+    }
+  }
+}
+
+TEST(ResidualLayerNorm, RefusesMismatchedShapesAndAliasedOutputs) {
+  ops::Context ctx;
+  Tensor x = random_tensor({4, 8}, 1), a = random_tensor({4, 8}, 2);
+  Tensor w = random_tensor({8}, 3), b = random_tensor({8}, 4);
+  Tensor s = Tensor::empty({4, 8}), y = Tensor::empty({4, 8});
+  Tensor mean = Tensor::empty({4}), rstd = Tensor::empty({4});
+  Tensor short_a = random_tensor({3, 8}, 5);
+  expect_error_containing(
+      [&] { ops::residual_layernorm_forward(ctx, x, short_a, w, b, 1e-5f, s, y, mean, rstd); },
+      "residual_layernorm_forward: x is");
+  expect_error_containing(
+      [&] { ops::residual_layernorm_forward(ctx, x, a, w, b, 1e-5f, x, y, mean, rstd); },
+      "s and y must not share storage");
+}
+
+// ---- linear
+
+struct LinearCase {
+  ops::Precision precision;
+  bool bias;
+  ops::Activation act;
+};
+
+std::string describe(const LinearCase& k) {
+  return str(ops::precision_name(k.precision), k.bias ? ", bias" : ", no bias",
+             k.act == ops::Activation::GeluTanh ? ", gelu" : "");
+}
+
+std::vector<LinearCase> linear_cases() {
+  std::vector<LinearCase> cases;
+  std::vector<ops::Precision> precisions = {ops::Precision::FP32};
+  if (lockstep::testing::bf16_unavailable().empty()) precisions.push_back(ops::Precision::BF16);
+  for (ops::Precision p : precisions)
+    for (bool bias : {true, false})
+      for (ops::Activation act : {ops::Activation::None, ops::Activation::GeluTanh})
+        cases.push_back({p, bias, act});
+  return cases;
+}
+
+constexpr std::int64_t kRows = 37, kIn = 45, kOut = 29;
+
+TEST(LinearForward, IsGemmThenBiasThenGeluBitForBit) {
+  for (const LinearCase& k : linear_cases()) {
+    SCOPED_TRACE(describe(k));
+    ops::Context ctx(Device::cpu(), 2);
+    ctx.set_precision(k.precision);
+    Tensor x = random_tensor({kRows, kIn}, 10, -2, 2), w = random_tensor({kOut, kIn}, 11);
+    Tensor b = k.bias ? random_tensor({kOut}, 12) : Tensor();
+    const bool gelu = k.act == ops::Activation::GeluTanh;
+    Tensor y = Tensor::empty({kRows, kOut});
+    Tensor pre = gelu ? Tensor::empty({kRows, kOut}) : Tensor();
+    ops::linear_forward(ctx, x, w, b, k.act, y, pre);
+
+    Tensor z = Tensor::empty({kRows, kOut}), y_ref = Tensor::empty({kRows, kOut});
+    ops::gemm(ctx, false, true, 1.0f, x, w, 0.0f, z);
+    if (k.bias) ops::add_row_bias(ctx, z, b);
+    if (gelu) {
+      ops::gelu_tanh_forward(ctx, z, y_ref);
+      EXPECT_TRUE(bitwise_equal(pre, z));
+      // A GELU that was skipped would leave y = z.
+      EXPECT_FALSE(bitwise_equal(y_ref, z));
+    } else {
+      y_ref = z;
+    }
+    EXPECT_TRUE(bitwise_equal(y, y_ref));
+
+    // The recompute gives back what the forward wrote.
+    if (gelu) {
+      Tensor again = Tensor::empty({kRows, kOut});
+      ops::linear_recompute_activation(ctx, x, w, b, k.act, pre, again);
+      EXPECT_TRUE(bitwise_equal(again, y));
+    }
+    // On a bf16 context the layer passes its bf16 copy of x: the same bits as the f32 x.
+    if (k.precision == ops::Precision::BF16) {
+      Tensor x16 = Tensor::empty({kRows, kIn}, DType::BF16), y16 = Tensor::empty({kRows, kOut});
+      ops::cast(ctx, x, x16);
+      Tensor pre16 = gelu ? Tensor::empty({kRows, kOut}) : Tensor();
+      ops::linear_forward(ctx, x16, w, b, k.act, y16, pre16);
+      EXPECT_TRUE(bitwise_equal(y16, y));
+    }
+  }
+}
+
+TEST(LinearBackward, IsTheLayersGemmsBiasSumAndGeluBackwardBitForBit) {
+  for (const LinearCase& k : linear_cases()) {
+    if (!k.bias) continue;  // the bias gradient's cases below cover both
+    for (bool overwrite : {true, false}) {
+      SCOPED_TRACE(describe(k) + (overwrite ? ", stale gradients" : ", accumulating"));
+      ops::Context ctx(Device::cpu(), 2);
+      ctx.set_precision(k.precision);
+      const bool bf16 = k.precision == ops::Precision::BF16;
+      const bool gelu = k.act == ops::Activation::GeluTanh;
+      Tensor x = random_tensor({kRows, kIn}, 20), w = random_tensor({kOut, kIn}, 21);
+      Tensor dy = random_tensor({kRows, kOut}, 22), pre = random_tensor({kRows, kIn}, 23, -4, 4);
+      Tensor dy16;
+      if (bf16) {
+        dy16 = Tensor::empty({kRows, kOut}, DType::BF16);
+        ops::cast(ctx, dy, dy16);
+      }
+      // Gradients holding earlier values: overwritten when stale, added to otherwise.
+      Tensor dw = random_tensor({kOut, kIn}, 24), db = random_tensor({kOut}, 25);
+      Tensor dx = Tensor::empty({kRows, kIn});
+      Tensor dw_ref = dw.clone(), db_ref = db.clone(), dx_ref = Tensor::empty({kRows, kIn});
+      ops::LinearBackward p;
+      p.overwrite_dw = p.overwrite_db = overwrite;
+      p.input_act = k.act;
+      p.input_pre_act = gelu ? pre : Tensor();
+      ops::linear_backward(ctx, x, w, dy, dy16, dw, db, dx, p);
+
+      // What nn::Linear and nn::Mlp ran before the op existed.
+      const Tensor& dy_operand = bf16 ? dy16 : dy;
+      ops::gemm(ctx, true, false, 1.0f, dy_operand, x, overwrite ? 0.0f : 1.0f, dw_ref);
+      if (overwrite) ops::fill(ctx, db_ref, 0.0f);
+      ops::sum_rows(ctx, dy, db_ref);
+      if (gelu) {
+        Tensor dg = Tensor::empty({kRows, kIn});
+        ops::gemm(ctx, false, false, 1.0f, dy_operand, w, 0.0f, dg);
+        ops::gelu_tanh_backward(ctx, pre, dg, dx_ref);
+      } else {
+        ops::gemm(ctx, false, false, 1.0f, dy_operand, w, 0.0f, dx_ref);
+      }
+      EXPECT_TRUE(bitwise_equal(dw, dw_ref));
+      EXPECT_TRUE(bitwise_equal(db, db_ref));
+      EXPECT_TRUE(bitwise_equal(dx, dx_ref));
+
+      // Without dx or db: the rest is the same, and nothing else is written.
+      Tensor dw2 = random_tensor({kOut, kIn}, 24), none;
+      ops::linear_backward(ctx, x, w, dy, dy16, dw2, none, none, p);
+      EXPECT_TRUE(bitwise_equal(dw2, dw_ref));
+    }
+  }
+}
+
+TEST(LinearOps, RefuseBadArgumentsNamingTheOpAndTensor) {
+  ops::Context ctx;
+  Tensor x = random_tensor({4, 6}, 1), w = random_tensor({5, 6}, 2), b = random_tensor({5}, 3);
+  Tensor y = Tensor::empty({4, 5}), pre = Tensor::empty({4, 5}), none;
+  Tensor wrong_w = random_tensor({5, 7}, 4);
+  expect_error_containing([&] { ops::linear_forward(ctx, x, wrong_w, b, {}, y, none); },
+                          "linear_forward: x is");
+  expect_error_containing(
+      [&] { ops::linear_forward(ctx, x, w, b, ops::Activation::GeluTanh, y, none); },
+      "linear_forward: pre_act is an undefined tensor");
+  expect_error_containing(
+      [&] { ops::linear_recompute_activation(ctx, x, w, b, ops::Activation::None, pre, y); },
+      "no activation to recompute");
+  Tensor dy = random_tensor({4, 5}, 5), dw = Tensor::empty({5, 6}), dx = Tensor::empty({4, 6});
+  Tensor dy16 = Tensor::empty({4, 5}, DType::BF16);
+  expect_error_containing([&] { ops::linear_backward(ctx, x, w, dy, dy16, dw, b, dx); },
+                          "dy16 is a bf16 copy of dy, for a bf16 context only");
+  ops::LinearBackward p;
+  p.input_act = ops::Activation::GeluTanh;
+  expect_error_containing([&] { ops::linear_backward(ctx, x, w, dy, none, dw, b, dx, p); },
+                          "linear_backward: input_pre_act is an undefined tensor");
+}
+
+}  // namespace
