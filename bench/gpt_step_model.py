@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """A gpt2-124m training step on one GPU, kernel by kernel, as lockstep's CUDA path runs it today
-(train.precision = bf16: bf16 GEMM inputs, f32 activations between layers, the own fp32
-attention kernels, the f32 [B*T, V] logits the loss works in): each kernel's FLOPs and bytes, and the time
-it needs at the ceilings below. A prediction by counting, to hold against the first measured
-run (bench/gpu-check.sh, lockstep-bench gpt --device=cuda:0): not a measurement.
+(train.precision = bf16: bf16 GEMM inputs through cuBLASLt, the bias, c_fc's GELU, the bias
+gradients and the GELU's backward in the GEMMs' epilogues, the first residual sum in ln_2's pass,
+f32 activations between layers, the own fp32 attention kernels, the f32 [B*T, V] logits the loss
+works in): each kernel's FLOPs and bytes, and the time it needs at the ceilings below. A
+prediction by counting, to hold against the first measured run (bench/gpu-check.sh, lockstep-bench
+gpt --device=cuda:0): not a measurement. --unfused counts the path before the fused layer ops
+(separate bias, GELU, sum_rows and residual-add kernels), for comparison.
 
 Ceilings (H200). Two are readings PyTorch gave on the H200 machines this project may be lent
 (not yet measured by lockstep): an 8192^3 bf16 matrix product at about 790 TFLOP/s and a
@@ -12,26 +15,33 @@ is short), 300 where V = 50257 leaves the LM head's operands misaligned; memory-
 3.5 TB/s; the fp32 attention at 25 TFLOP/s (37% of the 67 TFLOP/s fp32 peak,
 usual for a hand-written flash kernel on CUDA cores). sum_rows, whose grid was cols / 32 blocks
 (24-96 on 132 SMs: 3.8 ms a step), now also splits the rows into slices of 256 (768-3072 blocks),
-so it is counted as memory-bound like the rest, plus the slices' sums it writes and reads.
+so it is counted as memory-bound like the rest, plus the slices' sums it writes and reads. A GEMM
+with an epilogue is counted as the GEMM plus the epilogue's extra traffic (c_fc's GELU input
+written as the aux matrix, read back by c_proj's input-gradient GEMM), at the same ceilings.
+Weights are cast to bf16 once per step (the Context's reuse window), not once per GEMM.
 
-Usage: python3 bench/gpt_step_model.py [--batch=8] [--seq=1024]   prints a Markdown table.
+Usage: python3 bench/gpt_step_model.py [--batch=8] [--seq=1024] [--unfused]   prints a Markdown
+table.
 """
 import argparse
 
 p = argparse.ArgumentParser()
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--seq", type=int, default=1024)
+p.add_argument("--unfused", action="store_true",
+               help="the path before the fused layer ops: separate bias, GELU and sum_rows kernels")
 a = p.parse_args()
 B, T, C, L, V, H = a.batch, a.seq, 768, 12, 50257, 12
 N, d = B * T, C // H
 P = 124_439_808  # parameters (the tied table counted once)
 F4, B2 = 4, 2
 GEMM, GEMM_MISALIGNED, BW, ATT, PEAK = 600e12, 300e12, 3.5e12, 25e12, 790e12
+FUSED = not a.unfused
 rows = []  # name, launches per step, FLOPs each, bytes each, kind
 
 
-def gemm(name, m, n, k, count, misaligned=False):
-    rows.append((name, count, 2 * m * n * k, (m * k + k * n) * B2 + m * n * F4,
+def gemm(name, m, n, k, count, misaligned=False, extra_bytes=0):
+    rows.append((name, count, 2 * m * n * k, (m * k + k * n) * B2 + m * n * F4 + extra_bytes,
                  "gemm_mis" if misaligned else "gemm"))
 
 
@@ -42,35 +52,62 @@ def mem(name, nbytes, count, kind="mem"):
 linear_in = [C, C, C, 4 * C]    # inputs of c_attn, attn c_proj, c_fc, mlp c_proj
 linear_out = [3 * C, C, 4 * C, C]
 mean_in, mean_out = sum(linear_in) / 4, sum(linear_out) / 4
+mean_weight = sum(i * o for i, o in zip(linear_in, linear_out)) / 4
 att_flops = 4 * B * H * (T * (T + 1) / 2) * d  # q.k and p.v over the causal prefix
+aux = N * 4 * C * F4  # c_fc's GELU input, [N, 4C] f32: written by its GEMM, read by c_proj's dX
 # forward, per block
-mem("layernorm forward (ln_1, ln_2)", 2 * N * C * F4 + 2 * N * F4, 2 * L)
+if FUSED:
+    mem("layernorm forward (ln_1)", 2 * N * C * F4 + 2 * N * F4, L)
+    mem("residual add + ln_2 in one pass (x, a read; x1, ln_2(x1) written)",
+        4 * N * C * F4 + 2 * N * F4, L)
+else:
+    mem("layernorm forward (ln_1, ln_2)", 2 * N * C * F4 + 2 * N * F4, 2 * L)
 mem("cast of a linear's input to bf16", N * mean_in * (F4 + B2), 4 * L)
-mem("cast of a weight to bf16 (forward and dX GEMMs)", 3 * C * C * (F4 + B2), 8 * L)
-for name, k, n in [("c_attn", C, 3 * C), ("attn c_proj", C, C), ("c_fc", C, 4 * C),
-                   ("mlp c_proj", 4 * C, C)]:
-    gemm(f"GEMM forward, {name} [N,{k}]x[{k},{n}]", N, n, k, L)
-mem("bias add", 2 * N * mean_out * F4, 4 * L)
+mem("cast of a weight to bf16 (once a step: the reuse window)", mean_weight * (F4 + B2), 4 * L)
+if FUSED:
+    for name, k, n, epi in [("c_attn", C, 3 * C, "BIAS"), ("attn c_proj", C, C, "BIAS"),
+                            ("c_fc", C, 4 * C, "GELU_AUX_BIAS"),
+                            ("mlp c_proj", 4 * C, C, "BIAS")]:
+        gemm(f"GEMM forward, {name} [N,{k}]x[{k},{n}] + {epi} epilogue"
+             + (" (GELU input kept)" if name == "c_fc" else ""), N, n, k, L,
+             extra_bytes=aux if name == "c_fc" else 0)
+else:
+    for name, k, n in [("c_attn", C, 3 * C), ("attn c_proj", C, C), ("c_fc", C, 4 * C),
+                       ("mlp c_proj", 4 * C, C)]:
+        gemm(f"GEMM forward, {name} [N,{k}]x[{k},{n}]", N, n, k, L)
+    mem("bias add", 2 * N * mean_out * F4, 4 * L)
 rows.append(("attention forward (own fp32 flash kernel)", L, att_flops,
              (N * 3 * C + N * C) * F4 + B * H * T * F4, "att"))
-mem("residual add", 3 * N * C * F4, 2 * L)
-mem("GELU forward", 2 * N * 4 * C * F4, L)
+if FUSED:
+    mem("residual add (block output)", 3 * N * C * F4, L)
+else:
+    mem("residual add", 3 * N * C * F4, 2 * L)
+    mem("GELU forward", 2 * N * 4 * C * F4, L)
 # backward, per block
-for name, k, n in [("c_attn", C, 3 * C), ("attn c_proj", C, C), ("c_fc", C, 4 * C),
-                   ("mlp c_proj", 4 * C, C)]:
-    gemm(f"GEMM backward dX and dW, {name}", N, n, k, 2 * L)
+if FUSED:
+    for name, k, n, epi in [("c_attn", C, 3 * C, ""), ("attn c_proj", C, C, ""),
+                            ("c_fc", C, 4 * C, ""), ("mlp c_proj", 4 * C, C, ", DGELU on dX")]:
+        gemm(f"GEMM backward dX and dW, {name} (BGRADB on dW{epi})", N, n, k, 2 * L,
+             extra_bytes=aux / 2 if name == "mlp c_proj" else 0)
+else:
+    for name, k, n in [("c_attn", C, 3 * C), ("attn c_proj", C, C), ("c_fc", C, 4 * C),
+                       ("mlp c_proj", 4 * C, C)]:
+        gemm(f"GEMM backward dX and dW, {name}", N, n, k, 2 * L)
 mem("cast of a linear's dy to bf16", N * mean_out * (F4 + B2), 4 * L)
-mem("bias gradient, sum_rows (slices of 256 rows, then their sum)",
-    N * mean_out * F4 + 2 * (N // 256) * mean_out * F4, 4 * L)
+if not FUSED:
+    mem("bias gradient, sum_rows (slices of 256 rows, then their sum)",
+        N * mean_out * F4 + 2 * (N // 256) * mean_out * F4, 4 * L)
 rows.append(("attention backward (own fp32 kernels; P recomputed)", L, 2.5 * att_flops,
              (N * 3 * C * 2 + N * C * 2) * F4, "att"))
-mem("GELU backward", 3 * N * 4 * C * F4, L)
+if not FUSED:
+    mem("GELU backward", 3 * N * 4 * C * F4, L)
 mem("layernorm backward dX + residual", 4 * N * C * F4, 2 * L)
 mem("layernorm parameter partials and their sum", 2 * N * C * F4, 2 * L)
 # embedding, head, loss, optimizer
 mem("embedding forward (wte and wpe gather)", 3 * N * C * F4, 1)
 mem("final layernorm forward and backward", 6 * N * C * F4, 1)
-mem("casts for the LM head (ln_f output; wte twice)", N * C * (F4 + B2) + 2 * V * C * (F4 + B2), 1)
+mem("casts for the LM head (ln_f output for forward and dW; wte once a step)",
+    2 * N * C * (F4 + B2) + V * C * (F4 + B2), 1)
 gemm("GEMM LM head forward [N,768]x[768,50257] (misaligned)", N, V, C, 1, misaligned=True)
 mem("softmax cross-entropy forward (logits -> probabilities, loss)", 2 * N * V * F4, 1)
 mem("softmax cross-entropy backward (probabilities -> dlogits)", 2 * N * V * F4, 1)

@@ -27,7 +27,7 @@ Shape TransformerBlock::output_shape(const Shape& input) const {
 // and normalised in one pass. The block's output sum is not fused with the next block's ln_1 (as
 // llm.c does across layers): that would make each block compute part of its successor, coupling
 // modules that the spec, recompute and DataParallel's clones treat one by one, for one pass over
-// [B, T, C] per block (0.3 GB of a gpt2-124m step's 64, docs/GPT.md).
+// [B, T, C] per block (0.3 GB of the 51 GB a gpt2-124m step moves, docs/GPT.md).
 Tensor TransformerBlock::forward_branches(ops::Context& ctx, const Tensor& x) {
   Tensor a = attn_.forward(ctx, ln_1_.forward(ctx, x));
   Tensor& x1 = detail::reuse_buffer(x1_, x.shape(), x.device());
