@@ -15,6 +15,8 @@
 #                     and --compile, bf16 at 8 and 16, eager fp32 at 8 (45 each, 150 compiled):
 #                     the figures the lease is for; the summary gives MFU and lockstep vs PyTorch
 #    test_cuda        every CUDA test, pass/fail/skip by name (90)
+#    resnet, torch-resnet  ResNet-50 bf16 on 3x224x224, batch 64: lockstep-bench gpu-step against
+#                     torchvision's in PyTorch (channels_last, autocast) (45, 60)
 #    memcheck, racecheck  compute-sanitizer on the named subsets below (90, 45); a sanitizer the
 #                     sandbox refuses is SKIP with its reason, a finding is FAIL
 #    nccl             test_mpi's NCCL tests on 1 rank, the watchdog among them (90)
@@ -42,7 +44,7 @@
 # Settings: GPU_BUNDLE (gpu-bundle/lockstep-gpu.tar.xz), BUDGET_S (540: the whole check),
 #   TRAIN_STEPS (200), DP_K (8), GPU_CHECK_DRY_RUN (0), MEMCHECK_TESTS and RACECHECK_TESTS
 #   (gtest patterns, ':'-separated, instead of the subsets below), GPU_CHECK_ONLY (the steps to
-#   run, space-separated, of: smoke gpt torch-gpt test_cuda memcheck racecheck nccl train gpu-step
+#   run, space-separated, of: smoke gpt torch-gpt test_cuda resnet memcheck racecheck nccl train gpu-step
 #   torch-step dp-vs-ddp; empty = all. A rerun after a fix takes the steps that failed; the others
 #   are SKIP "not asked for"), TEST_CUDA_FILTER (a gtest filter for the test_cuda step).
 set -uo pipefail
@@ -99,7 +101,7 @@ RACECHECK_TESTS=${RACECHECK_TESTS:-$(IFS=:; echo "${RACECHECK_SUBSET[*]}")}
 
 ONLY=${GPU_CHECK_ONLY:-}
 for s in $ONLY; do
-  case " smoke gpt torch-gpt test_cuda memcheck racecheck nccl train gpu-step torch-step dp-vs-ddp " in
+  case " smoke gpt torch-gpt test_cuda resnet memcheck racecheck nccl train gpu-step torch-step dp-vs-ddp " in
     *" $s "*) ;;
     *) echo "gpu-check: GPU_CHECK_ONLY names '$s', not a step of this check" >&2; exit 2 ;;
   esac
@@ -414,6 +416,29 @@ main() {
     record test_cuda "$st" "$DUR" "$counts"
   fi
 
+  # ---- 3b. ResNet-50 bf16 on 3x224x224 (issue 27): lockstep-bench gpu-step against PyTorch's
+  # torchvision ResNet-50 under autocast bf16 in channels_last (bench/gpu_torch.py), batch 64,
+  # input copied from the host each step on both sides; images/s and the ratio in the summary.
+  if bundle_only resnet; then
+    if ((HAVE_GPU)); then
+      run_step resnet 45 lockstep-bench gpu-step --models=resnet50 --precision=bf16 --cpu=0 \
+        --resnet50-batch=64 --reps=10 --warmup=3 --out="$W/logs/resnet.json"
+      record resnet "$(status_of)" "$DUR" "$(why "lockstep ResNet-50 bf16 b64: $(step_figures "$W/logs/resnet.json")" resnet)"
+    else
+      run_step resnet 45 lockstep-bench gpu-step --models=resnet50 --gpu=0 --resnet50-batch=1 \
+        --reps=3 --warmup=0 --cpu-threads="$(nproc)" --out="$W/logs/resnet.json"
+      record resnet "$(status_of)" "$DUR" "$(why "CPU half only (no GPU), batch 1: $(step_figures "$W/logs/resnet.json")" resnet)"
+    fi
+  fi
+  if [ -z "$torch_v" ]; then
+    skip torch-resnet "python3 has no torch"
+  elif asked resnet && gpu_only torch-resnet; then
+    run_step torch-resnet 60 python3 bench/gpu_torch.py --device=cuda --models=resnet50-224 \
+      --precisions=bf16 --resnet50-batch=64 --reps=10 --warmup=3
+    grep '^{' "$W/logs/torch-resnet.log" >"$W/logs/torch-resnet.jsonl" 2>/dev/null
+    record torch-resnet "$(status_of)" "$DUR" "$(why "PyTorch $torch_v channels_last autocast bf16 b64: $(step_figures "$W/logs/torch-resnet.jsonl")" torch-resnet)"
+  fi
+
   # ---- 4. compute-sanitizer on the named subsets; alone, before the figures that time anything
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
@@ -568,6 +593,17 @@ for s in d["testsuites"]:
 print("FAIL" if "FAIL" in got or not got else "SKIP" if "SKIP" in got else "ok")
 EOF
 }
+step_figures() {  # gpu-step JSON or gpu_torch.py JSONL -> "N images/s (M ms/step)"
+  python3 - "$1" <<'PY' 2>/dev/null || echo "no figures"
+import json, sys
+text = open(sys.argv[1]).read().strip()
+try:
+    rows = json.loads(text)["results"]
+except (json.JSONDecodeError, KeyError):
+    rows = [json.loads(l) for l in text.splitlines() if l.startswith("{")]
+print("; ".join(f"{r['samples_per_s']:.0f} images/s ({r['median_ms']:.1f} ms/step)" for r in rows))
+PY
+}
 gpt_figures() {  # a GPT benchmark's JSON (lockstep-bench gpt or gpt_torch.py) -> one line
   python3 - "$1" <<'PY' 2>/dev/null || echo "no figures"
 import json, sys
@@ -679,8 +715,9 @@ for p in glob.glob(os.path.join(w, "logs", "test_*.json")):
             rows.append(e)
     tests[os.path.basename(p)[:-5]] = rows
 bench = {"train": jsonl(os.path.join(w, "figures.jsonl")), "lockstep_gpu_step": [],
-         "torch_step": jsonl(os.path.join(w, "logs", "torch-step.jsonl")), "gpt": {}}
-for p in sorted(glob.glob(os.path.join(w, "logs", "gpu-step*.json"))):
+         "torch_step": jsonl(os.path.join(w, "logs", "torch-step.jsonl")) +
+                       jsonl(os.path.join(w, "logs", "torch-resnet.jsonl")), "gpt": {}}
+for p in sorted(glob.glob(os.path.join(w, "logs", "gpu-step*.json"))) + [os.path.join(w, "logs", "resnet.json")]:
     d = load(p)
     if d: bench["lockstep_gpu_step"] += [dict(r, precision=d.get("precision")) for r in d["results"]]
 for p in sorted(glob.glob(os.path.join(w, "logs", "*gpt-*.json"))):
@@ -734,6 +771,13 @@ for r in bench["lockstep_gpu_step"]:
 for r in bench["torch_step"]:
     side.append((r["model"], r["precision"], 1, f"{'torch ' + r['torch'].split('+')[0] + ' step ' + r['model'].split('-')[0]:34} {r['precision']:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}"))
 L += [x[3] for x in sorted(side)]
+# ResNet-50 bf16 (issue 27's GPU target: at least 1.0x PyTorch's AMP in channels_last).
+ours = [r for r in bench["lockstep_gpu_step"] if r["model"].startswith("resnet50") and "cuda" in r["device"]]
+theirs = [r for r in bench["torch_step"] if r["model"].startswith("resnet50")]
+if ours and theirs:
+    L.append(f"ResNet-50 bf16 b{ours[0]['batch']}: lockstep {ours[0]['samples_per_s']:.0f} images/s, PyTorch "
+             f"{theirs[0]['samples_per_s']:.0f} (channels_last={theirs[0].get('channels_last')}): "
+             f"{ours[0]['samples_per_s'] / theirs[0]['samples_per_s']:.2f}x")
 # GPT-2: tokens/s, MFU against the bf16 product PyTorch reached here (the same FLOP count for
 # both: lockstep's, 3 x the forward's multiply-adds with attention over the causal prefix), peak
 # memory, and lockstep against PyTorch at the same precision and batch.
