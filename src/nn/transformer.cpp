@@ -94,6 +94,17 @@ std::int64_t set_recompute(Model& model, Recompute mode) {
   return blocks;
 }
 
+std::vector<CausalSelfAttention*> attention_layers(Model& model) {
+  std::vector<CausalSelfAttention*> layers;
+  for_each_module(model, [&](Module& m) {
+    if (auto* block = dynamic_cast<TransformerBlock*>(&m))
+      layers.push_back(&block->attention());  // a member of the block, not a child module
+    else if (auto* attention = dynamic_cast<CausalSelfAttention*>(&m))
+      layers.push_back(attention);
+  });
+  return layers;
+}
+
 void TransformerBlock::reset_parameters(std::uint64_t seed, const std::string& prefix) {
   ln_1_.reset_parameters(seed, prefix + "ln_1.");
   attn_.reset_parameters(seed, prefix + "attn.");
