@@ -1,33 +1,40 @@
 #!/usr/bin/env python3
 """A gpt2-124m training step on one GPU, kernel by kernel, as lockstep's CUDA path runs it today
-(train.precision = bf16: bf16 GEMM inputs through cuBLASLt, the bias, c_fc's GELU, the bias
-gradients and the GELU's backward in the GEMMs' epilogues, the first residual sum in ln_2's pass,
-f32 activations between layers, the own fp32 attention kernels, the f32 [B*T, V] logits the loss
-works in): each kernel's FLOPs and bytes, and the time it needs at the ceilings below. A
-prediction by counting, to hold against the first measured run (bench/gpu-check.sh, lockstep-bench
-gpt --device=cuda:0): not a measurement. --unfused counts the path before the fused layer ops
-(separate bias, GELU, sum_rows and residual-add kernels), for comparison.
+(train.precision = bf16: bf16 GEMM inputs through cuBLASLt with the bias, c_fc's GELU, the bias
+gradients and the GELU's backward in the GEMMs' epilogues and the first residual sum in ln_2's
+pass, f32 activations between layers, cuDNN's fused bf16 attention, which train.attention = auto
+picks there, or with --attention=reference lockstep's own fp32 attention kernels; the f32
+[B*T, V] logits the loss works in): each kernel's FLOPs and bytes, and the time it needs at the
+ceilings below. A prediction by counting, to hold against the first measured run
+(bench/gpu-check.sh, lockstep-bench gpt --device=cuda:0): not a measurement. --unfused counts the
+path before the fused layer ops (separate bias, GELU, sum_rows and residual-add kernels).
 
 Ceilings (H200). Two are readings PyTorch gave on the H200 machines this project may be lent
 (not yet measured by lockstep): an 8192^3 bf16 matrix product at about 790 TFLOP/s and a
 device-to-device copy at about 4.3 TB/s. Assumed from them: bf16 GEMMs at 600 TFLOP/s (K = 768
 is short), 300 where V = 50257 leaves the LM head's operands misaligned; memory-bound kernels at
 3.5 TB/s; the fp32 attention at 25 TFLOP/s (37% of the 67 TFLOP/s fp32 peak,
-usual for a hand-written flash kernel on CUDA cores). sum_rows, whose grid was cols / 32 blocks
+usual for a hand-written flash kernel on CUDA cores); cuDNN's fused bf16 attention at 250 TFLOP/s
+forward and backward. That last is from FlashAttention-3's paper (Shah et al., 2024, H100 SXM5,
+whose tensor-core rate the H200 shares), which measured cuDNN at head width 64 and 1k tokens at
+about 258 TFLOP/s forward and 348 backward; the backward is taken lower since lockstep asks for
+cuDNN's deterministic algorithm, which writes dP through a [B, heads, T, T] bf16 workspace
+(counted in its bytes) instead of accumulating dQ atomically. sum_rows, whose grid was cols / 32 blocks
 (24-96 on 132 SMs: 3.8 ms a step), now also splits the rows into slices of 256 (768-3072 blocks),
 so it is counted as memory-bound like the rest, plus the slices' sums it writes and reads. A GEMM
 with an epilogue is counted as the GEMM plus the epilogue's extra traffic (c_fc's GELU input
 written as the aux matrix, read back by c_proj's input-gradient GEMM), at the same ceilings.
 Weights are cast to bf16 once per step (the Context's reuse window), not once per GEMM.
 
-Usage: python3 bench/gpt_step_model.py [--batch=8] [--seq=1024] [--unfused]   prints a Markdown
-table.
+Usage: python3 bench/gpt_step_model.py [--batch=8] [--seq=1024] [--attention=cudnn|reference]
+[--unfused]   prints a Markdown table.
 """
 import argparse
 
 p = argparse.ArgumentParser()
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--seq", type=int, default=1024)
+p.add_argument("--attention", choices=["cudnn", "reference"], default="cudnn")
 p.add_argument("--unfused", action="store_true",
                help="the path before the fused layer ops: separate bias, GELU and sum_rows kernels")
 a = p.parse_args()
@@ -36,6 +43,7 @@ N, d = B * T, C // H
 P = 124_439_808  # parameters (the tied table counted once)
 F4, B2 = 4, 2
 GEMM, GEMM_MISALIGNED, BW, ATT, PEAK = 600e12, 300e12, 3.5e12, 25e12, 790e12
+ATT_CUDNN = 250e12
 FUSED = not a.unfused
 rows = []  # name, launches per step, FLOPs each, bytes each, kind
 
@@ -66,8 +74,7 @@ mem("cast of a linear's input to bf16", N * mean_in * (F4 + B2), 4 * L)
 mem("cast of a weight to bf16 (once a step: the reuse window)", mean_weight * (F4 + B2), 4 * L)
 if FUSED:
     for name, k, n, epi in [("c_attn", C, 3 * C, "BIAS"), ("attn c_proj", C, C, "BIAS"),
-                            ("c_fc", C, 4 * C, "GELU_AUX_BIAS"),
-                            ("mlp c_proj", 4 * C, C, "BIAS")]:
+                            ("c_fc", C, 4 * C, "GELU_AUX_BIAS"), ("mlp c_proj", 4 * C, C, "BIAS")]:
         gemm(f"GEMM forward, {name} [N,{k}]x[{k},{n}] + {epi} epilogue"
              + (" (GELU input kept)" if name == "c_fc" else ""), N, n, k, L,
              extra_bytes=aux if name == "c_fc" else 0)
@@ -76,8 +83,14 @@ else:
                        ("mlp c_proj", 4 * C, C)]:
         gemm(f"GEMM forward, {name} [N,{k}]x[{k},{n}]", N, n, k, L)
     mem("bias add", 2 * N * mean_out * F4, 4 * L)
-rows.append(("attention forward (own fp32 flash kernel)", L, att_flops,
-             (N * 3 * C + N * C) * F4 + B * H * T * F4, "att"))
+if a.attention == "reference":
+    rows.append(("attention forward (own fp32 flash kernel)", L, att_flops,
+                 (N * 3 * C + N * C) * F4 + B * H * T * F4, "att"))
+else:
+    mem("casts around cuDNN's attention forward (qkv to bf16, out to f32)",
+        (N * 3 * C + N * C) * (F4 + B2), L)
+    rows.append(("attention forward (cuDNN fused flash, bf16)", L, att_flops,
+                 (N * 3 * C + N * C) * B2 + B * H * T * F4, "att_cudnn"))
 if FUSED:
     mem("residual add (block output)", 3 * N * C * F4, L)
 else:
@@ -97,8 +110,16 @@ mem("cast of a linear's dy to bf16", N * mean_out * (F4 + B2), 4 * L)
 if not FUSED:
     mem("bias gradient, sum_rows (slices of 256 rows, then their sum)",
         N * mean_out * F4 + 2 * (N // 256) * mean_out * F4, 4 * L)
-rows.append(("attention backward (own fp32 kernels; P recomputed)", L, 2.5 * att_flops,
-             (N * 3 * C * 2 + N * C * 2) * F4, "att"))
+if a.attention == "reference":
+    rows.append(("attention backward (own fp32 kernels; P recomputed)", L, 2.5 * att_flops,
+                 (N * 3 * C * 2 + N * C * 2) * F4, "att"))
+else:
+    mem("casts around cuDNN's attention backward (qkv, out, dout to bf16; dqkv to f32)",
+        (2 * N * 3 * C + 2 * N * C) * (F4 + B2), L)
+    rows.append(("attention backward (cuDNN fused flash, bf16, deterministic: dP workspace)", L,
+                 2.5 * att_flops,
+                 (2 * N * 3 * C + 2 * N * C) * B2 + B * H * T * F4 + 2 * B * H * T * T * B2,
+                 "att_cudnn"))
 if not FUSED:
     mem("GELU backward", 3 * N * 4 * C * F4, L)
 mem("layernorm backward dX + residual", 4 * N * C * F4, 2 * L)
@@ -128,6 +149,8 @@ for name, count, flops, nbytes, kind in rows:
         t = max(flops / GEMM_MISALIGNED, nbytes / BW)
     elif kind == "att":
         t = max(flops / ATT, nbytes / BW)
+    elif kind == "att_cudnn":
+        t = max(flops / ATT_CUDNN, nbytes / BW)
     else:
         t = nbytes / BW
     total_t += t * count

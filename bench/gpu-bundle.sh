@@ -6,7 +6,12 @@
 # help files), Fashion-MNIST shards and GPT-tiny's byte-level token shards (the Book of Genesis)
 # made here, and a manifest. cuBLAS(Lt), cuDNN and NCCL are
 # not packed (cuBLASLt alone is 541 MB): lockstep opens them on first GPU use, and the device
-# finds them in its toolkit or in PyTorch's nvidia-* wheels.
+# finds them in its toolkit or in PyTorch's nvidia-* wheels. Nor can cuDNN's fused attention
+# travel: libcudnn.so.9 is a shim over sub-libraries it opens beside it, and what the attention
+# runs on (libcudnn_graph, _heuristic, _engines_precompiled, _engines_runtime_compiled, with NVRTC
+# for the runtime-compiled kernels) is 450 MB, 244 MB even at xz -1 (9.19, measured 2026-12-06;
+# the precompiled engines alone 177 MB), against 64 MiB for everything that travels. So the
+# manifest names them, and gpu-check.sh finds them (and says which are missing) on the device.
 #
 # Then it checks the bundle as the device will see it: unpacked into a fresh folder, every ELF
 # must resolve every library from the bundle alone (or glibc, or libcuda), and a CPU smoke runs
@@ -59,8 +64,9 @@ ALLOWED='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpth
 # Plugins that would pull in network fabrics (InfiniBand, UCX, OFI, PSM) or CUDA-aware MPI:
 # one machine needs shared memory and TCP only.
 UNWANTED_DEPS='lib(ibverbs|rdmacm|ucp|ucs|uct|ucm|fabric|psm|psm2|mlx5|nl-|cuda\.so|jvm|slurm|pmi\.so|pmi2)'
-# Never packed even if linked: 100s of MB each, opened lazily from the device's CUDA install.
-FORBIDDEN='^lib(cublas|cublasLt|cudnn|nccl)'
+# Never packed even if linked: 100s of MB each, opened lazily from the device's CUDA install
+# (NVRTC by cuDNN itself, for its runtime-compiled attention kernels).
+FORBIDDEN='^lib(cublas|cublasLt|cudnn|nccl|nvrtc)'
 
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/gpu-bundle.XXXXXX")
 trap 'rm -rf "$STAGE"' EXIT
@@ -200,7 +206,12 @@ GLIBC_NEEDED=$(find "$B" -type f \( -path '*/libexec/*' -o -name '*.so*' \) -exe
   echo "source: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
        "build: $BUILD (its checkout at $(git -C "$BUILD" rev-parse --short HEAD 2>/dev/null || echo "?") when packed)"
   echo "needs on the device: glibc >= ${GLIBC_NEEDED#GLIBC_} (here $(ldd --version | head -1 | awk '{print $NF}')), the NVIDIA driver's libcuda,"
-  echo "  cuBLAS/cuBLASLt 13, cuDNN 9 and NCCL 2 found via LOCKSTEP_CUDA_LIB_DIRS (bench/gpu-check.sh finds them)"
+  echo "  cuBLAS/cuBLASLt 13, cuDNN 9 and NCCL 2 found via LOCKSTEP_CUDA_LIB_DIRS (bench/gpu-check.sh finds them);"
+  echo "  for cuDNN's fused attention (train.attention), cuDNN's sub-libraries beside libcudnn.so.9"
+  echo "  (libcudnn_graph, _heuristic, _engines_precompiled, _engines_runtime_compiled) and NVRTC 13"
+  fe=$(sed -n 's/^LOCKSTEP_CUDNN_FRONTEND_INCLUDE_DIR:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
+  echo "cuDNN frontend (fused attention) compiled in: $([[ -n $fe && $fe != *NOTFOUND ]] && echo "yes, $fe" ||
+    echo "no (scripts/install-deps.sh --cudnn-frontend, then build again)")"
   echo "open mpi: $(mpirun --version 2>/dev/null | head -1)"
   echo
   echo "# bytes  sha256-prefix  path  <- source"

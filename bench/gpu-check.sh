@@ -9,12 +9,19 @@
 #    gpu, bundle      nvidia-smi (30), unpacking (60)
 #    smoke-*          lockstep-train, 20 steps on cuda:0 of the MLP, the CNN and GPT-tiny (40 each):
 #                     the first thing a user runs; pass/fail with its first error line
+#    attention        test_cuda's CudnnAttention.*: cuDNN's fused attention against lockstep's
+#                     reference kernel at GPT-2's shapes, its errors beside their bounds (90; the
+#                     test_cuda step below leaves these out when they ran here)
 #    peak             the GPU's ceilings as PyTorch reaches them (bench/gpu_peak.py, 30), for MFU
 #    gpt-*, torch-gpt-*  GPT-2 124M at 1024 tokens a sequence: lockstep-bench gpt bf16 at batch 8
-#                     and 16, fp32 at 8, bf16 at 8 with --recompute=block; bench/gpt_torch.py eager
-#                     and --compile, bf16 at 8 and 16, eager fp32 at 8 (45 each, 150 compiled):
-#                     the figures the lease is for; the summary gives MFU and lockstep vs PyTorch
+#                     (train.attention = auto, which records the kernel it ran, and = reference for
+#                     the ratio) and 16, fp32 at 8, bf16 at 8 with --recompute=block;
+#                     bench/gpt_torch.py eager and --compile, bf16 at 8 and 16, eager fp32 at 8 (45
+#                     each, 150 compiled): the figures the lease is for; the summary gives MFU,
+#                     lockstep vs PyTorch and cuDNN's attention vs the reference kernels
 #    test_cuda        every CUDA test, pass/fail/skip by name (90)
+#    resnet, torch-resnet  ResNet-50 bf16 on 3x224x224, batch 64: lockstep-bench gpu-step against
+#                     torchvision's in PyTorch (channels_last, autocast) (45, 60)
 #    memcheck, racecheck  compute-sanitizer on the named subsets below (90, 45); a sanitizer the
 #                     sandbox refuses is SKIP with its reason, a finding is FAIL
 #    nccl             test_mpi's NCCL tests on 1 rank, the watchdog among them (90)
@@ -42,9 +49,10 @@
 # Settings: GPU_BUNDLE (gpu-bundle/lockstep-gpu.tar.xz), BUDGET_S (540: the whole check),
 #   TRAIN_STEPS (200), DP_K (8), GPU_CHECK_DRY_RUN (0), MEMCHECK_TESTS and RACECHECK_TESTS
 #   (gtest patterns, ':'-separated, instead of the subsets below), GPU_CHECK_ONLY (the steps to
-#   run, space-separated, of: smoke gpt torch-gpt test_cuda memcheck racecheck nccl train gpu-step
-#   torch-step dp-vs-ddp; empty = all. A rerun after a fix takes the steps that failed; the others
-#   are SKIP "not asked for"), TEST_CUDA_FILTER (a gtest filter for the test_cuda step).
+#   run, space-separated, of: smoke attention gpt torch-gpt test_cuda resnet memcheck racecheck
+#   nccl train gpu-step torch-step dp-vs-ddp; empty = all. A rerun after a fix takes the steps that
+#   failed; the others are SKIP "not asked for"), TEST_CUDA_FILTER (a gtest filter for the test_cuda
+#   step).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -99,7 +107,7 @@ RACECHECK_TESTS=${RACECHECK_TESTS:-$(IFS=:; echo "${RACECHECK_SUBSET[*]}")}
 
 ONLY=${GPU_CHECK_ONLY:-}
 for s in $ONLY; do
-  case " smoke gpt torch-gpt test_cuda memcheck racecheck nccl train gpu-step torch-step dp-vs-ddp " in
+  case " smoke attention gpt torch-gpt test_cuda resnet memcheck racecheck nccl train gpu-step torch-step dp-vs-ddp " in
     *" $s "*) ;;
     *) echo "gpu-check: GPU_CHECK_ONLY names '$s', not a step of this check" >&2; exit 2 ;;
   esac
@@ -271,7 +279,8 @@ main() {
   local sites
   # python3's path: its site-packages, a venv's, PYTHONPATH (wheels carried to /tmp/site).
   sites=$(python3 -c 'import sys; print("\n".join(p for p in sys.path if p))' 2>/dev/null)
-  for so in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+  # libnvrtc: cuDNN's fused attention compiles its kernels at run time (libcudnn_graph opens it).
+  for so in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2 libnvrtc.so.13; do
     local found=""
     for d in ${CUDA_TOOLKIT_LIB_DIRS:-/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib}; do
       [ -e "$d/$so" ] && found=$d && break
@@ -287,6 +296,16 @@ main() {
     if [ -n "$found" ]; then
       [[ " ${dirs[*]} " == *" $found "* ]] || dirs+=("$found")
       echo "   $so: $found"
+      if [ "$so" = libcudnn.so.9 ]; then
+        # libcudnn.so.9 is a shim that opens these beside it ($ORIGIN): the graph API, the
+        # heuristics and both engine libraries are what the fused attention runs on.
+        local sub missing=""
+        for sub in graph heuristic engines_precompiled engines_runtime_compiled; do
+          [ -e "$found/libcudnn_$sub.so.9" ] || missing+=" libcudnn_$sub.so.9"
+        done
+        CUDNN_LIBS_NOTE=${missing:+missing beside libcudnn.so.9:$missing}
+        echo "   cuDNN's sub-libraries: ${CUDNN_LIBS_NOTE:-all four beside it}"
+      fi
     else
       echo "   $so: not found (the steps that need it will fail naming it)"
     fi
@@ -357,6 +376,31 @@ main() {
     done
   fi
 
+  # ---- 1b. cuDNN's fused attention against lockstep's reference kernel (test_cuda's
+  # CudnnAttention.*): before the bf16 GPT figures, which run on it under train.attention = auto.
+  # The tests print their measured errors beside the bounds; the gpt2 shape's go in the detail.
+  if bundle_only attention; then
+    ATTENTION_RAN=1
+    run_step attention 90 test_cuda --gtest_filter='CudnnAttention.*' \
+      --gtest_output="json:$W/logs/test_cuda_attention.json"
+    local ast adetail part
+    ast=$(status_of)
+    adetail="$(gtest_counts "$W/logs/test_cuda_attention.json")"
+    for part in "$(grep -m1 -o 'cuDNN [0-9.]* fused[^;]*' "$W/logs/attention.log" | cut -c1-60)" \
+                "$(grep -m1 -o 'B 4 T 1024.*' "$W/logs/attention.log" | cut -c1-150)"; do
+      [ -n "$part" ] && adetail+="; $part"
+    done
+    ((HAVE_GPU)) || adetail+=" (no GPU: they skip)"
+    if ((HAVE_GPU)) && grep -q "no cuDNN frontend" "$W/logs/attention.log"; then
+      ast=FAIL adetail="the bundle's test_cuda was built without the cuDNN frontend" \
+        adetail+=" (scripts/install-deps.sh --cudnn-frontend, rebuild, bench/gpu-bundle.sh)"
+    elif ((HAVE_GPU)) && grep -q "no GPU answers" "$W/logs/attention.log"; then
+      ast=FAIL adetail="$adetail; the tests saw no GPU"
+    fi
+    [ "$RC" = 0 ] || adetail="$(why "" attention); $adetail"
+    record attention "$ast" "$DUR" "$adetail"
+  fi
+
   # ---- 2. GPT-2 124M at 1024 tokens a sequence, in lockstep and in PyTorch eager and compiled:
   # the lease's figures, early. First the GPU's ceilings as PyTorch reaches them (an 8192^3 bf16
   # product, a device copy), against which the summary gives each run's MFU.
@@ -368,13 +412,16 @@ main() {
   if bundle_only gpt; then
     local spec p b rc name
     if ((HAVE_GPU)); then
-      # precision:batch[:recompute]; block recompute's memory beside none's at batch 8
-      for spec in bf16:8 bf16:16 fp32:8 bf16:8:block; do
-        IFS=: read -r p b rc <<<"$spec"
-        name=gpt-$p-b$b${rc:+-$rc}
+      # precision:batch[:recompute[:attention]]: train.attention = auto (cuDNN's under bf16) but
+      # for one run of lockstep's reference kernels beside it, for the ratio; block recompute's
+      # memory beside none's at batch 8
+      local att
+      for spec in bf16:8 bf16:8::reference bf16:16 fp32:8 bf16:8:block; do
+        IFS=: read -r p b rc att <<<"$spec"
+        name=gpt-$p-b$b${rc:+-$rc}${att:+-$att}
         run_step "$name" 45 lockstep-bench gpt --model=gpt2-124m --device=cuda:0 --batch="$b" \
           --seq=1024 --vocab=50257 --steps=3 --reps=3 --precision="$p" ${rc:+--recompute=$rc} \
-          --out="$W/logs/$name.json"
+          --attention="${att:-auto}" --out="$W/logs/$name.json"
         record "$name" "$(status_of)" "$DUR" "$(why "$(gpt_figures "$W/logs/$name.json")" "$name")"
       done
     else
@@ -401,7 +448,10 @@ main() {
 
   # ---- 3. every CUDA test, by name
   if bundle_only test_cuda; then
-    run_step test_cuda 90 test_cuda ${TEST_CUDA_FILTER:+--gtest_filter="$TEST_CUDA_FILTER"} \
+    # cuDNN's attention tests ran in their own step (graph builds are not cheap): not twice.
+    local cuda_filter=${TEST_CUDA_FILTER:-}
+    [ -z "$cuda_filter" ] && ((${ATTENTION_RAN:-0})) && cuda_filter='-CudnnAttention.*'
+    run_step test_cuda 90 test_cuda ${cuda_filter:+--gtest_filter="$cuda_filter"} \
       --gtest_output="json:$W/logs/test_cuda.json"
     local st
     st=$(status_of)
@@ -412,6 +462,29 @@ main() {
     fi
     [ "$RC" = 0 ] || counts="$(why "" test_cuda); $counts"
     record test_cuda "$st" "$DUR" "$counts"
+  fi
+
+  # ---- 3b. ResNet-50 bf16 on 3x224x224 (issue 27): lockstep-bench gpu-step against PyTorch's
+  # torchvision ResNet-50 under autocast bf16 in channels_last (bench/gpu_torch.py), batch 64,
+  # input copied from the host each step on both sides; images/s and the ratio in the summary.
+  if bundle_only resnet; then
+    if ((HAVE_GPU)); then
+      run_step resnet 45 lockstep-bench gpu-step --models=resnet50 --precision=bf16 --cpu=0 \
+        --resnet50-batch=64 --reps=10 --warmup=3 --out="$W/logs/resnet.json"
+      record resnet "$(status_of)" "$DUR" "$(why "lockstep ResNet-50 bf16 b64: $(step_figures "$W/logs/resnet.json")" resnet)"
+    else
+      run_step resnet 45 lockstep-bench gpu-step --models=resnet50 --gpu=0 --resnet50-batch=1 \
+        --reps=3 --warmup=0 --cpu-threads="$(nproc)" --out="$W/logs/resnet.json"
+      record resnet "$(status_of)" "$DUR" "$(why "CPU half only (no GPU), batch 1: $(step_figures "$W/logs/resnet.json")" resnet)"
+    fi
+  fi
+  if [ -z "$torch_v" ]; then
+    skip torch-resnet "python3 has no torch"
+  elif asked resnet && gpu_only torch-resnet; then
+    run_step torch-resnet 60 python3 bench/gpu_torch.py --device=cuda --models=resnet50-224 \
+      --precisions=bf16 --resnet50-batch=64 --reps=10 --warmup=3
+    grep '^{' "$W/logs/torch-resnet.log" >"$W/logs/torch-resnet.jsonl" 2>/dev/null
+    record torch-resnet "$(status_of)" "$DUR" "$(why "PyTorch $torch_v channels_last autocast bf16 b64: $(step_figures "$W/logs/torch-resnet.jsonl")" torch-resnet)"
   fi
 
   # ---- 4. compute-sanitizer on the named subsets; alone, before the figures that time anything
@@ -568,6 +641,17 @@ for s in d["testsuites"]:
 print("FAIL" if "FAIL" in got or not got else "SKIP" if "SKIP" in got else "ok")
 EOF
 }
+step_figures() {  # gpu-step JSON or gpu_torch.py JSONL -> "N images/s (M ms/step)"
+  python3 - "$1" <<'PY' 2>/dev/null || echo "no figures"
+import json, sys
+text = open(sys.argv[1]).read().strip()
+try:
+    rows = json.loads(text)["results"]
+except (json.JSONDecodeError, KeyError):
+    rows = [json.loads(l) for l in text.splitlines() if l.startswith("{")]
+print("; ".join(f"{r['samples_per_s']:.0f} images/s ({r['median_ms']:.1f} ms/step)" for r in rows))
+PY
+}
 gpt_figures() {  # a GPT benchmark's JSON (lockstep-bench gpt or gpt_torch.py) -> one line
   python3 - "$1" <<'PY' 2>/dev/null || echo "no figures"
 import json, sys
@@ -577,6 +661,7 @@ out = f"{d['step_ms']:.2f} ms/step, {d['tokens_per_s']:.0f} tokens/s"
 if peak: out += f", peak memory {peak / 2**30:.2f} GiB"
 if d.get("activation_peak_bytes"): out += f" (activations {d['activation_peak_bytes'] / 2**30:.2f})"
 if d.get("compile_s"): out += f", compile {d['compile_s']:.0f} s"
+if d.get("attention_kernel"): out += f", attention {d['attention_kernel']}"
 print(out)
 PY
 }
@@ -663,7 +748,7 @@ def skip_reasons(log):  # gtest prints a skip's message only in its text output
             why[cur] = why.get(cur, "") + ((" " if cur in why else "") + l.strip())
             take = False
     return why
-LOG_OF = {"test_cuda": "test_cuda.log", "test_mpi_nccl": "nccl.log"}
+LOG_OF = {"test_cuda": "test_cuda.log", "test_mpi_nccl": "nccl.log", "test_cuda_attention": "attention.log"}
 tests = {}
 for p in glob.glob(os.path.join(w, "logs", "test_*.json")):
     d = load(p)
@@ -679,13 +764,14 @@ for p in glob.glob(os.path.join(w, "logs", "test_*.json")):
             rows.append(e)
     tests[os.path.basename(p)[:-5]] = rows
 bench = {"train": jsonl(os.path.join(w, "figures.jsonl")), "lockstep_gpu_step": [],
-         "torch_step": jsonl(os.path.join(w, "logs", "torch-step.jsonl")), "gpt": {}}
-for p in sorted(glob.glob(os.path.join(w, "logs", "gpu-step*.json"))):
+         "torch_step": jsonl(os.path.join(w, "logs", "torch-step.jsonl")) +
+                       jsonl(os.path.join(w, "logs", "torch-resnet.jsonl")), "gpt": {}}
+for p in sorted(glob.glob(os.path.join(w, "logs", "gpu-step*.json"))) + [os.path.join(w, "logs", "resnet.json")]:
     d = load(p)
     if d: bench["lockstep_gpu_step"] += [dict(r, precision=d.get("precision")) for r in d["results"]]
 for p in sorted(glob.glob(os.path.join(w, "logs", "*gpt-*.json"))):
     d = load(p) or (jsonl(p) or [None])[0]
-    if d: bench["gpt"][os.path.basename(p)[:-5]] = {k: d.get(k) for k in ("step_ms", "tokens_per_s", "gflops", "train_gflop_per_step", "precision_info", "peak_bytes", "activation_peak_bytes", "peak_memory_bytes", "compile_s", "torch", "config") if k in d}
+    if d: bench["gpt"][os.path.basename(p)[:-5]] = {k: d.get(k) for k in ("step_ms", "tokens_per_s", "gflops", "train_gflop_per_step", "precision_info", "attention_kernel", "attention_detail", "peak_bytes", "activation_peak_bytes", "peak_memory_bytes", "compile_s", "torch", "config") if k in d}
 bench["peak"] = load(os.path.join(w, "logs", "peak.json"))
 dp = load(os.path.join(w, "dp-vs-ddp", "summary.json"))
 import datetime
@@ -734,6 +820,13 @@ for r in bench["lockstep_gpu_step"]:
 for r in bench["torch_step"]:
     side.append((r["model"], r["precision"], 1, f"{'torch ' + r['torch'].split('+')[0] + ' step ' + r['model'].split('-')[0]:34} {r['precision']:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}"))
 L += [x[3] for x in sorted(side)]
+# ResNet-50 bf16 (issue 27's GPU target: at least 1.0x PyTorch's AMP in channels_last).
+ours = [r for r in bench["lockstep_gpu_step"] if r["model"].startswith("resnet50") and "cuda" in r["device"]]
+theirs = [r for r in bench["torch_step"] if r["model"].startswith("resnet50")]
+if ours and theirs:
+    L.append(f"ResNet-50 bf16 b{ours[0]['batch']}: lockstep {ours[0]['samples_per_s']:.0f} images/s, PyTorch "
+             f"{theirs[0]['samples_per_s']:.0f} (channels_last={theirs[0].get('channels_last')}): "
+             f"{ours[0]['samples_per_s'] / theirs[0]['samples_per_s']:.2f}x")
 # GPT-2: tokens/s, MFU against the bf16 product PyTorch reached here (the same FLOP count for
 # both: lockstep's, 3 x the forward's multiply-adds with attention over the causal prefix), peak
 # memory, and lockstep against PyTorch at the same precision and batch.
@@ -764,9 +857,20 @@ for k, g in bench["gpt"].items():
                       and prec(t) == prec(g) and t.get("config", {}).get("batch") == c.get("batch")), None)
             note += (" / " if note else "") + (f"{g['tokens_per_s'] / t['tokens_per_s']:.2f}x" if t and t.get("tokens_per_s") else "-")
         if c.get("recompute") and c.get("recompute") != "none": note += f" (recompute {c['recompute']})"
+        if g.get("attention_kernel"): note += f" [attention {g['attention_kernel']}]"
     else:
         note = "torch " + str(g.get("torch", "")) + (f", compile {g['compile_s']:.0f} s" if g.get("compile_s") else "")
     L.append(f"{k:34} {prec(g):9} {str(c.get('batch', '')):>6} {g.get('step_ms', 0):9.2f} {g.get('tokens_per_s', 0):11.0f} {mfu} {(peak or 0) / 2**30:9.2f}  {note}")
+# cuDNN's fused attention against lockstep's own kernels: the same bf16 run at batch 8 with
+# train.attention = auto (which records the kernel it ran) and = reference; the difference of the
+# step times is the attention kernels' difference, all else being equal.
+a, r = bench["gpt"].get("gpt-bf16-b8"), bench["gpt"].get("gpt-bf16-b8-reference")
+if a and r and a.get("step_ms") and r.get("step_ms"):
+    L.append("")
+    L.append(f"attention, bf16 batch 8: {a.get('attention_kernel', '?')} {a['step_ms']:.2f} ms/step, "
+             f"reference {r['step_ms']:.2f}: the step {r['step_ms'] / a['step_ms']:.2f}x faster, "
+             f"{r['step_ms'] - a['step_ms']:.2f} ms saved")
+    if a.get("attention_detail"): L.append("  " + a["attention_detail"][:200])
 text = "\n".join(L) + "\n"
 open(os.path.join(out, "summary.txt"), "w").write(text)
 print("\n================================ lockstep gpu-check summary ================================")

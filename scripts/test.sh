@@ -4,7 +4,7 @@
 #   scripts/test.sh --sanitize   the same suite under AddressSanitizer + UBSan (build-asan/, CPU-only)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-"$ROOT/scripts/install-deps.sh" --slurm --gpt2
+"$ROOT/scripts/install-deps.sh" --slurm --gpt2 --cudnn-frontend
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ "${1:-}" != "--sanitize" ]; then
   "$ROOT/scripts/build.sh"

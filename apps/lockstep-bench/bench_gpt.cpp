@@ -5,7 +5,9 @@
 // (weight decay 0.1 on matrices only, as configs/gpt_tiny.ini; the peer script's --optimizer=adamw
 // does the same), so a whole training step is timed. --precision=fp32|tf32|bf16 sets the
 // Context's GEMM/attention precision (ops/precision.hpp). --recompute=none|gelu|block sets the
-// blocks' activation recompute (train.recompute).
+// blocks' activation recompute (train.recompute). --attention=auto|reference|cudnn|naive sets the
+// attention kernel (train.attention; naive: the CUDA reference of the flash kernels); what it
+// resolved to is recorded (attention_kernel, attention_detail) and printed.
 // Memory, from the device allocator over the warm-up and timed steps: peak_bytes is its peak
 // (every tensor: the figure PyTorch's max_memory_allocated gives); activation_peak_bytes is that
 // less what it held before the first step (parameters, gradients, inputs, optimizer state), so it
@@ -57,6 +59,17 @@ std::string load_average() {
   return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
 }
 
+// Text inside a JSON string: quotes and backslashes escaped, control characters as spaces (a
+// library's message may hold either).
+std::string json_text(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += static_cast<unsigned char>(ch) < 0x20 ? ' ' : ch;
+  }
+  return out;
+}
+
 Tensor random_tokens(const Shape& shape, std::int64_t vocab, std::uint64_t stream) {
   std::vector<std::int32_t> v(static_cast<std::size_t>(shape_numel(shape)));
   Philox rng(7, stream);
@@ -79,7 +92,7 @@ int run(const Args& args) {
   const std::string recompute = args.get("recompute", "none");
   LOCKSTEP_CHECK(reps >= 3 && steps >= 1 && batch >= 1 && seq >= 1 && threads >= 1,
                  "--reps must be >= 3 and --steps, --batch, --seq, --threads positive");
-  LOCKSTEP_CHECK(attention == "auto" || attention == "naive", "--attention must be auto or naive");
+  const ops::AttentionKernel attention_kernel = ops::attention_kernel_from_name(attention);
   LOCKSTEP_CHECK(optimizer == "none" || optimizer == "adamw", "--optimizer must be none or adamw");
 
   ops::Context ctx(device, threads);
@@ -94,10 +107,13 @@ int run(const Args& args) {
   const std::int64_t blocks = nn::set_recompute(model, nn::recompute_from_name(recompute));
   LOCKSTEP_CHECK(recompute == "none" || blocks > 0, "--recompute=", recompute, ": model ", spec,
                  " has no transformer block");
-  if (attention == "naive")
-    for (std::size_t k = 0; k < model.num_layers(); ++k)
-      if (auto* block = dynamic_cast<nn::TransformerBlock*>(&model.layer(k)))
-        block->attention().set_kernel(ops::AttentionKernel::Naive);
+  const std::vector<nn::CausalSelfAttention*> attention_layers = nn::attention_layers(model);
+  LOCKSTEP_CHECK(!attention_layers.empty(), "model ", spec, " has no attention layer");
+  for (nn::CausalSelfAttention* layer : attention_layers)
+    layer->set_kernel(attention_kernel);
+  const nn::CausalSelfAttention& first = *attention_layers.front();
+  const ops::AttentionChoice attention_choice = ops::choose_attention(
+      ctx, attention_kernel, batch, seq, first.heads(), first.dim() / first.heads());
   // As the trainer's engines: the loss works in the logits' buffer.
   nn::SoftmaxCrossEntropy loss = nn::SoftmaxCrossEntropy::for_training(model);
   // Inputs live on the device for the whole run: the benchmark is the model, not the loader.
@@ -187,6 +203,8 @@ int run(const Args& args) {
   json << "{\"benchmark\": \"gpt\", \"machine\": " << machine_json() << ",\n"
        << " \"load_average\": \"" << load_average() << "\", \"openblas_core\": \""
        << openblas_get_corename() << "\", \"precision_info\": \"" << ctx.precision_info() << "\",\n"
+       << " \"attention_kernel\": \"" << ops::attention_kernel_name(attention_choice.kernel)
+       << "\", \"attention_detail\": \"" << json_text(attention_choice.detail) << "\",\n"
        << " \"config\": {\"model\": \"" << spec << "\", \"device\": \"" << device.str()
        << "\", \"batch\": " << batch << ", \"seq\": " << seq << ", \"vocab\": " << vocab
        << ", \"threads\": " << threads << ", \"steps_per_rep\": " << steps << ", \"reps\": " << reps
@@ -214,13 +232,14 @@ int run(const Args& args) {
   std::fprintf(stderr,
                "gpt %s (%lld parameters) batch %lld x seq %lld, vocab %lld, %s, %d thread(s): "
                "%.2f ms/step, %.0f tokens/s, %.1f GFLOP/s, recompute %s: activation peak %s "
-               "(load %s; %s)\n",
+               "(load %s; %s; attention %s: %s)\n",
                spec.c_str(), static_cast<long long>(model.num_parameters()),
                static_cast<long long>(batch), static_cast<long long>(seq),
                static_cast<long long>(vocab), device.str().c_str(), threads, step_s * 1e3,
                tokens / step_s, train_flops / step_s * 1e-9, recompute.c_str(),
                format_bytes(static_cast<double>(activation_peak)).c_str(), load_average().c_str(),
-               ctx.precision_info().c_str());
+               ctx.precision_info().c_str(), ops::attention_kernel_name(attention_choice.kernel),
+               attention_choice.detail.c_str());
   for (auto& [name, t] : phases)
     std::fprintf(stderr, "  %-28s %8.3f ms\n", name.c_str(), median(t) * 1e3);
   return 0;
@@ -228,12 +247,13 @@ int run(const Args& args) {
 
 }  // namespace
 
-LOCKSTEP_BENCH("gpt",
-               "GPT forward+backward tokens/s (--model=gpt-mini --batch=8 --seq=256 --vocab=256 "
-               "--threads=2 [--device=cuda:0 --attention=naive --optimizer=adamw "
-               "--precision=fp32|tf32|bf16 --recompute=none|gelu|block])",
-               "attention batch device model optimizer precision recompute reps seq steps threads "
-               "vocab",
-               run);
+LOCKSTEP_BENCH(
+    "gpt",
+    "GPT forward+backward tokens/s (--model=gpt-mini --batch=8 --seq=256 --vocab=256 "
+    "--threads=2 [--device=cuda:0 --attention=auto|reference|cudnn|naive --optimizer=adamw "
+    "--precision=fp32|tf32|bf16 --recompute=none|gelu|block])",
+    "attention batch device model optimizer precision recompute reps seq steps threads "
+    "vocab",
+    run);
 
 }  // namespace lockstep::bench

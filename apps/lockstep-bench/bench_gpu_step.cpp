@@ -2,6 +2,8 @@
 // MLP 784-1024-1024-10 and of a small CNN on one GPU, and of the same step on the CPU in the same
 // run, with the models nn builds from a spec and optim's fused SGD (the GPU-check configuration
 // builds core, ops, nn and optim). --gpu=0 runs the CPU half alone (a dry run without a GPU).
+// --models=resnet50-224 (or a list, mlp,cnn,resnet50-224) adds ResNet-50 on 3x224x224 with 1000
+// classes at --resnet50-batch (64), the model bench/gpu_torch.py times in PyTorch.
 // Step time is the median over --reps timed steps after --warmup steps, each ending in
 // Context::synchronize(). Input batches are copied from the host every step, as in training.
 #include <algorithm>
@@ -34,9 +36,9 @@ namespace {
 // weight decay) over the flat parameter buffers of optim.
 class StepModel {
  public:
-  StepModel(ops::Context& ctx, const std::string& spec, const Shape& sample)
+  StepModel(ops::Context& ctx, const std::string& spec, const Shape& sample, std::int64_t classes)
       : ctx_(ctx),
-        model_(nn::Model::build(spec, sample, 10, /*seed=*/1, ctx.device())),
+        model_(nn::Model::build(spec, sample, classes, /*seed=*/1, ctx.device())),
         sgd_(model_.parameters(), {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f}) {}
 
   void step(const Tensor& x_host, const Tensor& labels_host) {
@@ -63,6 +65,20 @@ class StepModel {
 constexpr const char* kMlpSpec = "mlp:1024,1024";
 constexpr const char* kCnnSpec =
     "conv(32,3,pad=1)-bn-relu-maxpool(2)-conv(64,3,pad=1)-bn-relu-maxpool(2)-flatten-linear(10)";
+
+struct BenchModel {
+  const char* name;  // as bench/gpu_torch.py names it
+  const char* spec;
+  Shape sample;
+  std::int64_t classes;
+  const char* batch_flag;
+  std::int64_t default_batch;
+};
+const BenchModel kModels[] = {
+    {"mlp-784-1024-1024-10", kMlpSpec, {784}, 10, "mlp-batch", 256},
+    {"cnn-2conv-28x28", kCnnSpec, {1, 28, 28}, 10, "cnn-batch", 128},
+    {"resnet50-224", "resnet50", {3, 224, 224}, 1000, "resnet50-batch", 64},
+};
 
 struct Timing {
   std::string model, device;
@@ -93,8 +109,22 @@ Timing time_steps(const std::string& model_name, const std::string& device_name,
 }
 
 int run(const Args& args) {
-  const std::int64_t mlp_batch = args.get_int("mlp-batch", 256);
-  const std::int64_t cnn_batch = args.get_int("cnn-batch", 128);
+  std::vector<const BenchModel*> models;
+  {
+    const std::string list = args.get("models", "mlp,cnn");
+    std::size_t at = 0;
+    while (at <= list.size()) {
+      const std::size_t end = std::min(list.find(',', at), list.size());
+      const std::string want = list.substr(at, end - at);
+      const BenchModel* found = nullptr;
+      for (const BenchModel& m : kModels)
+        if (!want.empty() && std::string(m.name).rfind(want, 0) == 0) found = &m;
+      LOCKSTEP_CHECK(found, "--models: unknown model '", want,
+                     "' (mlp, cnn, resnet50-224, comma-separated)");
+      models.push_back(found);
+      at = end + 1;
+    }
+  }
   const int warmup = static_cast<int>(args.get_int("warmup", 5));
   const int reps = static_cast<int>(args.get_int("reps", 30));
   const int cpu_threads = static_cast<int>(args.get_int("cpu-threads", 0));
@@ -115,12 +145,12 @@ int run(const Args& args) {
 
   std::vector<Timing> rows;
   auto measure = [&](ops::Context& ctx, const std::string& dev, int reps_here) {
-    StepModel mlp(ctx, kMlpSpec, {784});
-    rows.push_back(
-        time_steps("mlp-784-1024-1024-10", dev, ctx, mlp, {mlp_batch, 784}, warmup, reps_here));
-    StepModel cnn(ctx, kCnnSpec, {1, 28, 28});
-    rows.push_back(
-        time_steps("cnn-2conv-28x28", dev, ctx, cnn, {cnn_batch, 1, 28, 28}, warmup, reps_here));
+    for (const BenchModel* m : models) {
+      StepModel model(ctx, m->spec, m->sample, m->classes);
+      Shape x_shape{args.get_int(m->batch_flag, m->default_batch)};
+      x_shape.insert(x_shape.end(), m->sample.begin(), m->sample.end());
+      rows.push_back(time_steps(m->name, dev, ctx, model, x_shape, warmup, reps_here));
+    }
   };
   if (with_gpu) {
     ops::Context gpu(Device::cuda(0));
@@ -167,9 +197,11 @@ int run(const Args& args) {
 }
 
 LOCKSTEP_BENCH("gpu-step",
-               "training-step time of an MLP 784-1024-1024-10 and a small CNN, GPU vs CPU "
-               "(--precision=fp32|tf32|bf16 for the GPU)",
-               "cnn-batch cpu cpu-threads gpu mlp-batch precision reps tf32 warmup", run);
+               "training-step time of an MLP 784-1024-1024-10 and a small CNN (--models=, also "
+               "resnet50-224), GPU vs CPU (--precision=fp32|tf32|bf16 for the GPU)",
+               "cnn-batch cpu cpu-threads gpu mlp-batch models precision reps resnet50-batch tf32 "
+               "warmup",
+               run);
 
 }  // namespace
 }  // namespace lockstep::bench

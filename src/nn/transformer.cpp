@@ -27,7 +27,7 @@ Shape TransformerBlock::output_shape(const Shape& input) const {
 // and normalised in one pass. The block's output sum is not fused with the next block's ln_1 (as
 // llm.c does across layers): that would make each block compute part of its successor, coupling
 // modules that the spec, recompute and DataParallel's clones treat one by one, for one pass over
-// [B, T, C] per block (0.3 GB of the 51 GB a gpt2-124m step moves, docs/GPT.md).
+// [B, T, C] per block (0.3 GB of the 60 GB a gpt2-124m step moves, docs/GPT.md).
 Tensor TransformerBlock::forward_branches(ops::Context& ctx, const Tensor& x) {
   Tensor a = attn_.forward(ctx, ln_1_.forward(ctx, x));
   Tensor& x1 = detail::reuse_buffer(x1_, x.shape(), x.device());
@@ -97,6 +97,17 @@ std::int64_t set_recompute(Model& model, Recompute mode) {
     }
   });
   return blocks;
+}
+
+std::vector<CausalSelfAttention*> attention_layers(Model& model) {
+  std::vector<CausalSelfAttention*> layers;
+  for_each_module(model, [&](Module& m) {
+    if (auto* block = dynamic_cast<TransformerBlock*>(&m))
+      layers.push_back(&block->attention());  // a member of the block, not a child module
+    else if (auto* attention = dynamic_cast<CausalSelfAttention*>(&m))
+      layers.push_back(attention);
+  });
+  return layers;
 }
 
 void TransformerBlock::reset_parameters(std::uint64_t seed, const std::string& prefix) {

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include "ops/cuda/cuda_attention_cudnn.hpp"  // defines: cudnn_frontend_version
 #include "ops/cuda/dyn_libs.hpp"
 #if __has_include(<nccl.h>)
 #include <nccl.h>  // only for NCCL_MAJOR..: comm/ links NCCL, ops/ never calls it
@@ -71,6 +72,12 @@ std::string build_info() {
   }
   out += str("  cuDNN: yes (built with ", CUDNN_MAJOR, ".", CUDNN_MINOR, ".", CUDNN_PATCHLEVEL,
              ", ", loaded, ")\n");
+  const std::string frontend = cuda::cudnn_frontend_version();
+  out += frontend.empty() ? std::string(
+                                "  cuDNN fused attention: no (built without the cuDNN "
+                                "frontend: scripts/install-deps.sh --cudnn-frontend)\n")
+                          : str("  cuDNN fused attention: yes (cuDNN frontend ", frontend,
+                                "; train.attention = auto under bf16)\n");
 #ifdef NCCL_MAJOR
   out += str("  NCCL: yes (built with ", NCCL_MAJOR, ".", NCCL_MINOR, ".", NCCL_PATCH, ")\n");
 #else

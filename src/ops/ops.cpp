@@ -747,6 +747,48 @@ void gelu_tanh_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor&
   ctx.backend().gelu_tanh_backward(x, dy, dx);
 }
 
+const char* attention_kernel_name(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::Auto:
+      return "auto";
+    case AttentionKernel::Reference:
+      return "reference";
+    case AttentionKernel::Cudnn:
+      return "cudnn";
+    case AttentionKernel::Naive:
+      return "naive";
+  }
+  return "?";
+}
+
+AttentionKernel attention_kernel_from_name(const std::string& name) {
+  for (AttentionKernel k : {AttentionKernel::Auto, AttentionKernel::Reference,
+                            AttentionKernel::Cudnn, AttentionKernel::Naive})
+    if (name == attention_kernel_name(k)) return k;
+  LOCKSTEP_FAIL("unknown attention kernel '", name, "' (expected auto, reference, cudnn or naive)");
+}
+
+AttentionChoice choose_attention(Context& ctx, AttentionKernel requested, std::int64_t b,
+                                 std::int64_t t, int heads, std::int64_t head_dim) {
+  if (requested == AttentionKernel::Reference || requested == AttentionKernel::Naive)
+    return {requested, "lockstep's own kernels, in f32"};
+  AttentionChoice c = ctx.backend().cudnn_attention(ctx.precision(), b, t, heads, head_dim);
+  if (c.kernel == AttentionKernel::Cudnn || requested == AttentionKernel::Auto) return c;
+  LOCKSTEP_FAIL_HINT("use the reference kernels there (attention auto or reference)",
+                     "cuDNN's fused attention cannot run on ", ctx.device().str(), " for qkv [", b,
+                     ", ", t, ", 3 x ", heads, " heads x ", head_dim, "] in ",
+                     precision_name(ctx.precision()), ": ", c.detail);
+}
+
+namespace {
+// The kernel the backend runs: Auto resolved, Cudnn checked (ops never pass Auto down).
+AttentionKernel resolve_attention(Context& ctx, AttentionKernel kernel, std::int64_t b,
+                                  std::int64_t t, int heads, std::int64_t c) {
+  if (kernel != AttentionKernel::Auto && kernel != AttentionKernel::Cudnn) return kernel;
+  return choose_attention(ctx, kernel, b, t, heads, c / heads).kernel;
+}
+}  // namespace
+
 void attention_forward(Context& ctx, const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
                        AttentionKernel kernel) {
   const char* op = "attention_forward";
@@ -758,7 +800,8 @@ void attention_forward(Context& ctx, const Tensor& qkv, int heads, Tensor& out, 
   check_shape(op, "lse", lse, {b, heads, t});
   LOCKSTEP_CHECK(!out.shares_storage(qkv) && !lse.shares_storage(qkv), op,
                  ": out and lse must not share storage with qkv");
-  ctx.backend().attention_forward(qkv, heads, out, lse, kernel);
+  ctx.backend().attention_forward(qkv, heads, out, lse,
+                                  resolve_attention(ctx, kernel, b, t, heads, c));
 }
 
 void attention_backward(Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& dout,
@@ -777,7 +820,8 @@ void attention_backward(Context& ctx, const Tensor& qkv, const Tensor& out, cons
   LOCKSTEP_CHECK(!dqkv.shares_storage(qkv) && !dqkv.shares_storage(out) &&
                      !dqkv.shares_storage(dout) && !dqkv.shares_storage(lse),
                  op, ": dqkv must not share storage with the other arguments");
-  ctx.backend().attention_backward(qkv, out, dout, lse, heads, dqkv, kernel);
+  ctx.backend().attention_backward(qkv, out, dout, lse, heads, dqkv,
+                                   resolve_attention(ctx, kernel, b, t, heads, c));
 }
 
 // ---- fused layer ops

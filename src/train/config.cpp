@@ -188,6 +188,14 @@ const std::vector<Key>& keys() {
        "input is kept, and backward runs the block's forward again first). The gradients are "
        "bitwise those of none",
        {"none", "gelu", "block"}},
+      {"train.attention",
+       &Config::train_attention,
+       "a GPT's attention kernels: auto (cuDNN's fused flash attention where it can run: a CUDA "
+       "GPU, train.precision = bf16 and a cuDNN that builds the graphs; else reference); cudnn "
+       "(cuDNN's, in bf16 with f32 statistics and a deterministic backward; anywhere it cannot "
+       "run, an error saying why); or reference (lockstep's own f32 kernels on every device). "
+       "The choice is printed at start-up",
+       {"auto", "cudnn", "reference"}},
       {"train.resume", &Config::train_resume,
        "empty (start fresh; refused when checkpoint.dir already holds checkpoints), auto (the "
        "newest checkpoint in checkpoint.dir; fresh when there is none; an error when it does not "

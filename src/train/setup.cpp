@@ -161,6 +161,37 @@ std::unique_ptr<parallel::Engine> make_engine(Run& run, const Config& config) {
                                                run.flat);
 }
 
+// train.attention: every attention layer gets the kernel asked for, and what that resolves to on
+// this device and precision for the training micro-batch [batch, t] is decided here, before any
+// work: cudnn where cuDNN cannot run is an error naming the key and the reason. Auto stays Auto
+// in the layers (the ops resolve it per shape, so an evaluation batch of another size is served
+// too); the choice for the training shape is what the trainer prints.
+void set_attention(Run& r, const Config& config, std::int64_t batch, std::int64_t t) {
+  const std::vector<nn::CausalSelfAttention*> layers = nn::attention_layers(*r.model);
+  LOCKSTEP_CHECK_HINT(!layers.empty() || config.train_attention != "cudnn",
+                      "set train.attention = auto (or reference), or use a GPT spec",
+                      "train.attention = cudnn but model.spec = ", config.model_spec,
+                      " has no attention layer");
+  if (layers.empty()) return;
+  const ops::AttentionKernel requested = ops::attention_kernel_from_name(config.train_attention);
+  for (nn::CausalSelfAttention* layer : layers)
+    layer->set_kernel(requested);
+  const nn::CausalSelfAttention& a = *layers.front();
+  const ops::AttentionChoice choice = [&] {
+    try {
+      return ops::choose_attention(*r.ctx, requested, batch, t, a.heads(), a.dim() / a.heads());
+    } catch (const Error& e) {
+      LOCKSTEP_FAIL_HINT(
+          "set train.attention = auto (cuDNN where it can run, else lockstep's kernels) or "
+          "reference",
+          "train.attention = ", config.train_attention, ": ", e.message());
+    }
+  }();
+  r.attention_kernel = ops::attention_kernel_name(choice.kernel);
+  r.attention = str(r.attention_kernel, " (",
+                    requested == ops::AttentionKernel::Auto ? "auto: " : "", choice.detail, ")");
+}
+
 }  // namespace
 
 StepPlan plan_steps(const Config& c, int world, std::int64_t samples_per_rank,
@@ -350,6 +381,11 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
                                    static_cast<std::uint64_t>(config.train_seed),
                                    /*drop_last=*/false);
   r.plan = plan_steps(config, r.world, sampler.num_samples(), r.train_data()->size());
+  // A model with attention is a GPT, whose samples are token windows [T].
+  set_attention(r, config, r.plan.local_batch, input_shape.empty() ? 0 : input_shape[0]);
+  if (!r.attention_kernel.empty())
+    comm::check_same_on_all_ranks(control, "attention kernel (train.attention)",
+                                  r.attention_kernel);
   // Values, gradients and optimizer state in one flat layout, bucketed as DDP communicates it
   // (ZeRO-1: in buckets that split into world-size shards, and state for this rank's only).
   const int shards = config.dist_zero == 1 ? r.world : 1;

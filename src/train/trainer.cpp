@@ -129,16 +129,19 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
                 plan.total_steps, " steps"));
   if (run->ctx->precision() != ops::Precision::FP32)
     run->line("precision " + run->ctx->precision_info());
-  run->record(JsonRecord()
-                  .add("event", "start")
-                  .add("world_size", run->world)
-                  .add("threads", run->threads)
-                  .add("parallel", run->parallel)
-                  .add("device", run->ctx->device().str())
-                  .add("parameters", run->model->num_parameters())
-                  .add("global_batch", plan.global_batch)
-                  .add("steps", plan.total_steps)
-                  .add("start_step", run->state->step));
+  if (!run->attention.empty()) run->line("attention " + run->attention);
+  JsonRecord start;
+  start.add("event", "start")
+      .add("world_size", run->world)
+      .add("threads", run->threads)
+      .add("parallel", run->parallel)
+      .add("device", run->ctx->device().str())
+      .add("parameters", run->model->num_parameters())
+      .add("global_batch", plan.global_batch)
+      .add("steps", plan.total_steps)
+      .add("start_step", run->state->step);
+  if (!run->attention_kernel.empty()) start.add("attention", run->attention_kernel);
+  run->record(start);
 
   TrainResult result = train_loop(*run);
   write_final_record(*run, result);

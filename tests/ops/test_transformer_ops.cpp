@@ -376,6 +376,75 @@ TEST(Attention, WidthNotDivisibleByHeadsIsAnError) {
                           "C divisible by heads = 3");
 }
 
+// ---- the attention kernel choice (train.attention): cuDNN's fused attention is CUDA's alone.
+// On the CPU and on the emulated GPU (whose kernels are the CPU's), auto is the reference, bit
+// for bit, and cudnn is refused saying where and why; the names parse both ways.
+std::vector<Device> devices_without_cudnn() {
+  std::vector<Device> d{Device::cpu()};
+  if (emu_available()) d.push_back(Device::emu(0));
+  return d;
+}
+
+TEST(Attention, AutoIsTheReferenceBitForBitWhereThereIsNoCudnn) {
+  const std::int64_t b = 2, t = 37, c = 32;
+  const int heads = 2;
+  Tensor qkv = random_tensor({b, t, 3 * c}, 90), dout = random_tensor({b, t, c}, 91);
+  for (const Device& device : devices_without_cudnn()) {
+    SCOPED_TRACE(device.str());
+    ops::Context ctx(device);
+    const ops::AttentionChoice choice =
+        ops::choose_attention(ctx, ops::AttentionKernel::Auto, b, t, heads, c / heads);
+    EXPECT_EQ(choice.kernel, ops::AttentionKernel::Reference);
+    EXPECT_NE(choice.detail.find("CUDA"), std::string::npos) << choice.detail;
+    std::vector<Tensor> res;
+    for (auto kernel : {ops::AttentionKernel::Auto, ops::AttentionKernel::Reference}) {
+      Tensor out = Tensor::empty({b, t, c}, DType::F32, device);
+      Tensor lse = Tensor::empty({b, heads, t}, DType::F32, device);
+      Tensor dqkv = Tensor::empty({b, t, 3 * c}, DType::F32, device);
+      Tensor q = qkv.to(device), d = dout.to(device);
+      ops::attention_forward(ctx, q, heads, out, lse, kernel);
+      ops::attention_backward(ctx, q, out, d, lse, heads, dqkv, kernel);
+      for (const Tensor& x : {out, lse, dqkv})
+        res.push_back(x.to(Device::cpu()));
+    }
+    for (int i = 0; i < 3; ++i)
+      EXPECT_TRUE(bitwise_equal(res[i], res[i + 3])) << "output " << i;
+  }
+}
+
+TEST(Attention, CudnnWhereItCannotRunIsAnErrorNamingTheDeviceAndWhy) {
+  const std::int64_t b = 1, t = 8, c = 16;
+  for (const Device& device : devices_without_cudnn()) {
+    SCOPED_TRACE(device.str());
+    ops::Context ctx(device);
+    const std::string where = "cannot run on " + device.str();
+    expect_error_containing(
+        [&] { (void)ops::choose_attention(ctx, ops::AttentionKernel::Cudnn, b, t, 2, c / 2); },
+        where);
+    expect_error_containing(
+        [&] { (void)ops::choose_attention(ctx, ops::AttentionKernel::Cudnn, b, t, 2, c / 2); },
+        "CUDA GPUs only");
+    Tensor qkv = random_tensor({b, t, 3 * c}, 92).to(device);
+    Tensor out = Tensor::empty({b, t, c}, DType::F32, device);
+    Tensor lse = Tensor::empty({b, 2, t}, DType::F32, device);
+    expect_error_containing(
+        [&] { ops::attention_forward(ctx, qkv, 2, out, lse, ops::AttentionKernel::Cudnn); }, where);
+    // Reference and naive are what was asked, wherever.
+    EXPECT_EQ(ops::choose_attention(ctx, ops::AttentionKernel::Reference, b, t, 2, 8).kernel,
+              ops::AttentionKernel::Reference);
+    EXPECT_EQ(ops::choose_attention(ctx, ops::AttentionKernel::Naive, b, t, 2, 8).kernel,
+              ops::AttentionKernel::Naive);
+  }
+}
+
+TEST(Attention, KernelNamesParseBackAndAnUnknownOneListsTheChoices) {
+  for (auto k : {ops::AttentionKernel::Auto, ops::AttentionKernel::Reference,
+                 ops::AttentionKernel::Cudnn, ops::AttentionKernel::Naive})
+    EXPECT_EQ(ops::attention_kernel_from_name(ops::attention_kernel_name(k)), k);
+  expect_error_containing([] { (void)ops::attention_kernel_from_name("flash"); },
+                          "expected auto, reference, cudnn or naive");
+}
+
 // ---- cross-entropy at a GPT vocabulary
 
 TEST(SoftmaxXent, GptVocabularyMatchesDoubleReferenceAlsoInPlace) {

@@ -171,6 +171,19 @@ TEST(Setup, RecomputeOnAModelWithoutTransformerBlocksIsAnError) {
       << e;
 }
 
+TEST(Setup, AttentionCudnnOnAModelWithoutAttentionIsAnError) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  c.train_attention = "cudnn";
+  const std::string e = test::setup_error(c);
+  EXPECT_NE(e.find("train.attention = cudnn but model.spec = mlp:8 has no attention layer"),
+            std::string::npos)
+      << e;
+  c.train_attention = "reference";  // nothing to set, nothing refused
+  auto comm = comm::make_single_rank_communicator();
+  EXPECT_EQ(setup_run(c, *comm)->attention, "");
+}
+
 TEST(Setup, ZeroInitResidualZeroesEveryBlocksLastBatchNormScale) {
   test::TempDir dir;
   data::LabeledArray images;

@@ -120,3 +120,60 @@ TEST(TokenSetup, ImageShardsAreNotTokenData) {
   EXPECT_TRUE(run->train_set);
   EXPECT_FALSE(run->train_tokens);
 }
+
+// train.attention (ops::choose_attention): cudnn needs a CUDA GPU, so on the CPU and on the
+// emulated GPU it is an error naming the key, the device and why, before any work; auto there is
+// lockstep's own kernels, bit for bit the training of reference, and the choice is what the run
+// reports.
+std::vector<std::string> devices_without_cudnn() {
+  std::vector<std::string> d{"cpu"};
+  if (emu_available()) d.push_back("emu");
+  return d;
+}
+
+TEST(TokenSetup, AttentionCudnnWithoutACudaGpuIsAnErrorNamingTheKeyAndWhy) {
+  test::TempDir dir;
+  Config c = token_config(write_tokens(dir.path(), "train"), "");
+  c.train_attention = "cudnn";
+  for (const std::string& device : devices_without_cudnn()) {
+    SCOPED_TRACE(device);
+    c.train_device = device;
+    const std::string e = test::setup_error(c);
+    EXPECT_NE(e.find("train.attention = cudnn: cuDNN's fused attention cannot run on " + device),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("CUDA GPUs only"), std::string::npos) << e;
+    EXPECT_NE(e.find("train.attention = auto"), std::string::npos) << "the hint: " << e;
+  }
+}
+
+TEST(TokenSetup, AttentionAutoWithoutACudaGpuTrainsBitwiseAsReference) {
+  test::TempDir dir;
+  const std::string train = write_tokens(dir.path(), "train");
+  for (const std::string& device : devices_without_cudnn()) {
+    SCOPED_TRACE(device);
+    std::vector<std::vector<float>> params[2];
+    int i = 0;
+    for (const char* attention : {"auto", "reference"}) {
+      Config c = token_config(train, "");
+      c.train_device = device;
+      c.train_attention = attention;
+      auto comm = comm::make_single_rank_communicator();
+      auto run = setup_run(c, *comm);
+      EXPECT_EQ(run->attention_kernel, "reference");
+      EXPECT_EQ(
+          run->attention.rfind(std::string("reference (") +
+                                   (i == 0 ? "auto: cuDNN runs on CUDA GPUs only" : "lockstep"),
+                               0),
+          0u)
+          << run->attention;
+      train_loop(*run);
+      for (nn::Parameter* p : run->model->parameters())
+        params[i].push_back(p->value.to(Device::cpu()).to_vector<float>());
+      ++i;
+    }
+    ASSERT_EQ(params[0].size(), params[1].size());
+    for (std::size_t k = 0; k < params[0].size(); ++k)
+      EXPECT_EQ(params[0][k], params[1][k]) << "parameter " << k;
+  }
+}

@@ -27,7 +27,9 @@ class CausalSelfAttention final : public Module {
   void release_buffers() override;
 
   int heads() const { return heads_; }
-  // Which attention kernel the ops use (tests and benchmarks compare the naive CUDA path).
+  std::int64_t dim() const { return dim_; }
+  // Which attention kernel the ops use (ops::AttentionKernel: train.attention sets it; tests and
+  // benchmarks compare the others). Auto is resolved by the ops at every call, per shape.
   void set_kernel(ops::AttentionKernel kernel) { kernel_ = kernel; }
   ops::AttentionKernel kernel() const { return kernel_; }
   std::int64_t depth() const { return depth_; }

@@ -69,6 +69,10 @@ class TransformerBlock final : public Module {
 // many blocks there are.
 std::int64_t set_recompute(Model& model, Recompute mode);
 
+// Every causal self-attention layer of the model (nested ones too), in model order: where
+// train.attention sets the kernel (CausalSelfAttention::set_kernel) and reads the shape.
+std::vector<CausalSelfAttention*> attention_layers(Model& model);
+
 // Logits [N * T, V] = h [N * T, C] wte^T with the embedding's own token table: no parameter of
 // its own (collect_parameters adds nothing), so the table is listed, bucketed and reported ready
 // once, by the embedding. Its backward adds dlogits^T h into the table's gradient before the

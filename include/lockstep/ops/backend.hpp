@@ -115,6 +115,14 @@ class Backend {
   virtual void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& dout,
                                   const Tensor& lse, int heads, Tensor& dqkv,
                                   AttentionKernel kernel) = 0;
+  // Whether cuDNN's fused attention serves qkv [b, t, 3 heads head_dim] in precision p here:
+  // {Cudnn, what runs} or {Reference, why it cannot} (ops::choose_attention words the error). The
+  // kernel argument of the attention ops is never Auto: ops.cpp resolves it first.
+  virtual AttentionChoice cudnn_attention(Precision p, std::int64_t b, std::int64_t t, int heads,
+                                          std::int64_t head_dim) {
+    (void)p, (void)b, (void)t, (void)heads, (void)head_dim;
+    return {AttentionKernel::Reference, "cuDNN runs on CUDA GPUs only"};
+  }
 
   // ---- fused layer ops (ops.hpp). These defaults are the compositions ops.hpp names, run through
   // this backend's own ops, so a backend that fuses nothing inherits them and gives their bits; a

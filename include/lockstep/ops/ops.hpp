@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lockstep/core/tensor.hpp"
@@ -260,12 +261,33 @@ void gelu_tanh_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor&
 // Causal multi-head self-attention core, from the fused projection qkv [B, T, 3C] (q, k, v are
 // features [0, C), [C, 2C), [2C, 3C); head h uses features [h D, (h + 1) D) of each, D = C / heads)
 // to out [B, T, C]: out_t = sum_{s <= t} softmax_s(q_t . k_s / sqrt(D)) v_s per head.
-// lse [B, heads, T] receives each row's log-sum-exp of the scaled scores, all the backward needs
-// to rebuild the probabilities: no [T, T] matrix is kept between the passes.
+// lse [B, heads, T] receives each row's log-sum-exp of the scaled scores (natural log), all the
+// backward needs to rebuild the probabilities: no [T, T] matrix is kept between the passes. The
+// kernels agree on what lse means, so any backward reads any forward's lse.
 enum class AttentionKernel {
-  Auto,   // the fast path: blocked causal attention (CPU), a flash-style kernel (CUDA)
-  Naive,  // CUDA: materialises the [B, heads, T, T] scores; the measured reference
+  Auto,       // cuDNN's where it can run (choose_attention says when), else Reference
+  Reference,  // lockstep's own: blocked causal attention (CPU), a flash-style fp32 kernel (CUDA)
+  Cudnn,      // cuDNN's fused scaled-dot-product attention (flash) in bf16 with f32 statistics:
+              // CUDA under bf16 precision only; anywhere else an error saying why
+  Naive,      // CUDA: materialises the [B, heads, T, T] scores; the measured reference of the
+              // flash kernels (elsewhere the same as Reference)
 };
+const char* attention_kernel_name(AttentionKernel k);  // "auto", "reference", "cudnn", "naive"
+// Parses the names above; throws lockstep::Error listing them.
+AttentionKernel attention_kernel_from_name(const std::string& name);
+
+// What `requested` runs on ctx for qkv [b, t, 3 heads head_dim]: the kernel (Auto resolved) and
+// one line saying why or how ("cuDNN 9.19.0 fused flash attention, bf16, deterministic
+// backward"; for an Auto that resolved to Reference, why cuDNN's cannot run). Cuda needs a CUDA
+// device, bf16 precision, a cuDNN that loads and builds both graphs of this shape (built once per
+// shape and context, and cached); where any is missing, requesting Cudnn throws lockstep::Error
+// naming the device and the reason. The attention ops call it for Auto and Cudnn themselves.
+struct AttentionChoice {
+  AttentionKernel kernel;
+  std::string detail;
+};
+AttentionChoice choose_attention(Context& ctx, AttentionKernel requested, std::int64_t b,
+                                 std::int64_t t, int heads, std::int64_t head_dim);
 void attention_forward(Context& ctx, const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
                        AttentionKernel kernel = AttentionKernel::Auto);
 // dqkv (overwritten) from dout, with qkv, out and lse from the forward.

@@ -47,6 +47,7 @@ struct Config {
   std::string train_gpu = "auto";
   std::string train_precision = "fp32";
   std::string train_recompute = "none";
+  std::string train_attention = "auto";
   std::string train_resume = "";
   std::string train_nan_policy = "stop";
   bool train_eval = true;

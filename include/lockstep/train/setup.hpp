@@ -69,6 +69,10 @@ struct Run {
   std::unique_ptr<optim::LrSchedule> schedule;
   std::unique_ptr<TrainState> state;
   std::string resumed_from;  // the checkpoint the state came from ("" = fresh)
+  // What train.attention resolved to for the training micro-batch, as the trainer prints it
+  // ("cudnn (cuDNN 9.19.0 fused flash attention ...)"); kernel name alone in attention_kernel.
+  // Both empty when the model has no attention layer.
+  std::string attention, attention_kernel;
   std::shared_ptr<comm::Communicator> gradient_comm;
   std::unique_ptr<parallel::Engine> engine;
   std::unique_ptr<data::Loader> loader;             // starts at state->position

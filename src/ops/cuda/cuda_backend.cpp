@@ -29,6 +29,7 @@
 #include "ops/cast_cache.hpp"
 #include "ops/cuda/check.hpp"
 #include "ops/cuda/conv.hpp"
+#include "ops/cuda/cuda_attention_cudnn.hpp"
 #include "ops/cuda/cuda_backend.hpp"
 #include "ops/cuda/gemm_lt.hpp"
 
@@ -56,6 +57,7 @@ CudaBackend::~CudaBackend() {
   casts_ = CastCache();
   lt_.reset();
   conv_.reset();
+  fused_attention_.reset();
   dyn::cublasDestroy(cublas_);
   (void)cudaFreeHost(host_results_);
   results_ = Tensor();

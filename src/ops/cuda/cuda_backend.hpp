@@ -12,7 +12,8 @@
 //   cuda_loss_optim.cu    softmax cross-entropy, accuracy, reductions, SGD and AdamW
 //   cuda_flat.cu          the fused flat-buffer optimizer steps and sums of squares
 //   cuda_precision.cu     bf16 casts, precision checks and descriptions
-//   cuda_transformer.cu   embedding, LayerNorm, GELU (tanh), attention
+//   cuda_transformer.cu   embedding, LayerNorm, GELU (tanh), attention (lockstep's kernels, and
+//                         the casts around cuDNN's in cuda_attention_cudnn.cpp)
 // Each .cu holds its family's kernels, their launchers (plain pointers and sizes, one stream each;
 // each checks its launch, none synchronises) and the methods that unpack Tensors for them; the
 // launch helpers are common.cuh's. The launchers one family borrows from another are declared here.
@@ -118,8 +119,9 @@ struct DeviceResults {
 };
 static_assert(sizeof(DeviceResults) == 40);
 
-class ConvPlans;  // conv.hpp
-class LtGemm;     // gemm_lt.hpp
+class ConvPlans;       // conv.hpp
+class CudnnAttention;  // cuda_attention_cudnn.hpp
+class LtGemm;          // gemm_lt.hpp
 
 class CudaBackend final : public Backend {
  public:
@@ -234,6 +236,8 @@ class CudaBackend final : public Backend {
   void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& dout,
                           const Tensor& lse, int heads, Tensor& dqkv,
                           AttentionKernel kernel) override;
+  AttentionChoice cudnn_attention(Precision p, std::int64_t b, std::int64_t t, int heads,
+                                  std::int64_t head_dim) override;
 
   // ---- fused linear ops, cuBLASLt epilogues under bf16: cuda_gemm.cpp
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, Tensor& y,
@@ -263,6 +267,9 @@ class CudaBackend final : public Backend {
   // cuDNN only for contexts that convolve: creating its handle costs time and memory (and loads
   // the library) that a GPT's context would spend for nothing. (cuda_conv.cpp)
   ConvPlans& conv();
+  // cuDNN's fused attention, likewise made by the first attention that asks for it
+  // (cuda_attention_cudnn.cpp).
+  CudnnAttention& fused_attention();
 
   DeviceResults* results() { return static_cast<DeviceResults*>(results_.raw_data()); }
 
@@ -303,6 +310,8 @@ class CudaBackend final : public Backend {
   std::int64_t label_classes_ = 0;
   const char* label_op_ = nullptr;  // see note_label_op
   std::int64_t token_positions_ = 0, token_vocab_ = 0;
+  // cuDNN's attention graphs and its own handle: made by the first attention that asks for cuDNN
+  std::unique_ptr<CudnnAttention> fused_attention_;
 };
 
 }  // namespace lockstep::ops::cuda

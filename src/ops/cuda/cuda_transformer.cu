@@ -14,8 +14,9 @@
 //   so nothing of size [T, T] is ever written. The forward saves one log-sum-exp per row; the
 //   backward recomputes the probabilities from it in two kernels, one owning key rows (dK, dV)
 //   and one owning query rows (dQ), so every gradient row has one writer and needs no atomics
-//   (FlashAttention-2 instead accumulates dQ atomically). fp32 on the CUDA cores: a tensor-core
-//   (bf16 mma) version is the next step for speed, the memory saving is already here.
+//   (FlashAttention-2 instead accumulates dQ atomically). fp32 on the CUDA cores: under bf16
+//   precision cuDNN's fused attention (cuda_attention_cudnn.cpp) does the same on tensor cores,
+//   and these kernels are the reference (train.attention = reference) and the fallback.
 // - The naive path materialises the [B, heads, T, T] probabilities with one thread per output
 //   element; it is the reference the flash kernels are checked and measured against.
 // The warp helpers below are butterflies (every lane ends with the total), unlike
@@ -28,6 +29,7 @@
 #include <cstdint>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/cuda_attention_cudnn.hpp"  // defines: CudnnAttention
 #include "ops/cuda/cuda_backend.hpp"
 #include "ops/gelu_tanh.hpp"  // defines: gelu_tanh, gelu_tanh_grad
 
@@ -937,12 +939,42 @@ void CudaBackend::gelu_tanh_backward(const Tensor& x, const Tensor& dy, Tensor& 
   activate();
   cuda::gelu_tanh_backward(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), stream_);
 }
-// Head widths the flash kernels do not cover fall back to the naive path.
+// AttentionKernel::Cudnn: cuDNN's fused attention on bf16 copies, cast at the op's boundary since
+// activations are f32 between layers (the rounding is the CPU's, cuda_precision.cu). Every cast
+// back is exact where the value came from bf16: out, widened by the forward, is bf16 again in the
+// backward bit for bit, so no bf16 state is kept between the passes.
+CudnnAttention& CudaBackend::fused_attention() {
+  if (!fused_attention_) fused_attention_ = std::make_unique<CudnnAttention>(device_, stream_);
+  return *fused_attention_;
+}
+AttentionChoice CudaBackend::cudnn_attention(Precision p, std::int64_t b, std::int64_t t, int heads,
+                                             std::int64_t head_dim) {
+  activate();
+  return fused_attention().check(p, b, t, heads, head_dim);
+}
+
+namespace {
+Tensor bf16_copy(const Tensor& src, Device device, cudaStream_t s) {
+  Tensor dst = Tensor::empty(src.shape(), DType::BF16, device);
+  f32_to_bf16(src.data<float>(), bf16_data(dst), src.numel(), s);
+  return dst;
+}
+}  // namespace
+
+// Reference: the flash kernels, or the naive path at head widths they do not cover.
 void CudaBackend::attention_forward(const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
                                     AttentionKernel kernel) {
   activate();
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
-  if (kernel == AttentionKernel::Auto && flash_attention_supported(c / heads)) {
+  if (kernel == AttentionKernel::Cudnn) {
+    Tensor qkv16 = bf16_copy(qkv, device_, stream_);
+    Tensor out16 = Tensor::empty(out.shape(), DType::BF16, device_);
+    fused_attention().forward(bf16_data(qkv16), bf16_data(out16), lse.data<float>(), b, t, c,
+                              heads);
+    bf16_to_f32(bf16_data(out16), out.data<float>(), out.numel(), stream_);
+    return;
+  }
+  if (kernel != AttentionKernel::Naive && flash_attention_supported(c / heads)) {
     flash_attention_forward(qkv.data<float>(), out.data<float>(), lse.data<float>(), b, t, c, heads,
                             stream_);
     return;
@@ -958,7 +990,16 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const
                                      AttentionKernel kernel) {
   activate();
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
-  if (kernel == AttentionKernel::Auto && flash_attention_supported(c / heads)) {
+  if (kernel == AttentionKernel::Cudnn) {
+    Tensor qkv16 = bf16_copy(qkv, device_, stream_), out16 = bf16_copy(out, device_, stream_),
+           dout16 = bf16_copy(dout, device_, stream_);
+    Tensor dqkv16 = Tensor::empty(dqkv.shape(), DType::BF16, device_);
+    fused_attention().backward(bf16_data(qkv16), bf16_data(out16), bf16_data(dout16),
+                               lse.data<float>(), bf16_data(dqkv16), b, t, c, heads);
+    bf16_to_f32(bf16_data(dqkv16), dqkv.data<float>(), dqkv.numel(), stream_);
+    return;
+  }
+  if (kernel != AttentionKernel::Naive && flash_attention_supported(c / heads)) {
     Tensor delta = Tensor::empty({std::max<std::int64_t>(b * heads * t, 1)}, DType::F32, device_);
     flash_attention_backward(qkv.data<float>(), out.data<float>(), dout.data<float>(),
                              lse.data<float>(), dqkv.data<float>(), delta.data<float>(), b, t, c,

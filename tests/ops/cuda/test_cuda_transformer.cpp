@@ -118,7 +118,7 @@ TEST_F(Gpt, AttentionFlashAndNaiveMatchCpu) {
       {2, 70, 48, 2},    // 24: not a flash width, the naive path serves both
   };
   for (const AttnCase& k : cases) {
-    for (auto kernel : {ops::AttentionKernel::Auto, ops::AttentionKernel::Naive}) {
+    for (auto kernel : {ops::AttentionKernel::Reference, ops::AttentionKernel::Naive}) {
       SCOPED_TRACE(::testing::Message()
                    << "B " << k.b << " T " << k.t << " C " << k.c << " heads " << k.heads
                    << (kernel == ops::AttentionKernel::Naive ? " naive" : " flash"));
@@ -210,7 +210,7 @@ void expect_model_matches(ops::Context& cpu_ctx, ops::Context& gpu_ctx, const st
 
 TEST_F(Gpt, SmallGptForwardAndBackwardMatchCpu) {
   expect_model_matches(cpu(), gpu(), "gpt(layers=2,heads=2,dim=64)", 70, 300,
-                       ops::AttentionKernel::Auto);
+                       ops::AttentionKernel::Reference);
   expect_model_matches(cpu(), gpu(), "gpt(layers=2,heads=2,dim=64)", 70, 300,
                        ops::AttentionKernel::Naive);
 }
