@@ -18,6 +18,7 @@ CausalSelfAttention::CausalSelfAttention(std::int64_t dim, int heads, std::int64
   LOCKSTEP_CHECK(heads_ >= 1 && dim_ % heads_ == 0, "attn: dim ", dim_,
                  " must be a multiple of heads = ", heads_);
   LOCKSTEP_CHECK(depth_ >= 1, "attn: depth must be positive, got ", depth_);
+  c_attn_.set_bf16_output(true);  // read only by the attention ops, which take bf16 on a bf16 ctx
 }
 
 std::string CausalSelfAttention::describe() const {
@@ -34,7 +35,7 @@ Tensor CausalSelfAttention::forward(ops::Context& ctx, const Tensor& x) {
   const Shape shape = output_shape(x.shape());
   const std::int64_t b = shape[0], t = shape[1], rows = b * t;
   Tensor qkv = c_attn_.forward(ctx, x.view({rows, dim_})).view({b, t, 3 * dim_});
-  Tensor& att = detail::reuse_buffer(att_, shape, x.device());
+  Tensor& att = detail::reuse_buffer(att_, shape, x.device(), qkv.dtype());
   Tensor& lse = detail::reuse_buffer(lse_, {b, heads_, t}, x.device());
   ops::attention_forward(ctx, qkv, heads_, att, lse, kernel_);
   qkv_ = qkv;
@@ -45,7 +46,7 @@ Tensor CausalSelfAttention::backward(ops::Context& ctx, const Tensor& dy) {
   Tensor qkv = detail::take_cached(qkv_, "attn");
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1), rows = b * t;
   Tensor datt = c_proj_.backward(ctx, dy.view({rows, dim_})).view({b, t, dim_});
-  Tensor& dqkv = detail::reuse_buffer(dqkv_, qkv.shape(), qkv.device());
+  Tensor& dqkv = detail::reuse_buffer(dqkv_, qkv.shape(), qkv.device(), qkv.dtype());
   ops::attention_backward(ctx, qkv, att_, datt, lse_, heads_, dqkv, kernel_);
   qkv = Tensor();  // c_attn may reuse its output buffer next step
   Tensor dx = c_attn_.backward(ctx, dqkv.view({rows, 3 * dim_}));
@@ -91,6 +92,7 @@ void CausalSelfAttention::release_buffers() {
 std::unique_ptr<Module> CausalSelfAttention::clone_structure(Device device) const {
   auto copy = std::make_unique<CausalSelfAttention>(dim_, heads_, depth_, device);
   copy->set_kernel(kernel_);
+  copy->set_bf16_output(c_proj_.bf16_output());
   return copy;
 }
 

@@ -23,8 +23,12 @@ Shape LayerNorm::output_shape(const Shape& input) const {
   return input;
 }
 
+DType LayerNorm::output_dtype(const ops::Context& ctx) const {
+  return bf16_output_ && ctx.precision() == ops::Precision::BF16 ? DType::BF16 : DType::F32;
+}
+
 Tensor LayerNorm::forward(ops::Context& ctx, const Tensor& x) {
-  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device());
+  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device(), output_dtype(ctx));
   const std::int64_t rows = x.numel() / dim_;
   Tensor& mean = detail::reuse_buffer(mean_, {rows}, x.device());
   Tensor& rstd = detail::reuse_buffer(rstd_, {rows}, x.device());
@@ -34,7 +38,7 @@ Tensor LayerNorm::forward(ops::Context& ctx, const Tensor& x) {
 }
 
 Tensor LayerNorm::forward_add(ops::Context& ctx, const Tensor& x, const Tensor& a, Tensor& sum) {
-  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device());
+  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device(), output_dtype(ctx));
   const std::int64_t rows = x.numel() / dim_;
   Tensor& mean = detail::reuse_buffer(mean_, {rows}, x.device());
   Tensor& rstd = detail::reuse_buffer(rstd_, {rows}, x.device());

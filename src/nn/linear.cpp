@@ -28,18 +28,24 @@ Shape Linear::output_shape(const Shape& input) const {
 
 // Under the bf16 policy both GEMMs that read x (forward, weight gradient) and both that read dy
 // (weight gradient, input gradient) would each round it to bf16 again. Instead the layer rounds
-// each once into a bf16 buffer of its own and passes that: the GEMMs then use it as it is, so the
-// bits are those of converting per GEMM (the same conversion kernel) with half the conversions.
-// Measured on AMX, where the conversions are a fifth of the MLP step (docs/PERFORMANCE.md,
-// "Precision"). Under fp32 and tf32 nothing is converted and x is kept as it is.
+// an f32 x or dy once into a bf16 buffer of its own and passes that: the GEMMs then use it as it
+// is, so the bits are those of converting per GEMM (the same conversion kernel) with half the
+// conversions. Measured on AMX, where the conversions are a fifth of the MLP step
+// (docs/PERFORMANCE.md, "Precision"). A bf16 x or dy (a GPT block's activations) is used as it is:
+// nothing to convert. Under fp32 and tf32 nothing is converted and x is kept as it is.
 namespace {
 bool rounds_to_bf16(const ops::Context& ctx, const Tensor& t) {
   return ctx.precision() == ops::Precision::BF16 && t.dtype() == DType::F32;
 }
 }  // namespace
 
+DType Linear::output_dtype(const ops::Context& ctx) const {
+  return bf16_output_ && ctx.precision() == ops::Precision::BF16 ? DType::BF16 : DType::F32;
+}
+
 void Linear::cache_input(ops::Context& ctx, const Tensor& x) {
   x_ = Tensor();  // a forward without backward (evaluation) leaves it set; free x16_ for reuse
+  x_dtype_ = x.dtype();
   Tensor operand = x;
   if (rounds_to_bf16(ctx, x)) {
     operand = detail::reuse_buffer(x16_, x.shape(), x.device(), DType::BF16);
@@ -61,7 +67,7 @@ Tensor Linear::forward(ops::Context& ctx, const Tensor& x) {
 Tensor Linear::forward_act(ops::Context& ctx, const Tensor& x, ops::Activation act,
                            Tensor& pre_act) {
   Shape out = output_shape(x.shape());
-  Tensor& y = detail::reuse_buffer(y_, out, x.device());
+  Tensor& y = detail::reuse_buffer(y_, out, x.device(), output_dtype(ctx));
   cache_input(ctx, x);
   ops::linear_forward(ctx, x_, weight_.value, bias_.value, act, y, pre_act);
   return y;
@@ -70,7 +76,7 @@ Tensor Linear::forward_act(ops::Context& ctx, const Tensor& x, ops::Activation a
 Tensor Linear::recompute_act(ops::Context& ctx, ops::Activation act, Tensor& pre_act) {
   LOCKSTEP_CHECK_HINT(x_.defined(), "recompute before this layer's backward",
                       "linear: recompute_act without the input cached by forward");
-  Tensor& y = detail::reuse_buffer(y_, pre_act.shape(), pre_act.device());
+  Tensor& y = detail::reuse_buffer(y_, pre_act.shape(), pre_act.device(), pre_act.dtype());
   ops::linear_recompute_activation(ctx, x_, weight_.value, bias_.value, act, pre_act, y);
   return y;
 }
@@ -99,14 +105,14 @@ Tensor Linear::run_backward(ops::Context& ctx, const Tensor& dy, ops::Activation
   }
   // dW += dy^T x and db += column sums of dy: both accumulate, as parameter gradients must,
   // unless zero_grad left them stale: then they are overwritten (the weight GEMM's beta = 0 never
-  // reads the old dW). The bias gradient sums the f32 dy.
+  // reads the old dW). The bias gradient sums dy as it came (f32, or a bf16 activation).
   ops::LinearBackward p;
   p.overwrite_dw = weight_.grad_stale;
   p.overwrite_db = has_bias_ && bias_.grad_stale;
   p.input_act = input_act;
   p.input_pre_act = input_pre_act;
   Tensor dx;
-  if (input_grad_) dx = detail::reuse_buffer(dx_, x.shape(), x.device());
+  if (input_grad_) dx = detail::reuse_buffer(dx_, x.shape(), x.device(), x_dtype_);
   Tensor db = has_bias_ ? bias_.grad : Tensor();
   ops::linear_backward(ctx, x, weight_.value, dy, dy16, weight_.grad, db, dx, p);
   weight_.grad_stale = false;

@@ -14,6 +14,7 @@ Mlp::Mlp(std::int64_t dim, std::int64_t depth, Device device)
       c_fc_(dim, 4 * dim, true, device),
       c_proj_(4 * dim, dim, true, device) {
   LOCKSTEP_CHECK(depth_ >= 1, "mlp: depth must be positive, got ", depth_);
+  c_fc_.set_bf16_output(true);  // read only by c_proj, which takes bf16 on a bf16 context
 }
 
 std::string Mlp::describe() const {
@@ -28,11 +29,11 @@ Shape Mlp::output_shape(const Shape& input) const {
 
 // c_fc's GELU runs inside c_fc's op (ops::linear_forward), keeping its input h for the backward;
 // c_proj's backward folds the GELU's backward into its input-gradient GEMM and hands c_fc
-// dL/dh directly.
+// dL/dh directly. Under bf16, h, the GELU's output and their gradients are bf16 activations.
 Tensor Mlp::forward(ops::Context& ctx, const Tensor& x) {
   const Shape shape = output_shape(x.shape());
   const std::int64_t rows = shape[0] * shape[1];
-  Tensor& h = detail::reuse_buffer(pre_act_, {rows, 4 * dim_}, x.device());
+  Tensor& h = detail::reuse_buffer(pre_act_, {rows, 4 * dim_}, x.device(), c_fc_.output_dtype(ctx));
   Tensor g = c_fc_.forward_act(ctx, x.view({rows, dim_}), ops::Activation::GeluTanh, h);
   h_ = h;
   Tensor y = c_proj_.forward(ctx, g);

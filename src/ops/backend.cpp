@@ -13,11 +13,20 @@ void Backend::residual_layernorm_forward(const Tensor& x, const Tensor& a, const
   layernorm_forward(s, weight, bias, eps, y, mean, rstd);
 }
 
+// A bf16 z (y, or pre_act) is the f32 product plus the bias rounded once, as a GEMM with a bias
+// epilogue and a bf16 output writes it: made in an f32 temporary, then cast.
 void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
                              Tensor& y, Tensor& pre_act) {
   Tensor& z = act == Activation::None ? y : pre_act;
-  gemm(false, true, 1.0f, x, w, 0.0f, z);
-  if (b.defined()) add_row_bias(z, b);
+  if (z.dtype() == DType::BF16 && b.defined()) {
+    Tensor wide = Tensor::empty(z.shape(), DType::F32, z.device());
+    gemm(false, true, 1.0f, x, w, 0.0f, wide);
+    add_row_bias(wide, b);
+    cast(wide, z);
+  } else {
+    gemm(false, true, 1.0f, x, w, 0.0f, z);
+    if (b.defined()) add_row_bias(z, b);
+  }
   if (act == Activation::GeluTanh) gelu_tanh_forward(z, y);
 }
 

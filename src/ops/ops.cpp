@@ -3,6 +3,7 @@
 #include "lockstep/ops/ops.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "lockstep/core/allocator.hpp"
 #include "lockstep/core/error.hpp"
@@ -26,6 +27,24 @@ void check_tensor(Context& ctx, const char* op, const char* name, const Tensor& 
 
 void check_f32(Context& ctx, const char* op, const char* name, const Tensor& t) {
   check_tensor(ctx, op, name, t, DType::F32);
+}
+
+// An activation (ops.hpp's conventions): f32, or bf16 on a context that computes in bf16.
+void check_act(Context& ctx, const char* op, const char* name, const Tensor& t) {
+  check_defined(op, name, t);
+  const bool bf16 = ctx.precision() == Precision::BF16;
+  LOCKSTEP_CHECK_HINT(t.dtype() == DType::F32 || (bf16 && t.dtype() == DType::BF16),
+                      "bf16 activations are for contexts that compute in bf16 "
+                      "(train.precision = bf16)",
+                      op, ": ", name, " must be f32", bf16 ? " or bf16" : "", ", got ",
+                      t.describe(), " on a ", precision_name(ctx.precision()), " context");
+  check_tensor(ctx, op, name, t, t.dtype());
+}
+
+void check_same_dtype(const char* op, const char* name_a, const Tensor& a, const char* name_b,
+                      const Tensor& b) {
+  LOCKSTEP_CHECK(a.dtype() == b.dtype(), op, ": ", name_a, " is ", a.describe(), " but ", name_b,
+                 " is ", b.describe(), " (dtypes must match)");
 }
 
 void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b,
@@ -119,7 +138,9 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, float alpha, const Tensor& a
       ctx.precision() == Precision::BF16 && b.dtype() == DType::BF16 ? DType::BF16 : DType::F32;
   check_tensor(ctx, "gemm", "a", a, ab);
   check_tensor(ctx, "gemm", "b", b, bb);
-  check_f32(ctx, "gemm", "c", c);
+  check_act(ctx, "gemm", "c", c);
+  LOCKSTEP_CHECK(c.dtype() == DType::F32 || beta == 0.0f,
+                 "gemm: a bf16 c is overwritten by the product (beta = 0), got beta = ", beta);
   check_ndim("gemm", "a", a, 2);
   check_ndim("gemm", "b", b, 2);
   check_ndim("gemm", "c", c, 2);
@@ -145,7 +166,7 @@ void add_row_bias(Context& ctx, Tensor& y, const Tensor& bias) {
 }
 
 void sum_rows(Context& ctx, const Tensor& dy, Tensor& db) {
-  check_f32(ctx, "sum_rows", "dy", dy);
+  check_act(ctx, "sum_rows", "dy", dy);
   check_f32(ctx, "sum_rows", "db", db);
   check_ndim("sum_rows", "db", db, 1);
   LOCKSTEP_CHECK(dy.ndim() >= 1 && dy.dim(-1) == db.dim(0), "sum_rows: dy is ", dy.describe(),
@@ -189,7 +210,7 @@ void gelu_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) 
 
 void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
   check_f32(ctx, "add", "a", a);
-  check_f32(ctx, "add", "b", b);
+  check_act(ctx, "add", "b", b);
   check_f32(ctx, "add", "out", out);
   check_same_shape("add", "a", a, "b", b);
   check_same_shape("add", "a", a, "out", out);
@@ -673,7 +694,7 @@ void check_layernorm_params(Context& ctx, const char* op, const Tensor& x, const
 
 // qkv [B, T, 3C] with C divisible by heads; returns C.
 std::int64_t check_qkv(Context& ctx, const char* op, const Tensor& qkv, int heads) {
-  check_f32(ctx, op, "qkv", qkv);
+  check_act(ctx, op, "qkv", qkv);
   check_ndim(op, "qkv", qkv, 3);
   LOCKSTEP_CHECK(heads >= 1, op, ": heads must be positive, got ", heads);
   LOCKSTEP_CHECK(qkv.dim(2) % 3 == 0 && (qkv.dim(2) / 3) % heads == 0, op, ": qkv ", qkv.describe(),
@@ -705,7 +726,7 @@ void layernorm_forward(Context& ctx, const Tensor& x, const Tensor& weight, cons
   const char* op = "layernorm_forward";
   check_layernorm_params(ctx, op, x, weight, mean, rstd);
   check_channel_vector(ctx, op, "bias", bias, x.dim(-1));
-  check_f32(ctx, op, "y", y);
+  check_act(ctx, op, "y", y);
   check_same_shape(op, "x", x, "y", y);
   LOCKSTEP_CHECK(eps > 0.0f, op, ": eps ", eps, " must be positive");
   ctx.backend().layernorm_forward(x, weight, bias, eps, y, mean, rstd);
@@ -716,7 +737,7 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
                         Tensor& dweight, Tensor& dbias) {
   const char* op = "layernorm_backward";
   check_layernorm_params(ctx, op, x, weight, mean, rstd);
-  check_f32(ctx, op, "dy", dy);
+  check_act(ctx, op, "dy", dy);
   check_f32(ctx, op, "dx", dx);
   check_same_shape(op, "x", x, "dy", dy);
   check_same_shape(op, "x", x, "dx", dx);
@@ -732,16 +753,19 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
 }
 
 void gelu_tanh_forward(Context& ctx, const Tensor& x, Tensor& y) {
-  check_f32(ctx, "gelu_tanh_forward", "x", x);
-  check_f32(ctx, "gelu_tanh_forward", "y", y);
+  check_act(ctx, "gelu_tanh_forward", "x", x);
+  check_act(ctx, "gelu_tanh_forward", "y", y);
+  check_same_dtype("gelu_tanh_forward", "x", x, "y", y);
   check_same_shape("gelu_tanh_forward", "x", x, "y", y);
   ctx.backend().gelu_tanh_forward(x, y);
 }
 
 void gelu_tanh_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) {
-  check_f32(ctx, "gelu_tanh_backward", "x", x);
-  check_f32(ctx, "gelu_tanh_backward", "dy", dy);
-  check_f32(ctx, "gelu_tanh_backward", "dx", dx);
+  check_act(ctx, "gelu_tanh_backward", "x", x);
+  check_act(ctx, "gelu_tanh_backward", "dy", dy);
+  check_act(ctx, "gelu_tanh_backward", "dx", dx);
+  check_same_dtype("gelu_tanh_backward", "x", x, "dy", dy);
+  check_same_dtype("gelu_tanh_backward", "x", x, "dx", dx);
   check_same_shape("gelu_tanh_backward", "x", x, "dy", dy);
   check_same_shape("gelu_tanh_backward", "x", x, "dx", dx);
   ctx.backend().gelu_tanh_backward(x, dy, dx);
@@ -794,7 +818,8 @@ void attention_forward(Context& ctx, const Tensor& qkv, int heads, Tensor& out, 
   const char* op = "attention_forward";
   const std::int64_t c = check_qkv(ctx, op, qkv, heads);
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1);
-  check_f32(ctx, op, "out", out);
+  check_act(ctx, op, "out", out);
+  check_same_dtype(op, "qkv", qkv, "out", out);
   check_shape(op, "out", out, {b, t, c});
   check_f32(ctx, op, "lse", lse);
   check_shape(op, "lse", lse, {b, heads, t});
@@ -809,13 +834,15 @@ void attention_backward(Context& ctx, const Tensor& qkv, const Tensor& out, cons
   const char* op = "attention_backward";
   const std::int64_t c = check_qkv(ctx, op, qkv, heads);
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1);
-  check_f32(ctx, op, "out", out);
-  check_f32(ctx, op, "dout", dout);
+  for (const auto& [name, tensor] :
+       {std::pair<const char*, const Tensor*>{"out", &out}, {"dout", &dout}, {"dqkv", &dqkv}}) {
+    check_act(ctx, op, name, *tensor);
+    check_same_dtype(op, "qkv", qkv, name, *tensor);
+  }
   check_shape(op, "out", out, {b, t, c});
   check_shape(op, "dout", dout, {b, t, c});
   check_f32(ctx, op, "lse", lse);
   check_shape(op, "lse", lse, {b, heads, t});
-  check_f32(ctx, op, "dqkv", dqkv);
   check_same_shape(op, "qkv", qkv, "dqkv", dqkv);
   LOCKSTEP_CHECK(!dqkv.shares_storage(qkv) && !dqkv.shares_storage(out) &&
                      !dqkv.shares_storage(dout) && !dqkv.shares_storage(lse),
@@ -832,9 +859,9 @@ void residual_layernorm_forward(Context& ctx, const Tensor& x, const Tensor& a,
   const char* op = "residual_layernorm_forward";
   check_layernorm_params(ctx, op, x, weight, mean, rstd);
   check_channel_vector(ctx, op, "bias", bias, x.dim(-1));
-  check_f32(ctx, op, "a", a);
+  check_act(ctx, op, "a", a);
   check_f32(ctx, op, "s", s);
-  check_f32(ctx, op, "y", y);
+  check_act(ctx, op, "y", y);
   check_same_shape(op, "x", x, "a", a);
   check_same_shape(op, "x", x, "s", s);
   check_same_shape(op, "x", x, "y", y);
@@ -874,12 +901,13 @@ void linear_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor
   const char* op = "linear_forward";
   const std::int64_t n = check_linear(ctx, op, x, w, b);
   check_activation(op, act);
-  check_f32(ctx, op, "y", y);
+  check_act(ctx, op, "y", y);
   check_shape(op, "y", y, {n, w.dim(0)});
   LOCKSTEP_CHECK(!y.shares_storage(x) && !y.shares_storage(w), op,
                  ": y must not share storage with x or w");
   if (act != Activation::None) {
-    check_f32(ctx, op, "pre_act", pre_act);
+    check_act(ctx, op, "pre_act", pre_act);
+    check_same_dtype(op, "y", y, "pre_act", pre_act);
     check_same_shape(op, "y", y, "pre_act", pre_act);
     LOCKSTEP_CHECK(!pre_act.shares_storage(y) && !pre_act.shares_storage(x), op,
                    ": pre_act must not share storage with x or y");
@@ -893,9 +921,11 @@ void linear_backward(Context& ctx, const Tensor& x, const Tensor& w, const Tenso
   const char* op = "linear_backward";
   const std::int64_t n = check_linear(ctx, op, x, w, Tensor());
   check_activation(op, p.input_act);
-  check_f32(ctx, op, "dy", dy);
+  check_act(ctx, op, "dy", dy);
   check_shape(op, "dy", dy, {n, w.dim(0)});
   if (dy16.defined()) {
+    LOCKSTEP_CHECK(dy.dtype() == DType::F32, op,
+                   ": dy16 is the bf16 copy of an f32 dy, but dy is already ", dy.describe());
     LOCKSTEP_CHECK(ctx.precision() == Precision::BF16, op,
                    ": dy16 is a bf16 copy of dy, for a bf16 context only; this one computes in ",
                    precision_name(ctx.precision()));
@@ -906,12 +936,13 @@ void linear_backward(Context& ctx, const Tensor& x, const Tensor& w, const Tenso
   check_same_shape(op, "w", w, "dw", dw);
   if (db.defined()) check_channel_vector(ctx, op, "db", db, w.dim(0));
   if (dx.defined()) {
-    check_f32(ctx, op, "dx", dx);
+    check_act(ctx, op, "dx", dx);
     check_shape(op, "dx", dx, {n, w.dim(1)});
     LOCKSTEP_CHECK(!dx.shares_storage(dy) && !dx.shares_storage(w) && !dx.shares_storage(x), op,
                    ": dx must not share storage with x, w or dy");
     if (p.input_act != Activation::None) {
-      check_f32(ctx, op, "input_pre_act", p.input_pre_act);
+      check_act(ctx, op, "input_pre_act", p.input_pre_act);
+      check_same_dtype(op, "dx", dx, "input_pre_act", p.input_pre_act);
       check_same_shape(op, "dx", dx, "input_pre_act", p.input_pre_act);
     }
   }
@@ -927,9 +958,10 @@ void linear_recompute_activation(Context& ctx, const Tensor& x, const Tensor& w,
   check_activation(op, act);
   LOCKSTEP_CHECK(act != Activation::None, op,
                  ": there is no activation to recompute (act = None: y is the GEMM's own output)");
-  check_f32(ctx, op, "y", y);
+  check_act(ctx, op, "y", y);
   check_shape(op, "y", y, {n, w.dim(0)});
-  check_f32(ctx, op, "pre_act", pre_act);
+  check_act(ctx, op, "pre_act", pre_act);
+  check_same_dtype(op, "y", y, "pre_act", pre_act);
   check_same_shape(op, "y", y, "pre_act", pre_act);
   LOCKSTEP_CHECK(!pre_act.shares_storage(y) && !y.shares_storage(x), op,
                  ": y must not share storage with x or pre_act");

@@ -2,7 +2,9 @@
 // c_fc's GELU in one op, c_proj's input gradient with the GELU backward in one op) change no bit
 // of a training step: the losses and every gradient equal those of the separate ops the layers
 // called before (written out below with ops:: calls, in the order they ran), in fp32 and bf16 on
-// the CPU and on the emulated GPU, with train.recompute = none, gelu and block.
+// the CPU and on the emulated GPU, with train.recompute = none, gelu and block. Under bf16 the
+// separate ops pass the block's activations in bf16 (ops.hpp, "Activations in bf16"), each linear
+// output made in f32 and cast once, the residual stream in f32.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,7 +47,8 @@ struct Outcome {
 // parameter values: nothing of nn:: runs.
 class SeparateOps {
  public:
-  SeparateOps(ops::Context& ctx, const Model& model) : ctx_(ctx) {
+  SeparateOps(ops::Context& ctx, const Model& model)
+      : ctx_(ctx), act_(ctx.precision() == ops::Precision::BF16 ? DType::BF16 : DType::F32) {
     for (const Parameter* p : model.parameters()) {
       value_[p->name] = p->value.to(ctx.device());
       grad_[p->name] = zeros(p->value.shape());
@@ -64,7 +67,7 @@ class SeparateOps {
       k.x = h;
       k.ln1 = layernorm(k.x, id + "ln_1.", k.s1);
       k.qkv = linear(k.ln1.view({n, c}), id + "attn.c_attn.").view({kBatch, kSeq, 3 * c});
-      k.att = empty({kBatch, kSeq, c});
+      k.att = empty({kBatch, kSeq, c}, act_);
       k.lse = empty({kBatch, kHeads, kSeq});
       ops::attention_forward(ctx_, k.qkv, kHeads, k.att, k.lse);
       Tensor a = linear(k.att.view({n, c}), id + "attn.c_proj.");
@@ -72,7 +75,7 @@ class SeparateOps {
       ops::add(ctx_, k.x, a.view({kBatch, kSeq, c}), k.x1);
       k.ln2 = layernorm(k.x1, id + "ln_2.", k.s2);
       k.fc = linear(k.ln2.view({n, c}), id + "mlp.c_fc.");
-      k.act = empty({n, 4 * c});
+      k.act = empty({n, 4 * c}, act_);
       ops::gelu_tanh_forward(ctx_, k.fc, k.act);
       Tensor m = linear(k.act, id + "mlp.c_proj.");
       h = empty({kBatch, kSeq, c});
@@ -80,7 +83,7 @@ class SeparateOps {
     }
     const std::string f = std::to_string(kLayers + 1) + ".";
     Stats sf;
-    Tensor hf = layernorm(h, f, sf).view({n, c});
+    Tensor hf = layernorm(h, f, sf, DType::F32).view({n, c});  // the head's input stays f32
     Tensor logits = empty({n, kVocab}), loss = empty({1});
     ops::gemm(ctx_, false, true, 1.0f, hf, value_["0.wte"], 0.0f, logits);
     Tensor probs = empty({n, kVocab}), dlogits = empty({n, kVocab});
@@ -97,12 +100,12 @@ class SeparateOps {
       Block& k = blocks[l];
       const std::string id = std::to_string(l + 1) + ".";
       Tensor dact = linear_backward(dh.view({n, c}), k.act, id + "mlp.c_proj.");
-      Tensor dfc = empty({n, 4 * c});
+      Tensor dfc = empty({n, 4 * c}, act_);
       ops::gelu_tanh_backward(ctx_, k.fc, dact, dfc);
       Tensor dln2 = linear_backward(dfc, k.ln2.view({n, c}), id + "mlp.c_fc.");
       Tensor dx1 = layernorm_backward(k.x1, dln2.view({kBatch, kSeq, c}), id + "ln_2.", k.s2, dh);
       Tensor datt = linear_backward(dx1.view({n, c}), k.att.view({n, c}), id + "attn.c_proj.");
-      Tensor dqkv = empty({kBatch, kSeq, 3 * c});
+      Tensor dqkv = empty({kBatch, kSeq, 3 * c}, act_);
       ops::attention_backward(ctx_, k.qkv, k.att, datt.view({kBatch, kSeq, c}), k.lse, kHeads,
                               dqkv);
       Tensor dln1 = linear_backward(dqkv.view({n, 3 * c}), k.ln1.view({n, c}), id + "attn.c_attn.");
@@ -126,16 +129,22 @@ class SeparateOps {
     Stats s1, s2;
   };
 
-  Tensor empty(const Shape& s) { return Tensor::empty(s, DType::F32, ctx_.device()); }
+  Tensor empty(const Shape& s, DType dtype = DType::F32) {
+    return Tensor::empty(s, dtype, ctx_.device());
+  }
   Tensor zeros(const Shape& s) {
     Tensor t = empty(s);
     ops::fill(ctx_, t, 0.0f);
     return t;
   }
 
+  // y in the block's activation dtype unless told.
   Tensor layernorm(const Tensor& x, const std::string& name, Stats& st) {
+    return layernorm(x, name, st, act_);
+  }
+  Tensor layernorm(const Tensor& x, const std::string& name, Stats& st, DType dtype) {
     const std::int64_t rows = x.numel() / kDim;
-    Tensor y = empty(x.shape());
+    Tensor y = empty(x.shape(), dtype);
     st.mean = empty({rows});
     st.rstd = empty({rows});
     ops::layernorm_forward(ctx_, x, value_[name + "weight"], value_[name + "bias"], 1e-5f, y,
@@ -151,27 +160,33 @@ class SeparateOps {
     return dx;
   }
 
-  // y = x W^T, then += b (f32 x: a bf16 context's GEMM rounds it, as the layer's cast did).
+  // y = x W^T, then += b (f32 x: a bf16 context's GEMM rounds it, as the layer's cast did), in
+  // f32, then rounded to the activation dtype.
   Tensor linear(const Tensor& x, const std::string& name) {
     const Tensor& w = value_[name + "weight"];
     Tensor y = empty({x.dim(0), w.dim(0)});
     ops::gemm(ctx_, false, true, 1.0f, x, w, 0.0f, y);
     ops::add_row_bias(ctx_, y, value_[name + "bias"]);
-    return y;
+    if (act_ == DType::F32) return y;
+    Tensor y16 = empty(y.shape(), act_);
+    ops::cast(ctx_, y, y16);
+    return y16;
   }
 
-  // The weight and bias gradients overwrite (zero_grad leaves them stale); returns dy W.
+  // The weight and bias gradients overwrite (zero_grad leaves them stale); returns dy W, in x's
+  // dtype (the input gradient of a bf16 activation is one).
   Tensor linear_backward(const Tensor& dy, const Tensor& x, const std::string& name) {
     const Tensor& w = value_[name + "weight"];
     ops::gemm(ctx_, true, false, 1.0f, dy, x, 0.0f, grad_[name + "weight"]);
     ops::fill(ctx_, grad_[name + "bias"], 0.0f);
     ops::sum_rows(ctx_, dy, grad_[name + "bias"]);
-    Tensor dx = empty({dy.dim(0), w.dim(1)});
+    Tensor dx = empty({dy.dim(0), w.dim(1)}, x.dtype());
     ops::gemm(ctx_, false, false, 1.0f, dy, w, 0.0f, dx);
     return dx;
   }
 
   ops::Context& ctx_;
+  const DType act_;  // the activations between a block's layers
   std::map<std::string, Tensor> value_, grad_;
 };
 

@@ -2,9 +2,10 @@
 // linear_recompute_activation) are, on the CPU, the compositions their comments name, bit for bit:
 // each test runs the fused op and the separate ops on the same inputs and compares every output's
 // bits, in fp32 and (where the CPU has it) bf16, over shapes that are not multiples of the SIMD
-// width. The separate ops are themselves held to float64 references in test_transformer_ops.cpp,
-// test_gemm.cpp and test_precision.cpp. The emulated GPU and CUDA are compared with the CPU by
-// tests/ops/cuda/test_backend_ops.cpp.
+// width; with bf16 outputs, the f32 composition rounded once. The separate ops are themselves held
+// to float64 references in test_transformer_ops.cpp, test_gemm.cpp and test_precision.cpp (their
+// bf16 variants to the f32 ones in test_bf16_activations.cpp). The emulated GPU and CUDA are
+// compared with the CPU by tests/ops/cuda/test_backend_ops.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -20,6 +21,12 @@ using lockstep::testing::bitwise_equal;
 using lockstep::testing::random_tensor;
 
 namespace {
+
+Tensor widen(ops::Context& ctx, const Tensor& h) {
+  Tensor t = Tensor::empty(h.shape());
+  ops::cast(ctx, h, t);
+  return t;
+}
 
 template <class F>
 void expect_error_containing(F&& f, const std::string& needle) {
@@ -186,6 +193,95 @@ TEST(LinearBackward, IsTheLayersGemmsBiasSumAndGeluBackwardBitForBit) {
       Tensor dw2 = random_tensor({kOut, kIn}, 24), none;
       ops::linear_backward(ctx, x, w, dy, dy16, dw2, none, none, p);
       EXPECT_TRUE(bitwise_equal(dw2, dw_ref));
+    }
+  }
+}
+
+// A bf16 output (a GPT block's activations under bf16): pre_act is the f32 product plus the bias
+// rounded once (the CPU's oneDNN matmul writes it with the bias in its epilogue), y the bf16 GELU
+// of it; the input may be bf16 or f32.
+TEST(LinearForward, WithABf16OutputIsTheF32ProductAndBiasRoundedOnce) {
+  LOCKSTEP_SKIP_WITHOUT_BF16();
+  for (int threads : {1, 2}) {
+    for (bool bias : {true, false}) {
+      for (ops::Activation act : {ops::Activation::None, ops::Activation::GeluTanh}) {
+        SCOPED_TRACE(str(threads, " threads", bias ? ", bias" : ", no bias",
+                         act == ops::Activation::GeluTanh ? ", gelu" : ""));
+        ops::Context ctx(Device::cpu(), threads);
+        ctx.set_precision(ops::Precision::BF16);
+        const bool gelu = act == ops::Activation::GeluTanh;
+        Tensor x = random_tensor({kRows, kIn}, 10, -2, 2), w = random_tensor({kOut, kIn}, 11);
+        Tensor b = bias ? random_tensor({kOut}, 12) : Tensor();
+        Tensor x16 = Tensor::empty({kRows, kIn}, DType::BF16);
+        ops::cast(ctx, x, x16);
+        for (const Tensor* input : {&x, &x16}) {
+          Tensor y = Tensor::empty({kRows, kOut}, DType::BF16);
+          Tensor pre = gelu ? Tensor::empty({kRows, kOut}, DType::BF16) : Tensor();
+          ops::linear_forward(ctx, *input, w, b, act, y, pre);
+
+          Tensor z = Tensor::empty({kRows, kOut}), z16 = Tensor::empty({kRows, kOut}, DType::BF16);
+          ops::gemm(ctx, false, true, 1.0f, *input, w, 0.0f, z);
+          if (bias) ops::add_row_bias(ctx, z, b);
+          ops::cast(ctx, z, z16);
+          Tensor y_ref = z16;
+          if (gelu) {
+            y_ref = Tensor::empty({kRows, kOut}, DType::BF16);
+            ops::gelu_tanh_forward(ctx, z16, y_ref);
+            EXPECT_TRUE(bitwise_equal(widen(ctx, pre), widen(ctx, z16)));
+            Tensor again = Tensor::empty({kRows, kOut}, DType::BF16);
+            ops::linear_recompute_activation(ctx, *input, w, b, act, pre, again);
+            EXPECT_TRUE(bitwise_equal(widen(ctx, again), widen(ctx, y)));
+          }
+          EXPECT_TRUE(bitwise_equal(widen(ctx, y), widen(ctx, y_ref)));
+        }
+      }
+    }
+  }
+}
+
+// Gradients of bf16 activations: dy may come in bf16 (then its sum is the bias gradient) and dx
+// goes out in bf16, through the GELU's bf16 backward for c_proj.
+TEST(LinearBackward, OfBf16ActivationsIsTheGemmsBiasSumAndBf16GeluBackward) {
+  LOCKSTEP_SKIP_WITHOUT_BF16();
+  for (bool gelu : {false, true}) {
+    for (bool overwrite : {true, false}) {
+      SCOPED_TRACE(str(gelu ? "gelu" : "no gelu", overwrite ? ", stale" : ", accumulating"));
+      ops::Context ctx(Device::cpu(), 2);
+      ctx.set_precision(ops::Precision::BF16);
+      auto bf16 = [&](const Tensor& t) {
+        Tensor h = Tensor::empty(t.shape(), DType::BF16);
+        ops::cast(ctx, t, h);
+        return h;
+      };
+      Tensor x = bf16(random_tensor({kRows, kIn}, 20)), w = random_tensor({kOut, kIn}, 21);
+      Tensor dy = bf16(random_tensor({kRows, kOut}, 22));
+      Tensor pre = bf16(random_tensor({kRows, kIn}, 23, -4, 4));
+      Tensor dw = random_tensor({kOut, kIn}, 24), db = random_tensor({kOut}, 25);
+      Tensor dx = Tensor::empty({kRows, kIn}, DType::BF16);
+      Tensor dw_ref = dw.clone(), db_ref = db.clone();
+      ops::LinearBackward p;
+      p.overwrite_dw = p.overwrite_db = overwrite;
+      if (gelu) {
+        p.input_act = ops::Activation::GeluTanh;
+        p.input_pre_act = pre;
+      }
+      ops::linear_backward(ctx, x, w, dy, Tensor(), dw, db, dx, p);
+
+      ops::gemm(ctx, true, false, 1.0f, dy, x, overwrite ? 0.0f : 1.0f, dw_ref);
+      if (overwrite) ops::fill(ctx, db_ref, 0.0f);
+      ops::sum_rows(ctx, widen(ctx, dy), db_ref);
+      Tensor dg = Tensor::empty({kRows, kIn}), dg16 = Tensor::empty({kRows, kIn}, DType::BF16);
+      ops::gemm(ctx, false, false, 1.0f, dy, w, 0.0f, dg);
+      ops::cast(ctx, dg, dg16);
+      Tensor dx_ref = dg16;
+      if (gelu) {
+        Tensor d32 = Tensor::empty({kRows, kIn});
+        ops::gelu_tanh_backward(ctx, widen(ctx, pre), widen(ctx, dg16), d32);
+        dx_ref = bf16(d32);
+      }
+      EXPECT_TRUE(bitwise_equal(dw, dw_ref));
+      EXPECT_TRUE(bitwise_equal(db, db_ref));
+      EXPECT_TRUE(bitwise_equal(widen(ctx, dx), widen(ctx, dx_ref)));
     }
   }
 }

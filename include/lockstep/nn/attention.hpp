@@ -2,6 +2,8 @@
 // per head softmax(q k^T / sqrt(C / heads)) v over the causal prefix (ops::attention_forward:
 // no [T, T] matrix is kept), y = c_proj(attention). c_proj is a residual projection: its
 // initial weights are scaled by 1 / sqrt(2 depth) (GPT-2), depth being the number of blocks.
+// Under train.precision = bf16, qkv, the attention's output and their gradients are bf16
+// activations; the output is f32 unless set_bf16_output asks for bf16 (a GPT block).
 #pragma once
 
 #include "lockstep/nn/linear.hpp"
@@ -33,6 +35,8 @@ class CausalSelfAttention final : public Module {
   void set_kernel(ops::AttentionKernel kernel) { kernel_ = kernel; }
   ops::AttentionKernel kernel() const { return kernel_; }
   std::int64_t depth() const { return depth_; }
+  // On a bf16 context, write the output as a bf16 activation (Linear::set_bf16_output).
+  void set_bf16_output(bool on) { c_proj_.set_bf16_output(on); }
 
   std::unique_ptr<Module> clone_structure(Device device) const override;
 

@@ -3,6 +3,9 @@
 // two dimensions are an error (put `flatten` before it) rather than silently reshaped.
 // Forward and backward are one fused op each (ops::linear_forward / linear_backward: the bias, and
 // an activation the layer is given, inside the GEMM where the device can).
+// Under train.precision = bf16 the layer takes an f32 or a bf16 input, and its input gradient has
+// its input's dtype; its output is f32 unless set_bf16_output asks for a bf16 activation (inside a
+// GPT block, where the next op takes one).
 #pragma once
 
 #include "lockstep/nn/module.hpp"
@@ -42,22 +45,32 @@ class Linear final : public Module {
   Tensor recompute_act(ops::Context& ctx, ops::Activation act, Tensor& pre_act);
   void drop_output() { y_ = Tensor(); }
 
+  // On a bf16 context, write the output (and forward_act's pre_act) as a bf16 activation; f32
+  // otherwise, and by default. output_dtype says which ctx gets.
+  void set_bf16_output(bool on) { bf16_output_ = on; }
+  bool bf16_output() const { return bf16_output_; }
+  DType output_dtype(const ops::Context& ctx) const;
+
   std::int64_t in_features() const { return in_; }
   std::int64_t out_features() const { return out_; }
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }  // undefined value when built without bias
 
   std::unique_ptr<Module> clone_structure(Device device) const override {
-    return std::make_unique<Linear>(in_, out_, has_bias_, device);
+    auto copy = std::make_unique<Linear>(in_, out_, has_bias_, device);
+    copy->set_bf16_output(bf16_output_);
+    return copy;
   }
 
  private:
   std::int64_t in_, out_;
   bool has_bias_;
+  bool bf16_output_ = false;
   Parameter weight_, bias_;
-  Tensor x_;           // input cached for backward (its bf16 copy under the bf16 policy)
-  Tensor y_, dx_;      // reused output buffers
-  Tensor x16_, dy16_;  // reused bf16 copies of x and dy (bf16 policy only)
+  Tensor x_;                    // input cached for backward (its bf16 copy under the bf16 policy)
+  DType x_dtype_ = DType::F32;  // the input's own dtype: the input gradient's
+  Tensor y_, dx_;               // reused output buffers
+  Tensor x16_, dy16_;           // reused bf16 copies of x and dy (bf16 policy only)
 
   Tensor run_backward(ops::Context& ctx, const Tensor& dy, ops::Activation input_act,
                       const Tensor& input_pre_act);

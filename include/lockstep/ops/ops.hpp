@@ -7,6 +7,16 @@
 // Ops that produce a *parameter* gradient accumulate into it (dw += ...), as PyTorch does, so
 // gradient accumulation and DDP bucket views need no extra copies; every other output is
 // overwritten.
+//
+// Activations in bf16: on a context that computes in bf16 (train.precision = bf16) the ops a
+// GPT block's activations pass through also take and give bf16 tensors, each op's comment saying
+// which (the "activation" tensors below: f32, or bf16 on a bf16 context). A bf16 input is read
+// exactly (widened to f32) and everything is computed in f32; a bf16 output is the f32 result
+// rounded once to nearest even (ops::cast's rounding). On the CPU and the emulated GPU a bf16
+// op is therefore bitwise cast(f32 op(widened inputs)) (tests/ops/test_bf16_activations.cpp);
+// on CUDA the libraries' epilogues may differ by their own roundings (docs/GPT.md). Parameters,
+// their gradients, statistics (mean, rstd, lse) and the residual stream stay f32. Elsewhere a
+// bf16 tensor is an error naming the op and the tensor.
 #pragma once
 
 #include <cstdint>
@@ -67,21 +77,25 @@ void copy(Context& ctx, const Tensor& src, Tensor& dst);  // same dtype and nume
 void cast(Context& ctx, const Tensor& src, Tensor& dst);
 
 // ---- dense linear algebra (2-D f32): c = alpha * op(a) @ op(b) + beta * c
-// In the context's precision (ops/precision.hpp); c is always f32. On a bf16 context a and b may
-// also be bf16 tensors, used as they are (f32 ones are rounded to bf16 first).
+// In the context's precision (ops/precision.hpp). On a bf16 context a and b may also be bf16
+// tensors, used as they are (f32 ones are rounded to bf16 first), and c may be a bf16 activation
+// that the product overwrites (beta = 0: the f32 accumulation rounded once); c is f32 otherwise.
 void gemm(Context& ctx, bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
           float beta, Tensor& c);
 void add_row_bias(Context& ctx, Tensor& y, const Tensor& bias);  // y[n,f] += bias[f]
-void sum_rows(Context& ctx, const Tensor& dy, Tensor& db);       // db[f] += sum_n dy[n,f]
+// db[f] += sum_n dy[n,f]; dy is an activation (f32, or bf16 on a bf16 context), db f32.
+void sum_rows(Context& ctx, const Tensor& dy, Tensor& db);
 
 // ---- elementwise (f32, same shapes)
 void relu_forward(Context& ctx, const Tensor& x, Tensor& y);
 void relu_backward(Context& ctx, const Tensor& y, const Tensor& dy, Tensor& dx);  // y = relu output
 void gelu_forward(Context& ctx, const Tensor& x, Tensor& y);  // exact (erf) GELU
 void gelu_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
-void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out);  // out = a + b
-void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y);       // y += alpha * x
-void scale(Context& ctx, Tensor& x, float alpha);                       // x *= alpha
+// out = a + b. b may be a bf16 activation on a bf16 context (a block's residual stream plus its
+// bf16 branch); a and out are f32.
+void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out);
+void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y);  // y += alpha * x
+void scale(Context& ctx, Tensor& x, float alpha);                  // x *= alpha
 // Inverted dropout: keep with probability 1-p, scale kept values by 1/(1-p). The keep decision for
 // element i is Philox(seed, stream).uniform(i) >= p, so it is the same on every device and thread
 // count. mask is u8, same shape as x.
@@ -247,15 +261,19 @@ void embedding_backward(Context& ctx, const Tensor& tokens, const Tensor& dy, Te
                         Tensor& dwpe);
 // LayerNorm over the last dimension C of x [..., C]: y = (x - mean) * rstd * weight + bias with
 // rstd = 1 / sqrt(biased variance + eps). mean and rstd (f32, one per row) are saved for the
-// backward.
+// backward. x (the residual stream) is f32; y is an activation (bf16 on a bf16 context when the
+// layers after it take bf16).
 void layernorm_forward(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                        float eps, Tensor& y, Tensor& mean, Tensor& rstd);
 // dx = dresidual + dL/dx (dresidual may be undefined, meaning zero, or the same tensor as dx: a
-// pre-LN block adds its residual gradient in the same pass); dweight and dbias accumulate.
+// pre-LN block adds its residual gradient in the same pass); dweight and dbias accumulate. dy has
+// y's dtype (an activation); x, dx and dresidual are f32.
 void layernorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& weight,
                         const Tensor& mean, const Tensor& rstd, const Tensor& dresidual, Tensor& dx,
                         Tensor& dweight, Tensor& dbias);
-// GELU, tanh form (GPT-2's): y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// GELU, tanh form (GPT-2's): y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). x, y (and dy,
+// dx) are activations of one dtype: f32, or bf16 on a bf16 context. The backward may run in
+// place (dx the same tensor as dy).
 void gelu_tanh_forward(Context& ctx, const Tensor& x, Tensor& y);
 void gelu_tanh_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
 // Causal multi-head self-attention core, from the fused projection qkv [B, T, 3C] (q, k, v are
@@ -263,7 +281,9 @@ void gelu_tanh_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor&
 // to out [B, T, C]: out_t = sum_{s <= t} softmax_s(q_t . k_s / sqrt(D)) v_s per head.
 // lse [B, heads, T] receives each row's log-sum-exp of the scaled scores (natural log), all the
 // backward needs to rebuild the probabilities: no [T, T] matrix is kept between the passes. The
-// kernels agree on what lse means, so any backward reads any forward's lse.
+// kernels agree on what lse means, so any backward reads any forward's lse. qkv, out, dout and
+// dqkv are activations of one dtype (bf16 on a bf16 context: cuDNN's inputs as they are; the
+// reference kernels widen them and compute in f32); lse is f32.
 enum class AttentionKernel {
   Auto,       // cuDNN's where it can run (choose_attention says when), else Reference
   Reference,  // lockstep's own: blocked causal attention (CPU), a flash-style fp32 kernel (CUDA)
@@ -301,8 +321,9 @@ void attention_backward(Context& ctx, const Tensor& qkv, const Tensor& out, cons
 // lose nothing where nothing is fused; CUDA folds the pieces into cuBLASLt epilogues or one kernel.
 //
 // s = x + a and y = LayerNorm(s) (mean, rstd and eps as layernorm_forward), in one pass over each
-// row: a pre-LN block's residual sum and the LayerNorm that reads it. Composition: add, then
-// layernorm_forward.
+// row: a pre-LN block's residual sum and the LayerNorm that reads it. x and s (the residual
+// stream) are f32; a (the branch) and y are activations, each f32 or bf16 on a bf16 context.
+// Composition: add, then layernorm_forward.
 void residual_layernorm_forward(Context& ctx, const Tensor& x, const Tensor& a,
                                 const Tensor& weight, const Tensor& bias, float eps, Tensor& s,
                                 Tensor& y, Tensor& mean, Tensor& rstd);
@@ -316,9 +337,13 @@ enum class Activation {
 // y = act(x w^T + b) for x [N, in], w [out, in], b [out] (undefined: no bias) and y [N, out]. With
 // act = GeluTanh, pre_act [N, out] receives x w^T + b, the activation's input, which the backward
 // reads; with None, pass an undefined pre_act. The GEMM is in the context's precision, and on a
-// bf16 context x may be bf16 (as for gemm); everything else is f32.
-// Composition: gemm (beta 0), add_row_bias, gelu_tanh_forward.
-// CUDA under bf16: one cuBLASLt call with the BIAS or GELU_AUX_BIAS epilogue.
+// bf16 context x may be bf16 (as for gemm), and y may be a bf16 activation (pre_act then too):
+// pre_act = bf16(x w^T + b) from the f32 accumulation, y = bf16(act(pre_act)). w and b are f32.
+// Composition: gemm (beta 0), add_row_bias, gelu_tanh_forward; with a bf16 y, the gemm and the
+// bias in f32, then cast, then the GELU in bf16 (the CPU: one oneDNN matmul with the bias and a
+// bf16 destination, the same bits).
+// CUDA under bf16: one cuBLASLt call with the BIAS or GELU_AUX_BIAS epilogue (with a bf16 y the
+// bias is read in bf16, cuBLASLt's rule, and the GELU applied before pre_act is rounded).
 void linear_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
                     Tensor& y, Tensor& pre_act);
 
@@ -332,15 +357,19 @@ struct LinearBackward {
   // gelu_tanh'(input_pre_act) * (dy w): that activation's backward, folded into the input-gradient
   // GEMM. Composition: gemm into dx, then gelu_tanh_backward over dx in place.
   Activation input_act = Activation::None;
-  Tensor input_pre_act;  // [N, in], f32
+  Tensor input_pre_act;  // [N, in], of dx's dtype
 };
 // The backward of linear_forward with act = None (dy is dL/d(x w^T + b)):
 //   dw (+)= dy^T x,   db (+)= sum over rows of dy,   dx = dy w (or the pre-activation gradient).
 // db and dx may be undefined (no bias; no input gradient wanted). dy16 is dy rounded to bf16,
 // which a layer on a bf16 context passes so that both GEMMs read one copy (undefined: the GEMMs
-// take dy); the bias gradient sums the f32 dy. Composition: gemm, fill + sum_rows, gemm.
+// take dy); the bias gradient sums the f32 dy. On a bf16 context dy may itself be a bf16
+// activation (then dy16 is undefined), and dx a bf16 activation (input_pre_act then too), written
+// as gemm writes a bf16 c and, through a GELU, that rounded again by its bf16 backward.
+// Composition: gemm, fill + sum_rows, gemm.
 // CUDA under bf16: BGRADB folds an overwritten db into the dw GEMM (the bias gradient is then the
-// sum of dy16, as PyTorch's autocast computes it), DGELU the GELU backward into the dx GEMM.
+// sum of dy16, as PyTorch's autocast computes it), DGELU the GELU backward into the dx GEMM (one
+// rounding of a bf16 dx instead of two).
 void linear_backward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& dy,
                      const Tensor& dy16, Tensor& dw, Tensor& db, Tensor& dx,
                      const LinearBackward& p = {});

@@ -29,6 +29,7 @@
 #include <mutex>
 
 #include "lockstep/core/error.hpp"
+#include "ops/cpu/bf16_rows.hpp"
 #include "ops/cpu/cpu_sgemm.hpp"
 #include "ops/cpu/parallel.hpp"
 
@@ -88,9 +89,13 @@ void CpuBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, 
                       float beta, Tensor& c) {
   const std::int64_t m = c.dim(0), n = c.dim(1);
   const std::int64_t k = trans_a ? a.dim(0) : a.dim(1);
-  float* pc = c.data<float>();
   if (m == 0 || n == 0) return;
+  if (k == 0 && c.dtype() == DType::BF16) {  // beta is 0 (ops.cpp): +0.0 is all zero bits
+    std::memset(c.raw_data(), 0, c.nbytes());
+    return;
+  }
   if (k == 0) {  // BLAS would leave C untouched for beta=1, but define it for all betas
+    float* pc = c.data<float>();
     for (std::int64_t i = 0; i < m * n; ++i)
       pc[i] = beta == 0.0f ? 0.0f : beta * pc[i];
     return;
@@ -99,6 +104,7 @@ void CpuBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, 
     gemm_bf16(trans_a, trans_b, alpha, a, b, beta, c);
     return;
   }
+  float* pc = c.data<float>();
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
   const std::int64_t lda = a.dim(1), ldb = b.dim(1), ldc = n;
@@ -149,20 +155,27 @@ void CpuBackend::sum_rows(const Tensor& dy, Tensor& db) {
   // result is independent of the thread count. Columns go in blocks of kCols so the running sums
   // stay in registers/L1 while the rows stream past.
   constexpr std::int64_t kCols = 256;
+  // A bf16 dy is widened a row segment at a time: the same additions as for its f32 copy.
   const std::int64_t f = db.numel(), rows = f ? dy.numel() / f : 0;
-  const float* pdy = dy.data<float>();
+  const bool bf16 = dy.dtype() == DType::BF16;
+  const float* pdy = bf16 ? nullptr : dy.data<float>();
+  const std::uint16_t* pdy16 = bf16 ? bf16_in(dy) : nullptr;
   float* pdb = db.data<float>();
   const std::int64_t blocks = (f + kCols - 1) / kCols;
   const std::int64_t grain =
       std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(rows * kCols, 1));
   parallel_range(ctx_.pool(), blocks, grain, [&](std::int64_t b0, std::int64_t b1) {
-    float acc[kCols];
+    float acc[kCols], wide[kCols];
     for (std::int64_t blk = b0; blk < b1; ++blk) {
       const std::int64_t c0 = blk * kCols, w = std::min(kCols, f - c0);
       for (std::int64_t j = 0; j < w; ++j)
         acc[j] = 0.0f;
       for (std::int64_t r = 0; r < rows; ++r) {
-        const float* row = pdy + r * f + c0;
+        const float* row = wide;
+        if (bf16)
+          widen_bf16(pdy16 + r * f + c0, wide, w);
+        else
+          row = pdy + r * f + c0;
         for (std::int64_t j = 0; j < w; ++j)
           acc[j] += row[j];
       }

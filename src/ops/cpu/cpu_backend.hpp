@@ -131,9 +131,15 @@ class CpuBackend final : public Backend {
                           const Tensor& lse, int heads, Tensor& dqkv,
                           AttentionKernel kernel) override;
 
+  // ---- fused layer ops: the compositions (backend.cpp), except a bf16 linear output, which
+  // oneDNN's matmul writes with its bias (cpu_precision.cpp)
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, Tensor& y,
+                      Tensor& pre_act) override;
+
  private:
+  // c f32, or bf16 with beta 0; bias [c.dim(1)] f32 added before c is written, or undefined.
   void gemm_bf16(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
-                 float beta, Tensor& c);
+                 float beta, Tensor& c, const Tensor& bias = Tensor());
 
   // Scratch that grows to the largest request and is then reused (no allocation per call).
   double* scratch_doubles(std::size_t n);

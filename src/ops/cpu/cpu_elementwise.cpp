@@ -1,8 +1,10 @@
 // CPU elementwise kernels: one pass over memory each, plain loops the compiler vectorises,
 // split over the Context's pool above kParallelGrain elements.
+#include <algorithm>
 #include <cmath>
 
 #include "lockstep/core/rng.hpp"
+#include "ops/cpu/bf16_rows.hpp"
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/parallel.hpp"
 
@@ -62,8 +64,22 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 
 void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   const float* pa = a.data<float>();
-  const float* pb = b.data<float>();
   float* po = out.data<float>();
+  if (b.dtype() == DType::BF16) {  // a block's residual stream plus its bf16 branch
+    const std::uint16_t* pb = bf16_in(b);
+    parallel_range(ctx_.pool(), a.numel(), kParallelGrain, [&](std::int64_t s, std::int64_t e) {
+      float* wide = thread_scratch(kBf16Chunk);
+      for (std::int64_t c0 = s; c0 < e; c0 += kBf16Chunk) {
+        const std::int64_t n = std::min(kBf16Chunk, e - c0);
+        widen_bf16(pb + c0, wide, n);
+        LOCKSTEP_IVDEP
+        for (std::int64_t i = 0; i < n; ++i)
+          po[c0 + i] = pa[c0 + i] + wide[i];
+      }
+    });
+    return;
+  }
+  const float* pb = b.data<float>();
   parallel_range(ctx_.pool(), a.numel(), kParallelGrain, [&](std::int64_t s, std::int64_t e) {
     LOCKSTEP_IVDEP
     for (std::int64_t i = s; i < e; ++i)

@@ -25,9 +25,12 @@
 #include <cstring>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <vector>
 
 #include "lockstep/core/bf16.hpp"
 #include "lockstep/core/error.hpp"
+#include "ops/cpu/bf16_rows.hpp"
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/cpu_sgemm.hpp"
 #include "ops/cpu/parallel.hpp"
@@ -66,22 +69,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void to_bf16_avx
 #endif
 
 void f32_to_bf16(ThreadPool& pool, const float* src, std::uint16_t* dst, std::int64_t n) {
-#ifdef LOCKSTEP_X86_BF16
-  static const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16");
-  auto kernel = avx512_bf16 ? to_bf16_avx512 : to_bf16_portable;
-#else
-  auto kernel = to_bf16_portable;
-#endif
   parallel_range(pool, n, kParallelGrain,
-                 [&](std::int64_t b, std::int64_t e) { kernel(src + b, dst + b, e - b); });
+                 [&](std::int64_t b, std::int64_t e) { round_to_bf16(src + b, dst + b, e - b); });
 }
 
 void bf16_to_f32(ThreadPool& pool, const std::uint16_t* src, float* dst, std::int64_t n) {
-  parallel_range(pool, n, kParallelGrain, [&](std::int64_t b, std::int64_t e) {
-    LOCKSTEP_IVDEP
-    for (std::int64_t i = b; i < e; ++i)
-      dst[i] = bf16_to_float(src[i]);
-  });
+  parallel_range(pool, n, kParallelGrain,
+                 [&](std::int64_t b, std::int64_t e) { widen_bf16(src + b, dst + b, e - b); });
 }
 
 bool has_isa(dnnl::cpu_isa have, dnnl::cpu_isa want) {
@@ -112,22 +106,53 @@ bool native_bf16() {
 
 }  // namespace
 
-// One cached matmul: C[m, n] (f32) = alpha * op(A)[m, k] op(B)[k, n] (bf16) + beta * C.
+void round_to_bf16(const float* src, std::uint16_t* dst, std::int64_t n) {
+#ifdef LOCKSTEP_X86_BF16
+  static const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+  if (avx512_bf16) return to_bf16_avx512(src, dst, n);
+#endif
+  to_bf16_portable(src, dst, n);
+}
+
+void widen_bf16(const std::uint16_t* src, float* dst, std::int64_t n) {
+  LOCKSTEP_IVDEP
+  for (std::int64_t i = 0; i < n; ++i)
+    dst[i] = bf16_to_float(src[i]);
+}
+
+float* thread_scratch(std::size_t n, int slot) {
+  thread_local std::vector<float> buffers[4];
+  std::vector<float>& b = buffers[slot];
+  if (b.size() < n) b.resize(n);
+  return b.data();
+}
+
+// One cached matmul: C[m, n] = alpha * op(A)[m, k] op(B)[k, n] (bf16) (+ bias[n]) + beta * C,
+// C f32, or a bf16 activation (beta 0) that oneDNN writes from its f32 accumulator plus the f32
+// bias, rounded once to nearest even: the bits of the f32 C, add_row_bias and cast
+// (tests/ops/test_fused_ops.cpp), with no pass of its own.
 struct Bf16Gemm {
   struct Prim {
     dnnl::matmul prim;
-    dnnl::memory a, b, c, scratchpad;
+    dnnl::memory a, b, c, bias, scratchpad;
   };
-  using Key = std::array<std::int64_t, 7>;
+  using Key = std::array<std::int64_t, 9>;
 
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<Key, Prim> cache;
 
   Prim& get(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-            float beta) {
-    const Key key{
-        m, n, k, ta, tb, std::bit_cast<std::int32_t>(alpha), std::bit_cast<std::int32_t>(beta)};
+            float beta, bool c_bf16, bool bias) {
+    const Key key{m,
+                  n,
+                  k,
+                  ta,
+                  tb,
+                  std::bit_cast<std::int32_t>(alpha),
+                  std::bit_cast<std::int32_t>(beta),
+                  c_bf16,
+                  bias};
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     using dnnl::memory;
@@ -135,7 +160,8 @@ struct Bf16Gemm {
     // Row-major operands; a transposed one is the same buffer read with swapped strides.
     memory::desc a({m, k}, Dt::bf16, ta ? memory::dims{1, m} : memory::dims{k, 1});
     memory::desc b({k, n}, Dt::bf16, tb ? memory::dims{1, k} : memory::dims{n, 1});
-    memory::desc c({m, n}, Dt::f32, memory::dims{n, 1});
+    memory::desc c({m, n}, c_bf16 ? Dt::bf16 : Dt::f32, memory::dims{n, 1});
+    memory::desc bias_md({1, n}, Dt::f32, memory::dims{n, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -144,9 +170,14 @@ struct Bf16Gemm {
       po.append_sum(beta);
       attr.set_post_ops(po);
     }
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
-    Prim p{dnnl::matmul(pd), memory(a, engine, nullptr), memory(b, engine, nullptr),
-           memory(c, engine, nullptr), memory(pd.scratchpad_desc(), engine)};
+    dnnl::matmul::primitive_desc pd(
+        bias ? dnnl::matmul::desc(a, b, bias_md, c) : dnnl::matmul::desc(a, b, c), attr, engine);
+    Prim p{dnnl::matmul(pd),
+           memory(a, engine, nullptr),
+           memory(b, engine, nullptr),
+           memory(c, engine, nullptr),
+           memory(bias_md, engine, nullptr),
+           memory(pd.scratchpad_desc(), engine)};
     return cache.emplace(key, std::move(p)).first->second;
   }
 };
@@ -189,22 +220,43 @@ std::string CpuBackend::precision_info(Precision p) {
 }
 
 void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, float alpha, const Tensor& a,
-                           const Tensor& b, float beta, Tensor& c) {
+                           const Tensor& b, float beta, Tensor& c, const Tensor& bias) {
   if (!bf16_) bf16_.reset(new Bf16Gemm);
   auto convert = [&](const Tensor& src, Tensor& dst) { cast(src, dst); };
   Tensor a16 = casts_.get(ctx_, a, 0, convert);
   Tensor b16 = casts_.get(ctx_, b, 1, convert);
   const std::int64_t k = trans_a ? a.dim(0) : a.dim(1);
-  Bf16Gemm::Prim& p = bf16_->get(trans_a, trans_b, c.dim(0), c.dim(1), k, alpha, beta);
+  Bf16Gemm::Prim& p = bf16_->get(trans_a, trans_b, c.dim(0), c.dim(1), k, alpha, beta,
+                                 c.dtype() == DType::BF16, bias.defined());
   p.a.set_data_handle(a16.raw_data());
   p.b.set_data_handle(b16.raw_data());
   p.c.set_data_handle(c.raw_data());
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, p.a},
+                                                {DNNL_ARG_WEIGHTS, p.b},
+                                                {DNNL_ARG_DST, p.c},
+                                                {DNNL_ARG_SCRATCHPAD, p.scratchpad}};
+  if (bias.defined()) {
+    p.bias.set_data_handle(bias.raw_data());
+    args.emplace(DNNL_ARG_BIAS, p.bias);
+  }
   omp_set_num_threads(ctx_.threads());  // per calling thread: this Context's team (cpu_backend.cpp)
-  p.prim.execute(bf16_->stream, {{DNNL_ARG_SRC, p.a},
-                                 {DNNL_ARG_WEIGHTS, p.b},
-                                 {DNNL_ARG_DST, p.c},
-                                 {DNNL_ARG_SCRATCHPAD, p.scratchpad}});
+  p.prim.execute(bf16_->stream, args);
   bf16_->stream.wait();
+}
+
+// A bf16 y: the GEMM writes it (or pre_act) with the bias in oneDNN's epilogue, one pass where
+// the composition makes three (the f32 product, the bias, the cast) with the same bits; the GELU
+// then reads and writes bf16. An f32 y is the composition.
+void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
+                                Tensor& y, Tensor& pre_act) {
+  const std::int64_t m = x.dim(0), n = w.dim(0), k = w.dim(1);
+  if (y.dtype() != DType::BF16 || m == 0 || n == 0 || k == 0) {
+    Backend::linear_forward(x, w, b, act, y, pre_act);
+    return;
+  }
+  Tensor& z = act == Activation::None ? y : pre_act;
+  gemm_bf16(false, true, 1.0f, x, w, 0.0f, z, b);
+  if (act == Activation::GeluTanh) gelu_tanh_forward(pre_act, y);
 }
 
 }  // namespace lockstep::ops::cpu

@@ -14,11 +14,18 @@
 // Determinism: every reduction is over a fixed blocking (rows of a LayerNorm block, a head's
 // query blocks in order, the batch in order for the position gradient, all positions in order
 // for one column range of the token gradient), so results do not depend on the thread count.
+//
+// bf16 activations (bf16_rows.hpp): LayerNorm widens a bf16 input a row (or a backward block of
+// rows) at a time and writes a bf16 output through one row of scratch; the GELU converts chunks;
+// attention widens one (batch, head) pair's q, k and v (and out and dout) into a [T, 3D] ([T, D])
+// scratch, runs the same blocked kernel on it with those row strides, and rounds the head's
+// output (or dq, dk, dv) when it is done. Every f32 result is therefore the f32 kernel's.
 #include <algorithm>
 #include <cmath>
 
 #include "lockstep/core/error.hpp"
 #include "ops/bad_input.hpp"
+#include "ops/cpu/bf16_rows.hpp"
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/cpu_sgemm.hpp"
 #include "ops/cpu/parallel.hpp"
@@ -109,7 +116,8 @@ void layernorm_rows(const float* x, const float* w, const float* bias, float eps
 }
 
 // dx for rows [r0, r1) and this block's weight/bias gradient sums into part_w/part_b
-// (overwritten), rows added in order.
+// (overwritten), rows added in order. dy's rows are at dy + (r - r0) c (a block of widened rows,
+// or the tensor from row r0); every other row-indexed pointer starts at row 0.
 LOCKSTEP_SIMD_CLONES
 void layernorm_backward_rows(const float* x, const float* dy, const float* w, const float* mean,
                              const float* rstd, const float* dres, float* dx, float* part_w,
@@ -121,7 +129,7 @@ void layernorm_backward_rows(const float* x, const float* dy, const float* w, co
   }
   for (std::int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * c;
-    const float* gr = dy + r * c;
+    const float* gr = dy + (r - r0) * c;
     float* dxr = dx + r * c;
     const float m = mean[r], s = rstd[r];
     // a = mean(dy w), b = mean(dy w xhat)
@@ -293,6 +301,57 @@ struct HeadView {
   std::int64_t o_offset(std::int64_t b, std::int64_t h) const { return b * t * c + h * d; }
 };
 
+// One (batch, head) pair of the forward: q, k and v rows ld apart (k and v being q's columns
+// shifted, as in qkv), out rows ldo apart, the pair's lse, a score tile s.
+void attention_head_forward(const float* q, const float* k, const float* v, std::int64_t ld,
+                            float* o, std::int64_t ldo, float* l, float* s, std::int64_t t,
+                            std::int64_t d, float scale) {
+  for (std::int64_t r0 = 0; r0 < t; r0 += kAttnBlock) {
+    const std::int64_t nq = std::min(kAttnBlock, t - r0), nk = r0 + nq;
+    sgemm(false, true, nq, nk, d, scale, q + r0 * ld, ld, k, ld, 0.0f, s, nk);
+    causal_softmax_rows(s, nk, nq, r0, l + r0);
+    sgemm(false, false, nq, d, nk, 1.0f, s, nk, v, ld, 0.0f, o + r0 * ldo, ldo);
+  }
+}
+
+// One (batch, head) pair of the backward: q, k, v and dq, dk, dv rows ld apart, out (o) and dout
+// (g) rows ldo apart; p and ds are tiles, delta one value per query.
+void attention_head_backward(const float* q, const float* k, const float* v, const float* o,
+                             const float* g, std::int64_t ld, std::int64_t ldo, const float* l,
+                             float* dq, float* dk, float* dv, float* p, float* ds, float* delta,
+                             std::int64_t t, std::int64_t d, float scale) {
+  row_dots(g, o, ldo, t, d, delta);
+  // dK and dV accumulate over the query blocks. The last block sees every key, so going
+  // backwards it writes all of them first (beta = 0) and the others add (no zeroing pass).
+  const std::int64_t last_block = (t - 1) / kAttnBlock * kAttnBlock;
+  for (std::int64_t r0 = last_block; r0 >= 0; r0 -= kAttnBlock) {
+    const std::int64_t nq = std::min(kAttnBlock, t - r0), nk = r0 + nq;
+    const float beta = r0 == last_block ? 0.0f : 1.0f;
+    const float* qb = q + r0 * ld;
+    const float* gb = g + r0 * ldo;
+    sgemm(false, true, nq, nk, d, scale, qb, ld, k, ld, 0.0f, p, nk);
+    sgemm(false, true, nq, nk, d, 1.0f, gb, ldo, v, ld, 0.0f, ds, nk);
+    causal_softmax_backward_rows(p, ds, nk, nq, r0, l + r0, delta + r0);
+    // dV[0:nk] += P^T dO_b;  dQ_b = scale dS K[0:nk];  dK[0:nk] += scale dS^T Q_b
+    sgemm(true, false, nk, d, nq, 1.0f, p, nk, gb, ldo, beta, dv, ld);
+    sgemm(false, false, nq, d, nk, scale, ds, nk, k, ld, 0.0f, dq + r0 * ld, ld);
+    sgemm(true, false, nk, d, nq, scale, ds, nk, qb, ld, beta, dk, ld);
+  }
+}
+
+// The rows of one (batch, head) pair's d features, starting at `first` with stride ld, widened
+// into dst (rows ld_dst apart), or rounded back.
+void widen_head(const std::uint16_t* first, std::int64_t ld, std::int64_t t, std::int64_t d,
+                float* dst, std::int64_t ld_dst) {
+  for (std::int64_t r = 0; r < t; ++r)
+    widen_bf16(first + r * ld, dst + r * ld_dst, d);
+}
+void round_head(const float* src, std::int64_t ld_src, std::int64_t t, std::int64_t d,
+                std::uint16_t* first, std::int64_t ld) {
+  for (std::int64_t r = 0; r < t; ++r)
+    round_to_bf16(src + r * ld_src, first + r * ld, d);
+}
+
 // Runs fn(unit, slot) for units [0, n) over the pool, contiguous ranges per thread; `slot` is
 // the thread's index into per-thread scratch. When splitting is not worth it, everything runs on
 // the calling thread with slot 0.
@@ -374,37 +433,60 @@ void CpuBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const 
   const float* px = x.data<float>();
   const float* pw = weight.data<float>();
   const float* pb = bias.data<float>();
-  float* py = y.data<float>();
   float* pm = mean.data<float>();
   float* pr = rstd.data<float>();
-  parallel_range(ctx_.pool(), rows,
-                 std::max<std::int64_t>(1, kParallelGrain / 4 / std::max<std::int64_t>(c, 1)),
-                 [&](std::int64_t r0, std::int64_t r1) {
-                   layernorm_rows(px, pw, pb, eps, py, pm, pr, r0, r1, c);
-                 });
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, kParallelGrain / 4 / std::max<std::int64_t>(c, 1));
+  if (y.dtype() == DType::BF16) {  // each row normalised into scratch, then rounded
+    std::uint16_t* py = bf16_out(y);
+    parallel_range(ctx_.pool(), rows, grain, [&](std::int64_t r0, std::int64_t r1) {
+      float* row = thread_scratch(static_cast<std::size_t>(c));
+      for (std::int64_t r = r0; r < r1; ++r) {
+        layernorm_rows(px + r * c, pw, pb, eps, row, pm + r, pr + r, 0, 1, c);
+        round_to_bf16(row, py + r * c, c);
+      }
+    });
+    return;
+  }
+  float* py = y.data<float>();
+  parallel_range(ctx_.pool(), rows, grain, [&](std::int64_t r0, std::int64_t r1) {
+    layernorm_rows(px, pw, pb, eps, py, pm, pr, r0, r1, c);
+  });
 }
 
 // Each row's sum is added and normalised while it is still in L1: the bits of add followed by
 // layernorm_forward (the same float additions, then layernorm_rows on the stored sum), with one
-// pass less over memory.
+// pass less over memory. A bf16 branch a is widened a row at a time, a bf16 y rounded likewise.
 void CpuBackend::residual_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
                                             const Tensor& bias, float eps, Tensor& s, Tensor& y,
                                             Tensor& mean, Tensor& rstd) {
   const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+  const bool a16 = a.dtype() == DType::BF16, y16 = y.dtype() == DType::BF16;
   const float* px = x.data<float>();
-  const float* pa = a.data<float>();
+  const float* pa = a16 ? nullptr : a.data<float>();
+  const std::uint16_t* pa16 = a16 ? bf16_in(a) : nullptr;
   const float* pw = weight.data<float>();
   const float* pb = bias.data<float>();
   float* ps = s.data<float>();
-  float* py = y.data<float>();
+  float* py = y16 ? nullptr : y.data<float>();
+  std::uint16_t* py16 = y16 ? bf16_out(y) : nullptr;
   float* pm = mean.data<float>();
   float* pr = rstd.data<float>();
   parallel_range(ctx_.pool(), rows,
                  std::max<std::int64_t>(1, kParallelGrain / 4 / std::max<std::int64_t>(c, 1)),
                  [&](std::int64_t r0, std::int64_t r1) {
+                   float* wide = a16 ? thread_scratch(static_cast<std::size_t>(c), 0) : nullptr;
+                   float* out = y16 ? thread_scratch(static_cast<std::size_t>(c), 1) : nullptr;
                    for (std::int64_t r = r0; r < r1; ++r) {
-                     add_rows(px + r * c, pa + r * c, ps + r * c, c);
-                     layernorm_rows(ps, pw, pb, eps, py, pm, pr, r, r + 1, c);
+                     const float* ar = wide;
+                     if (a16)
+                       widen_bf16(pa16 + r * c, wide, c);
+                     else
+                       ar = pa + r * c;
+                     add_rows(px + r * c, ar, ps + r * c, c);
+                     float* yr = y16 ? out : py + r * c;
+                     layernorm_rows(ps + r * c, pw, pb, eps, yr, pm + r, pr + r, 0, 1, c);
+                     if (y16) round_to_bf16(out, py16 + r * c, c);
                    }
                  });
 }
@@ -416,8 +498,10 @@ void CpuBackend::layernorm_backward(const Tensor& x, const Tensor& dy, const Ten
   if (rows == 0) return;
   const std::int64_t blocks = (rows + kLnRows - 1) / kLnRows;
   float* partial = scratch_floats(static_cast<std::size_t>(blocks * 2 * c));
+  const bool dy16 = dy.dtype() == DType::BF16;  // widened a block of rows at a time
   const float* px = x.data<float>();
-  const float* pdy = dy.data<float>();
+  const float* pdy = dy16 ? nullptr : dy.data<float>();
+  const std::uint16_t* pdy16 = dy16 ? bf16_in(dy) : nullptr;
   const float* pw = weight.data<float>();
   const float* pm = mean.data<float>();
   const float* pr = rstd.data<float>();
@@ -427,10 +511,16 @@ void CpuBackend::layernorm_backward(const Tensor& x, const Tensor& dy, const Ten
       ctx_.pool(), blocks,
       std::max<std::int64_t>(1, kParallelGrain / 8 / std::max<std::int64_t>(kLnRows * c, 1)),
       [&](std::int64_t b0, std::int64_t b1) {
+        float* wide = dy16 ? thread_scratch(static_cast<std::size_t>(kLnRows * c)) : nullptr;
         for (std::int64_t blk = b0; blk < b1; ++blk) {
           float* part = partial + blk * 2 * c;
-          layernorm_backward_rows(px, pdy, pw, pm, pr, pres, pdx, part, part + c, blk * kLnRows,
-                                  std::min(rows, (blk + 1) * kLnRows), c);
+          const std::int64_t r0 = blk * kLnRows, r1 = std::min(rows, r0 + kLnRows);
+          const float* g = wide;
+          if (dy16)
+            widen_bf16(pdy16 + r0 * c, wide, (r1 - r0) * c);
+          else
+            g = pdy + r0 * c;
+          layernorm_backward_rows(px, g, pw, pm, pr, pres, pdx, part, part + c, r0, r1, c);
         }
       });
   // Sum the block partials in block order, columns split over the threads.
@@ -449,7 +539,23 @@ void CpuBackend::layernorm_backward(const Tensor& x, const Tensor& dy, const Ten
 
 // ---- GELU (tanh form)
 
+// bf16 tensors go through in chunks: widened, the f32 kernel, rounded (element by element the
+// f32 kernel's bits: its vector and tail code compute the same formula).
 void CpuBackend::gelu_tanh_forward(const Tensor& x, Tensor& y) {
+  if (x.dtype() == DType::BF16) {
+    const std::uint16_t* px = bf16_in(x);
+    std::uint16_t* py = bf16_out(y);
+    parallel_range(ctx_.pool(), x.numel(), kParallelGrain / 8, [&](std::int64_t b, std::int64_t e) {
+      float* buf = thread_scratch(kBf16Chunk);
+      for (std::int64_t c0 = b; c0 < e; c0 += kBf16Chunk) {
+        const std::int64_t n = std::min(kBf16Chunk, e - c0);
+        widen_bf16(px + c0, buf, n);
+        gelu_tanh_range(buf, buf, 0, n);
+        round_to_bf16(buf, py + c0, n);
+      }
+    });
+    return;
+  }
   const float* px = x.data<float>();
   float* py = y.data<float>();
   parallel_range(ctx_.pool(), x.numel(), kParallelGrain / 8,
@@ -457,6 +563,23 @@ void CpuBackend::gelu_tanh_forward(const Tensor& x, Tensor& y) {
 }
 
 void CpuBackend::gelu_tanh_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  if (x.dtype() == DType::BF16) {  // dx may be dy: each chunk is read before it is written
+    const std::uint16_t* px = bf16_in(x);
+    const std::uint16_t* pdy = bf16_in(dy);
+    std::uint16_t* pdx = bf16_out(dx);
+    parallel_range(ctx_.pool(), x.numel(), kParallelGrain / 8, [&](std::int64_t b, std::int64_t e) {
+      float* bx = thread_scratch(kBf16Chunk, 0);
+      float* bg = thread_scratch(kBf16Chunk, 1);
+      for (std::int64_t c0 = b; c0 < e; c0 += kBf16Chunk) {
+        const std::int64_t n = std::min(kBf16Chunk, e - c0);
+        widen_bf16(px + c0, bx, n);
+        widen_bf16(pdy + c0, bg, n);
+        gelu_tanh_backward_range(bx, bg, bg, 0, n);
+        round_to_bf16(bg, pdx + c0, n);
+      }
+    });
+    return;
+  }
   const float* px = x.data<float>();
   const float* pdy = dy.data<float>();
   float* pdx = dx.data<float>();
@@ -474,28 +597,38 @@ void CpuBackend::attention_forward(const Tensor& qkv, int heads, Tensor& out, Te
   const HeadView hv{t, c, c / heads};
   const std::int64_t d = hv.d, ld = hv.ld_qkv();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const float* pqkv = qkv.data<float>();
-  float* pout = out.data<float>();
+  const bool bf16 = qkv.dtype() == DType::BF16;
   float* plse = lse.data<float>();
   const std::int64_t units = nb * heads;
+  // Per slot: the score tile, and for bf16 the pair's widened q, k, v [T, 3D] and output [T, D].
   const std::int64_t tile = std::min(kAttnBlock, t) * t;
+  const std::int64_t per_slot = tile + (bf16 ? 4 * t * d : 0);
   const double flops = 2.0 * static_cast<double>(units) * static_cast<double>(t) * t * d;
   const int slots = flops >= kAttnParallelFlops ? ctx_.pool().size() : 1;
-  float* scratch = scratch_floats(static_cast<std::size_t>(slots * tile));
+  float* scratch = scratch_floats(static_cast<std::size_t>(slots * per_slot));
+  if (!bf16) {
+    const float* pqkv = qkv.data<float>();
+    float* pout = out.data<float>();
+    for_units(ctx_.pool(), units, slots > 1, [&](std::int64_t u, int slot) {
+      const std::int64_t bi = u / heads, h = u % heads;
+      const float* q = pqkv + hv.q_offset(bi, h);
+      attention_head_forward(q, q + c, q + 2 * c, ld, pout + hv.o_offset(bi, h), c, plse + u * t,
+                             scratch + slot * per_slot, t, d, scale);
+    });
+    return;
+  }
+  const std::uint16_t* pqkv = bf16_in(qkv);
+  std::uint16_t* pout = bf16_out(out);
   for_units(ctx_.pool(), units, slots > 1, [&](std::int64_t u, int slot) {
     const std::int64_t bi = u / heads, h = u % heads;
-    const float* q = pqkv + hv.q_offset(bi, h);
-    const float* k = q + c;
-    const float* v = q + 2 * c;
-    float* o = pout + hv.o_offset(bi, h);
-    float* l = plse + u * t;
-    float* s = scratch + slot * tile;
-    for (std::int64_t r0 = 0; r0 < t; r0 += kAttnBlock) {
-      const std::int64_t nq = std::min(kAttnBlock, t - r0), nk = r0 + nq;
-      sgemm(false, true, nq, nk, d, scale, q + r0 * ld, ld, k, ld, 0.0f, s, nk);
-      causal_softmax_rows(s, nk, nq, r0, l + r0);
-      sgemm(false, false, nq, d, nk, 1.0f, s, nk, v, ld, 0.0f, o + r0 * c, c);
-    }
+    float* s = scratch + slot * per_slot;
+    float* q = s + tile;  // [T, 3D]: q, k, v side by side, as in qkv
+    float* o = q + 3 * t * d;
+    const std::uint16_t* first = pqkv + hv.q_offset(bi, h);
+    for (int part = 0; part < 3; ++part)
+      widen_head(first + part * c, ld, t, d, q + part * d, 3 * d);
+    attention_head_forward(q, q + d, q + 2 * d, 3 * d, o, d, plse + u * t, s, t, d, scale);
+    round_head(o, d, t, d, pout + hv.o_offset(bi, h), c);
   });
 }
 
@@ -507,48 +640,53 @@ void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& out, const 
   const HeadView hv{t, c, c / heads};
   const std::int64_t d = hv.d, ld = hv.ld_qkv();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const float* pqkv = qkv.data<float>();
-  const float* pout = out.data<float>();
-  const float* pdout = dout.data<float>();
+  const bool bf16 = qkv.dtype() == DType::BF16;
   const float* plse = lse.data<float>();
-  float* pdqkv = dqkv.data<float>();
   const std::int64_t units = nb * heads;
-  // Per slot: the probability tile, the dP/dS tile and delta (one value per query).
-  const std::int64_t tile = std::min(kAttnBlock, t) * t, per_slot = 2 * tile + t;
+  // Per slot: the probability tile, the dP/dS tile and delta (one value per query); for bf16 also
+  // the pair's widened q, k, v [T, 3D], out and dout [T, D] each, and dq, dk, dv [T, 3D].
+  const std::int64_t tile = std::min(kAttnBlock, t) * t;
+  const std::int64_t per_slot = 2 * tile + t + (bf16 ? 8 * t * d : 0);
   const double flops = 5.0 * static_cast<double>(units) * static_cast<double>(t) * t * d;
   const int slots = flops >= kAttnParallelFlops ? ctx_.pool().size() : 1;
   float* scratch = scratch_floats(static_cast<std::size_t>(slots * per_slot));
+  if (!bf16) {
+    const float* pqkv = qkv.data<float>();
+    const float* pout = out.data<float>();
+    const float* pdout = dout.data<float>();
+    float* pdqkv = dqkv.data<float>();
+    for_units(ctx_.pool(), units, slots > 1, [&](std::int64_t u, int slot) {
+      const std::int64_t bi = u / heads, h = u % heads;
+      const float* q = pqkv + hv.q_offset(bi, h);
+      float* dq = pdqkv + hv.q_offset(bi, h);
+      float* p = scratch + slot * per_slot;
+      attention_head_backward(q, q + c, q + 2 * c, pout + hv.o_offset(bi, h),
+                              pdout + hv.o_offset(bi, h), ld, c, plse + u * t, dq, dq + c,
+                              dq + 2 * c, p, p + tile, p + 2 * tile, t, d, scale);
+    });
+    return;
+  }
+  const std::uint16_t* pqkv = bf16_in(qkv);
+  const std::uint16_t* pout = bf16_in(out);
+  const std::uint16_t* pdout = bf16_in(dout);
+  std::uint16_t* pdqkv = bf16_out(dqkv);
   for_units(ctx_.pool(), units, slots > 1, [&](std::int64_t u, int slot) {
     const std::int64_t bi = u / heads, h = u % heads;
-    const float* q = pqkv + hv.q_offset(bi, h);
-    const float* k = q + c;
-    const float* v = q + 2 * c;
-    const float* o = pout + hv.o_offset(bi, h);
-    const float* g = pdout + hv.o_offset(bi, h);
-    const float* l = plse + u * t;
-    float* dq = pdqkv + hv.q_offset(bi, h);
-    float* dk = dq + c;
-    float* dv = dq + 2 * c;
     float* p = scratch + slot * per_slot;
-    float* ds = p + tile;
-    float* delta = ds + tile;
-    row_dots(g, o, c, t, d, delta);
-    // dK and dV accumulate over the query blocks. The last block sees every key, so going
-    // backwards it writes all of them first (beta = 0) and the others add (no zeroing pass).
-    const std::int64_t last_block = (t - 1) / kAttnBlock * kAttnBlock;
-    for (std::int64_t r0 = last_block; r0 >= 0; r0 -= kAttnBlock) {
-      const std::int64_t nq = std::min(kAttnBlock, t - r0), nk = r0 + nq;
-      const float beta = r0 == last_block ? 0.0f : 1.0f;
-      const float* qb = q + r0 * ld;
-      const float* gb = g + r0 * c;
-      sgemm(false, true, nq, nk, d, scale, qb, ld, k, ld, 0.0f, p, nk);
-      sgemm(false, true, nq, nk, d, 1.0f, gb, c, v, ld, 0.0f, ds, nk);
-      causal_softmax_backward_rows(p, ds, nk, nq, r0, l + r0, delta + r0);
-      // dV[0:nk] += P^T dO_b;  dQ_b = scale dS K[0:nk];  dK[0:nk] += scale dS^T Q_b
-      sgemm(true, false, nk, d, nq, 1.0f, p, nk, gb, c, beta, dv, ld);
-      sgemm(false, false, nq, d, nk, scale, ds, nk, k, ld, 0.0f, dq + r0 * ld, ld);
-      sgemm(true, false, nk, d, nq, scale, ds, nk, qb, ld, beta, dk, ld);
-    }
+    float* q = p + 2 * tile + t;  // [T, 3D]
+    float* o = q + 3 * t * d;     // [T, D]
+    float* g = o + t * d;         // [T, D]
+    float* dq = g + t * d;        // [T, 3D]
+    const std::uint16_t* first = pqkv + hv.q_offset(bi, h);
+    for (int part = 0; part < 3; ++part)
+      widen_head(first + part * c, ld, t, d, q + part * d, 3 * d);
+    widen_head(pout + hv.o_offset(bi, h), c, t, d, o, d);
+    widen_head(pdout + hv.o_offset(bi, h), c, t, d, g, d);
+    attention_head_backward(q, q + d, q + 2 * d, o, g, 3 * d, d, plse + u * t, dq, dq + d,
+                            dq + 2 * d, p, p + tile, p + 2 * tile, t, d, scale);
+    std::uint16_t* dfirst = pdqkv + hv.q_offset(bi, h);
+    for (int part = 0; part < 3; ++part)
+      round_head(dq + part * d, 3 * d, t, d, dfirst + part * c, ld);
   });
 }
 
