@@ -43,6 +43,35 @@ __device__ __forceinline__ i64 channel_index(i64 k, i64 c, i64 channels, i64 inn
   return (k / inner) * channels * inner + c * inner + k % inner;
 }
 
+// bf16 as its 16-bit pattern. The rounding is written out with integer operations (not
+// __float2bfloat16_rn) so that it is the CPU backend's bit for bit: round to nearest even, NaN
+// stays NaN, f32 subnormals flush to signed zero (include/lockstep/core/bf16.hpp).
+__device__ __forceinline__ std::uint16_t to_bf16(float f) {
+  std::uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+__device__ __forceinline__ float from_bf16(std::uint16_t h) {
+  return __uint_as_float(static_cast<std::uint32_t>(h) << 16);
+}
+
+// Element access for kernels templated on an activation's type (ops.hpp, "Activations in bf16":
+// float, or bf16 as std::uint16_t): read widened to f32, written rounded once.
+__device__ __forceinline__ float load_f32(const float* p, i64 i) {
+  return p[i];
+}
+__device__ __forceinline__ float load_f32(const std::uint16_t* p, i64 i) {
+  return from_bf16(p[i]);
+}
+__device__ __forceinline__ void store_f32(float* p, i64 i, float v) {
+  p[i] = v;
+}
+__device__ __forceinline__ void store_f32(std::uint16_t* p, i64 i, float v) {
+  p[i] = to_bf16(v);
+}
+
 }  // namespace
 }  // namespace lockstep::ops::cuda
 

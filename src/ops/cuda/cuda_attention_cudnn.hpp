@@ -12,8 +12,8 @@
 // cuDNN for its deterministic algorithm: lockstep's runs are bitwise repeatable, and atomically
 // accumulated dQ would not be.
 //
-// The interface is bf16 at its boundary: the CUDA backend casts the f32 activations to and from
-// it (cuda_transformer.cu), so activations that become bf16 later drop those casts, not this.
+// The interface is bf16 at its boundary: a GPT block's activations under bf16 are bf16 already and
+// pass as they are; f32 tensors are cast to and from it by the CUDA backend (cuda_transformer.cu).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -45,8 +45,10 @@ constexpr i64 kSumRowsSlice = 256;
 
 // Block (32, 8) at (column block, slice): 32 columns, 8 row-strided partial sums each over the
 // slice's rows, then a fixed-order sum. `add` adds it into out[col] (one slice: out is db);
-// otherwise it is stored at out[slice * cols + col] for sum_slices_kernel.
-__global__ void sum_rows_slice_kernel(const float* dy, float* out, i64 rows, i64 cols, bool add) {
+// otherwise it is stored at out[slice * cols + col] for sum_slices_kernel. dy is f32 or a bf16
+// activation (T = std::uint16_t), widened as it is read.
+template <class T>
+__global__ void sum_rows_slice_kernel(const T* dy, float* out, i64 rows, i64 cols, bool add) {
   __shared__ float partial[8][33];
   i64 col = static_cast<i64>(blockIdx.x) * 32 + threadIdx.x;
   const i64 begin = static_cast<i64>(blockIdx.y) * kSumRowsSlice;
@@ -54,7 +56,7 @@ __global__ void sum_rows_slice_kernel(const float* dy, float* out, i64 rows, i64
   float acc = 0.0f;
   if (col < cols)
     for (i64 r = begin + threadIdx.y; r < end; r += 8)
-      acc += dy[r * cols + col];
+      acc += load_f32(dy, r * cols + col);
   partial[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
@@ -133,8 +135,10 @@ __global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx,
   }
 }
 
-__global__ void add_kernel(const float* a, const float* b, float* out, i64 n) {
-  LOCKSTEP_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+// b f32, or a bf16 activation (a block's branch added to its f32 residual stream).
+template <class T>
+__global__ void add_kernel(const float* a, const T* b, float* out, i64 n) {
+  LOCKSTEP_GRID_STRIDE(i, n) out[i] = a[i] + load_f32(b, i);
 }
 
 __global__ void axpy_kernel(float alpha, const float* x, float* y, i64 n) {
@@ -194,13 +198,14 @@ i64 sum_rows_slices(i64 rows) {
 }
 
 // dy viewed as [rows, cols]: db[j] += sum_i dy[i, j]. `slices` holds sum_rows_slices(rows) x cols
-// floats when that is more than one (else it is not read).
-void sum_rows_acc(const float* dy, float* db, float* slices, i64 rows, i64 cols, cudaStream_t s) {
+// floats when that is more than one (else it is not read). T: float, or bf16 (std::uint16_t).
+template <class T>
+void sum_rows_acc(const T* dy, float* db, float* slices, i64 rows, i64 cols, cudaStream_t s) {
   if (cols == 0) return;
   const i64 count = sum_rows_slices(rows);
   dim3 block(32, 8), grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(count));
-  sum_rows_slice_kernel<<<grid, block, 0, s>>>(dy, count == 1 ? db : slices, rows, cols,
-                                               count == 1);
+  sum_rows_slice_kernel<T>
+      <<<grid, block, 0, s>>>(dy, count == 1 ? db : slices, rows, cols, count == 1);
   LOCKSTEP_CHECK_LAUNCH();
   if (count > 1) {
     sum_slices_kernel<<<grid.x, dim3(32, kSliceLanes), 0, s>>>(slices, db, count, cols);
@@ -234,8 +239,9 @@ void gelu_forward(const float* x, float* y, i64 n, cudaStream_t s) {
 void gelu_backward(const float* x, const float* dy, float* dx, i64 n, cudaStream_t s) {
   LOCKSTEP_LAUNCH(gelu_backward_kernel, n, s, x, dy, dx, n);
 }
-void add(const float* a, const float* b, float* out, i64 n, cudaStream_t s) {
-  LOCKSTEP_LAUNCH(add_kernel, n, s, a, b, out, n);
+template <class T>
+void add(const float* a, const T* b, float* out, i64 n, cudaStream_t s) {
+  LOCKSTEP_LAUNCH(add_kernel<T>, n, s, a, b, out, n);
 }
 void axpy(float alpha, const float* x, float* y, i64 n, cudaStream_t s) {
   LOCKSTEP_LAUNCH(axpy_kernel, n, s, alpha, x, y, n);
@@ -282,8 +288,11 @@ void CudaBackend::sum_rows(const Tensor& dy, Tensor& db) {
   const std::int64_t slices = sum_rows_slices(rows);
   // Stream-ordered, from the caching allocator: no allocation in a steady-state step.
   Tensor partial = slices > 1 ? Tensor::empty({slices * cols}, DType::F32, device_) : Tensor();
-  sum_rows_acc(dy.data<float>(), db.data<float>(), slices > 1 ? partial.data<float>() : nullptr,
-               rows, cols, stream_);
+  float* scratch = slices > 1 ? partial.data<float>() : nullptr;
+  if (dy.dtype() == DType::BF16)
+    sum_rows_acc(bf16_data(dy), db.data<float>(), scratch, rows, cols, stream_);
+  else
+    sum_rows_acc(dy.data<float>(), db.data<float>(), scratch, rows, cols, stream_);
 }
 
 // ---- elementwise
@@ -305,7 +314,11 @@ void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 }
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   activate();
-  cuda::add(a.data<float>(), b.data<float>(), out.data<float>(), a.numel(), stream_);
+  if (b.dtype() == DType::BF16)
+    cuda::add(a.data<float>(), static_cast<const std::uint16_t*>(b.raw_data()), out.data<float>(),
+              a.numel(), stream_);
+  else
+    cuda::add(a.data<float>(), b.data<float>(), out.data<float>(), a.numel(), stream_);
 }
 void CudaBackend::axpy(float alpha, const Tensor& x, Tensor& y) {
   activate();

@@ -106,14 +106,15 @@ std::string epilogue_rule_broken(const LtEpilogue& e, std::int64_t n) {
 }  // namespace
 
 bool LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                  float alpha, const void* a, const void* b, float beta, float* c,
+                  float alpha, const void* a, const void* b, float beta, void* c, bool c_bf16,
                   const LtEpilogue& e) {
   const std::uint32_t align_a = alignment(a), align_b = alignment(b), align_c = alignment(c);
   const std::uint32_t align_bias = e.bias ? alignment(e.bias) : 0;
   const std::uint32_t align_aux = e.aux ? alignment(e.aux) : 0;
-  const Key key{m,       n,       k,       trans_a,    trans_b,   beta != 0.0f,
-                align_a, align_b, align_c, align_bias, align_aux, static_cast<std::int64_t>(e.kind),
-                e.aux_ld};
+  const Key key{m,        n,          k,         trans_a,
+                trans_b,  beta != 0,  align_a,   align_b,
+                align_c,  align_bias, align_aux, static_cast<std::int64_t>(e.kind),
+                e.aux_ld, c_bf16};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto plan = std::make_unique<Plan>();
@@ -138,7 +139,8 @@ bool LtGemm::bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, st
       LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, um, uk, um));
     else
       LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, uk, um, uk));
-    LOCKSTEP_CHECK_CUBLAS(dyn::cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, un, um, un));
+    LOCKSTEP_CHECK_CUBLAS(
+        dyn::cublasLtMatrixLayoutCreate(&plan->c, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, un, um, un));
 
     std::string broken;
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
@@ -263,7 +265,9 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a,
   int k = as_int(trans_a ? a.dim(0) : a.dim(1), "K");
   if (m == 0 || n == 0) return;
   if (k == 0) {  // op(A) op(B) is zero: c = beta * c, without 0 * NaN surprises when beta = 0
-    if (beta == 0.0f)
+    if (c.dtype() == DType::BF16)  // beta is 0 (ops.cpp): +0.0 is all zero bits
+      LOCKSTEP_CHECK_CUDA(cudaMemsetAsync(c.raw_data(), 0, c.nbytes(), stream_));
+    else if (beta == 0.0f)
       fill(c, 0.0f);
     else
       cuda::scale(c.data<float>(), beta, c.numel(), stream_);
@@ -286,15 +290,17 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a,
     case Precision::BF16: {
       Tensor a16 = casts_.get(ctx_, a, 0, to_bf16());
       Tensor b16 = casts_.get(ctx_, b, 1, to_bf16());
+      const bool c16 = c.dtype() == DType::BF16;  // an activation: written rounded, beta 0
       if (lt().bf16(trans_a, trans_b, m, n, k, alpha, a16.raw_data(), b16.raw_data(), beta,
-                    c.data<float>()))
+                    c.raw_data(), c16))
         return;
       // cuBLASLt's heuristic had no algorithm for this shape (gemm_lt.hpp): the same product,
-      // bf16 in and f32 accumulation and output, through cublasGemmEx.
-      LOCKSTEP_CHECK_CUBLAS(dyn::cublasGemmEx(
-          cublas_, op_b, op_a, n, m, k, &alpha, b16.raw_data(), CUDA_R_16BF,
-          as_int(b.dim(1), "ldb"), a16.raw_data(), CUDA_R_16BF, as_int(a.dim(1), "lda"), &beta,
-          c.data<float>(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      // bf16 in and f32 accumulation, through cublasGemmEx.
+      LOCKSTEP_CHECK_CUBLAS(dyn::cublasGemmEx(cublas_, op_b, op_a, n, m, k, &alpha, b16.raw_data(),
+                                              CUDA_R_16BF, as_int(b.dim(1), "ldb"), a16.raw_data(),
+                                              CUDA_R_16BF, as_int(a.dim(1), "lda"), &beta,
+                                              c.raw_data(), c16 ? CUDA_R_16BF : CUDA_R_32F, n,
+                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       return;
     }
   }
@@ -310,25 +316,31 @@ LtGemm& CudaBackend::lt() {
 // shape without an epilogue algorithm still runs, warned once (gemm_lt.hpp). Under fp32 and tf32
 // they are the compositions: the epilogues exist for the bf16 path only (cuBLASLt's f32 kernels
 // with epilogues are not what cublasSgemm runs, and fp32 is the reference the others are held to).
+// With bf16 activations (a GPT block's) the epilogues write bf16: the output and the GELU's aux
+// input in bf16, the bias read in bf16 (cuBLASLt takes it in the output's type: the bias is
+// rounded once per reuse window, as a parameter, in the cast cache), and DGELU rounds dx once
+// where the composition rounds the product, then the GELU's backward.
 
 bool CudaBackend::linear_forward_epilogue(const Tensor& x, const Tensor& w, const Tensor& b,
                                           Activation act, Tensor& y, Tensor& pre_act) {
   const std::int64_t m = x.dim(0), n = w.dim(0), k = w.dim(1);
   if (ctx_.precision() != Precision::BF16 || m == 0 || n == 0 || k == 0) return false;
   if (act == Activation::None && !b.defined()) return false;  // nothing to fold
+  const bool out16 = y.dtype() == DType::BF16;
+  Tensor b16 = out16 && b.defined() ? casts_.get(ctx_, b, 2, to_bf16()) : Tensor();
   LtEpilogue e;
-  e.bias = b.defined() ? b.data<float>() : nullptr;
+  e.bias = b.defined() ? (out16 ? b16.raw_data() : b.raw_data()) : nullptr;
   if (act == Activation::GeluTanh) {
     e.kind = LtEpilogueKind::GeluAuxBias;
-    e.aux = pre_act.data<float>();
+    e.aux = pre_act.raw_data();
     e.aux_ld = n;
   } else {
     e.kind = LtEpilogueKind::Bias;
   }
   Tensor x16 = casts_.get(ctx_, x, 0, to_bf16());
   Tensor w16 = casts_.get(ctx_, w, 1, to_bf16());
-  return lt().bf16(false, true, m, n, k, 1.0f, x16.raw_data(), w16.raw_data(), 0.0f,
-                   y.data<float>(), e);
+  return lt().bf16(false, true, m, n, k, 1.0f, x16.raw_data(), w16.raw_data(), 0.0f, y.raw_data(),
+                   out16, e);
 }
 
 void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Activation act,
@@ -368,7 +380,7 @@ void CudaBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor
     e.kind = LtEpilogueKind::BGradA;
     e.bias = db.data<float>();
     dw_done = db_done = lt().bf16(true, false, out, in, rows, 1.0f, d16.raw_data(), x16.raw_data(),
-                                  p.overwrite_dw ? 0.0f : 1.0f, dw.data<float>(), e);
+                                  p.overwrite_dw ? 0.0f : 1.0f, dw.data<float>(), false, e);
   }
   if (!dw_done) compose_linear_dw(x, d16, dw, p.overwrite_dw);
   if (!db_done) compose_linear_db(dy, db, p.overwrite_db);
@@ -377,10 +389,10 @@ void CudaBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor
     Tensor w16 = casts_.get(ctx_, w, 1, to_bf16());
     LtEpilogue e;
     e.kind = LtEpilogueKind::DGelu;
-    e.aux = const_cast<float*>(p.input_pre_act.data<float>());  // read only, by DGELU
+    e.aux = p.input_pre_act.raw_data();  // read only, by DGELU; of dx's type
     e.aux_ld = in;
     if (lt().bf16(false, false, rows, in, out, 1.0f, d16.raw_data(), w16.raw_data(), 0.0f,
-                  dx.data<float>(), e))
+                  dx.raw_data(), dx.dtype() == DType::BF16, e))
       return;
   }
   compose_linear_dx(w, d16, dx, p);

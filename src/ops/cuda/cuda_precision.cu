@@ -3,9 +3,9 @@
 // runs each precision's GEMMs and convolutions is cuda_gemm.cpp's and cuda_conv.cpp's.
 //
 // Trade-offs: grid-stride loops over 16-bit patterns, memory-bound and tiny next to the GEMMs
-// they feed. The rounding is written out with integer operations (not __float2bfloat16_rn) so
-// that it matches the CPU backend bit for bit, subnormal flush included. bf16 values travel as
-// their 16-bit patterns (std::uint16_t), so callers need no cuda_bf16.h.
+// they feed. The rounding (common.cuh's to_bf16) is written out with integer operations so that
+// it matches the CPU backend bit for bit, subnormal flush included. bf16 values travel as their
+// 16-bit patterns (std::uint16_t), so callers need no cuda_bf16.h.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -18,18 +18,6 @@
 
 namespace lockstep::ops::cuda {
 namespace {
-
-__device__ std::uint16_t to_bf16(float f) {
-  std::uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-__device__ float from_bf16(std::uint16_t h) {
-  return __uint_as_float(static_cast<std::uint32_t>(h) << 16);
-}
 
 __global__ void f32_to_bf16_kernel(const float* src, std::uint16_t* dst, std::int64_t n) {
   LOCKSTEP_GRID_STRIDE(i, n) dst[i] = to_bf16(src[i]);

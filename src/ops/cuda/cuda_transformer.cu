@@ -19,6 +19,11 @@
 //   and these kernels are the reference (train.attention = reference) and the fallback.
 // - The naive path materialises the [B, heads, T, T] probabilities with one thread per output
 //   element; it is the reference the flash kernels are checked and measured against.
+// - bf16 activations (ops.hpp): the LayerNorm, GELU and flash kernels are templated on the type of
+//   the activations they read and write (float, or bf16 as std::uint16_t: common.cuh's load_f32
+//   and store_f32), so a bf16 tensor is widened as it is read and rounded as it is written, with
+//   f32 arithmetic between, as the CPU computes it; cuDNN's attention takes bf16 q, k, v and
+//   writes bf16 as they are. The naive attention, a reference only, runs on f32 copies.
 // The warp helpers below are butterflies (every lane ends with the total), unlike
 // block_reduce.cuh's, whose sum reaches lane 0 only; this file does not include that one.
 #include <cuda_runtime.h>
@@ -125,9 +130,10 @@ SortBuffers carve(void* workspace, i64 n) {
 
 // One warp normalises row xr into yr. The lane reads back only the elements it wrote (a fused
 // caller's sum), so no fence is needed.
+template <class TY>
 __device__ __forceinline__ void layernorm_row(const float* xr, const float* w, const float* bias,
-                                              float eps, float* yr, float* mean, float* rstd,
-                                              i64 row, i64 c, int lane, float sum) {
+                                              float eps, TY* yr, float* mean, float* rstd, i64 row,
+                                              i64 c, int lane, float sum) {
   const float m = warp_sum(sum) / static_cast<float>(c);
   float v = 0.0f;
   for (i64 j = lane; j < c; j += 32) {
@@ -136,7 +142,7 @@ __device__ __forceinline__ void layernorm_row(const float* xr, const float* w, c
   }
   const float r = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(c) + eps);
   for (i64 j = lane; j < c; j += 32)
-    yr[j] = (xr[j] - m) * r * w[j] + bias[j];
+    store_f32(yr, j, (xr[j] - m) * r * w[j] + bias[j]);
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -144,8 +150,9 @@ __device__ __forceinline__ void layernorm_row(const float* xr, const float* w, c
 }
 
 // One warp per row.
+template <class TY>
 __global__ void layernorm_forward_kernel(const float* x, const float* w, const float* bias,
-                                         float eps, float* y, float* mean, float* rstd, i64 rows,
+                                         float eps, TY* y, float* mean, float* rstd, i64 rows,
                                          i64 c) {
   const i64 row = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
@@ -160,8 +167,9 @@ __global__ void layernorm_forward_kernel(const float* x, const float* w, const f
 // s = x + a, then the LayerNorm of s, one warp per row: the bits of add_kernel followed by
 // layernorm_forward_kernel (the same lanes add the same elements in the same order), with x and a
 // read once and s read back from cache instead of from memory by a second kernel.
-__global__ void residual_layernorm_forward_kernel(const float* x, const float* a, const float* w,
-                                                  const float* bias, float eps, float* s, float* y,
+template <class TA, class TY>
+__global__ void residual_layernorm_forward_kernel(const float* x, const TA* a, const float* w,
+                                                  const float* bias, float eps, float* s, TY* y,
                                                   float* mean, float* rstd, i64 rows, i64 c) {
   const i64 row = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
@@ -169,25 +177,26 @@ __global__ void residual_layernorm_forward_kernel(const float* x, const float* a
   float* sr = s + row * c;
   float sum = 0.0f;
   for (i64 j = lane; j < c; j += 32) {
-    const float v = x[row * c + j] + a[row * c + j];
+    const float v = x[row * c + j] + load_f32(a, row * c + j);
     sr[j] = v;
     sum += v;
   }
   layernorm_row(sr, w, bias, eps, y + row * c, mean, rstd, row, c, lane, sum);
 }
 
-__global__ void layernorm_backward_dx_kernel(const float* x, const float* dy, const float* w,
+template <class TG>
+__global__ void layernorm_backward_dx_kernel(const float* x, const TG* dy, const float* w,
                                              const float* mean, const float* rstd,
                                              const float* dres, float* dx, i64 rows, i64 c) {
   const i64 row = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const float* xr = x + row * c;
-  const float* gr = dy + row * c;
+  const TG* gr = dy + row * c;
   const float m = mean[row], r = rstd[row];
   float a = 0.0f, b = 0.0f;
   for (i64 j = lane; j < c; j += 32) {
-    const float g = gr[j] * w[j];
+    const float g = load_f32(gr, j) * w[j];
     a += g;
     b += g * (xr[j] - m) * r;
   }
@@ -195,7 +204,7 @@ __global__ void layernorm_backward_dx_kernel(const float* x, const float* dy, co
   b = warp_sum(b) / static_cast<float>(c);
   for (i64 j = lane; j < c; j += 32) {
     const float xh = (xr[j] - m) * r;
-    float v = (gr[j] * w[j] - a - xh * b) * r;
+    float v = (load_f32(gr, j) * w[j] - a - xh * b) * r;
     if (dres) v += dres[row * c + j];
     dx[row * c + j] = v;
   }
@@ -205,7 +214,8 @@ __global__ void layernorm_backward_dx_kernel(const float* x, const float* dy, co
 constexpr i64 kLnChunkRows = 128;
 
 // grid (column tiles of 32, chunks), block (32, 8): partial sums of chunk `blockIdx.y`.
-__global__ void layernorm_param_partials_kernel(const float* x, const float* dy, const float* mean,
+template <class TG>
+__global__ void layernorm_param_partials_kernel(const float* x, const TG* dy, const float* mean,
                                                 const float* rstd, float* part_w, float* part_b,
                                                 i64 rows, i64 c) {
   __shared__ float sw[8][33], sb[8][33];
@@ -215,7 +225,7 @@ __global__ void layernorm_param_partials_kernel(const float* x, const float* dy,
   float aw = 0.0f, ab = 0.0f;
   if (col < c) {
     for (i64 r = r0 + threadIdx.y; r < r1; r += 8) {
-      const float g = dy[r * c + col];
+      const float g = load_f32(dy, r * c + col);
       aw += g * (x[r * c + col] - mean[r]) * rstd[r];
       ab += g;
     }
@@ -269,31 +279,35 @@ __global__ void layernorm_param_sum_kernel(const float* part_w, const float* par
 // The formula (and its clamp, without which the backward gives NaN below x = -10.3) is the one in
 // ops/gelu_tanh.hpp, shared with the host tests and matching the CPU's.
 
-__global__ void gelu_tanh_forward_kernel(const float* x, float* y, i64 n) {
+// T: float, or bf16 (std::uint16_t). The backward may run in place (dx = dy).
+template <class T>
+__global__ void gelu_tanh_forward_kernel(const T* x, T* y, i64 n) {
   LOCKSTEP_GRID_STRIDE(i, n) {
-    y[i] = gelu_tanh(x[i]);
+    store_f32(y, i, gelu_tanh(load_f32(x, i)));
   }
 }
 
-__global__ void gelu_tanh_backward_kernel(const float* x, const float* dy, float* dx, i64 n) {
+template <class T>
+__global__ void gelu_tanh_backward_kernel(const T* x, const T* dy, T* dx, i64 n) {
   LOCKSTEP_GRID_STRIDE(i, n) {
-    dx[i] = gelu_tanh_grad(x[i], dy[i]);
+    store_f32(dx, i, gelu_tanh_grad(load_f32(x, i), load_f32(dy, i)));
   }
 }
 
 // ---------------------------------------------------------------- attention: shared pieces
 
 // delta[bh, i] = dout_i . out_i over the head's features (the softmax backward's row term).
-__global__ void attention_delta_kernel(const float* out, const float* dout, float* delta, i64 b,
-                                       i64 t, i64 c, int heads) {
+template <class T>
+__global__ void attention_delta_kernel(const T* out, const T* dout, float* delta, i64 b, i64 t,
+                                       i64 c, int heads) {
   const i64 d = c / heads;
   LOCKSTEP_GRID_STRIDE(idx, b * heads * t) {
     const i64 bh = idx / t, i = idx % t, bi = bh / heads, h = bh % heads;
-    const float* o = out + (bi * t + i) * c + h * d;
-    const float* g = dout + (bi * t + i) * c + h * d;
+    const T* o = out + (bi * t + i) * c + h * d;
+    const T* g = dout + (bi * t + i) * c + h * d;
     float acc = 0.0f;
     for (i64 k = 0; k < d; ++k)
-      acc += o[k] * g[k];
+      acc += load_f32(o, k) * load_f32(g, k);
     delta[idx] = acc;
   }
 }
@@ -352,24 +366,25 @@ __device__ __forceinline__ TileIndex tile_index(int tiles, int bhs, bool heavy_l
 
 // Rows [first, first + rows) of one head's features (offset `feature`) from a [*, ld] matrix
 // into a shared tile, zeros past `limit`, times `mul`.
-template <int D, int ROWS>
-__device__ __forceinline__ void load_tile(float (*tile)[D], const float* src, i64 ld, int first,
+template <int D, int ROWS, class T>
+__device__ __forceinline__ void load_tile(float (*tile)[D], const T* src, i64 ld, int first,
                                           int limit, float mul) {
   for (int idx = threadIdx.x; idx < ROWS * D / 4; idx += blockDim.x) {
     const int r = idx / (D / 4), k = (idx % (D / 4)) * 4, row = first + r;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (row < limit) {
-      const float* p = src + row * ld + k;
-      v = make_float4(p[0] * mul, p[1] * mul, p[2] * mul, p[3] * mul);
+      const T* p = src + row * ld + k;
+      v = make_float4(load_f32(p, 0) * mul, load_f32(p, 1) * mul, load_f32(p, 2) * mul,
+                      load_f32(p, 3) * mul);
     }
     *reinterpret_cast<float4*>(&tile[r][k]) = v;
   }
 }
 
-template <int D>
+template <int D, class T>
 __global__ void __launch_bounds__(Flash<D>::kThreads)
-    flash_forward_kernel(const float* __restrict__ qkv, float* __restrict__ out,
-                         float* __restrict__ lse, int t, int c, int heads, float scale) {
+    flash_forward_kernel(const T* __restrict__ qkv, T* __restrict__ out, float* __restrict__ lse,
+                         int t, int c, int heads, float scale) {
   using F = Flash<D>;
   constexpr int S = F::kSlice, TILE = F::kTile;
   __shared__ __align__(16) float ks[TILE][D];
@@ -380,12 +395,12 @@ __global__ void __launch_bounds__(Flash<D>::kThreads)
   const int row = threadIdx.x / F::kGroup, part = threadIdx.x % F::kGroup;
   const int i = ti.tile * F::kRows + row;
   const i64 ld = 3 * static_cast<i64>(c);
-  const float* base = qkv + static_cast<i64>(b) * t * ld + h * D;
+  const T* base = qkv + static_cast<i64>(b) * t * ld + h * D;
 
   float q[S], acc[S];
 #pragma unroll
   for (int k = 0; k < S; ++k) {
-    q[k] = i < t ? base[i * ld + part * S + k] * scale : 0.0f;
+    q[k] = i < t ? load_f32(base, i * ld + part * S + k) * scale : 0.0f;
     acc[k] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
@@ -423,21 +438,21 @@ __global__ void __launch_bounds__(Flash<D>::kThreads)
     }
   }
   if (i < t) {
-    float* o = out + (static_cast<i64>(b) * t + i) * c + h * D + part * S;
+    T* o = out + (static_cast<i64>(b) * t + i) * c + h * D + part * S;
     const float inv = 1.0f / l;
 #pragma unroll
     for (int k = 0; k < S; ++k)
-      o[k] = acc[k] * inv;
+      store_f32(o, k, acc[k] * inv);
     if (part == 0) lse[static_cast<i64>(ti.bh) * t + i] = m + logf(l);
   }
 }
 
 // dK and dV: a block owns 64 key rows and walks the queries that see them (i >= j).
-template <int D>
+template <int D, class T>
 __global__ void __launch_bounds__(Flash<D>::kThreads)
-    flash_backward_kv_kernel(const float* __restrict__ qkv, const float* __restrict__ dout,
+    flash_backward_kv_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
                              const float* __restrict__ lse, const float* __restrict__ delta,
-                             float* __restrict__ dqkv, int t, int c, int heads, float scale) {
+                             T* __restrict__ dqkv, int t, int c, int heads, float scale) {
   using F = Flash<D>;
   constexpr int S = F::kSlice, TILE = F::kTile;
   __shared__ __align__(16) float qs[TILE][D];
@@ -450,16 +465,16 @@ __global__ void __launch_bounds__(Flash<D>::kThreads)
   const int row = threadIdx.x / F::kGroup, part = threadIdx.x % F::kGroup;
   const int j = ti.tile * F::kRows + row;
   const i64 ld = 3 * static_cast<i64>(c);
-  const float* base = qkv + static_cast<i64>(b) * t * ld + h * D;
-  const float* gbase = dout + static_cast<i64>(b) * t * c + h * D;
+  const T* base = qkv + static_cast<i64>(b) * t * ld + h * D;
+  const T* gbase = dout + static_cast<i64>(b) * t * c + h * D;
   const float* lrow = lse + static_cast<i64>(ti.bh) * t;
   const float* drow = delta + static_cast<i64>(ti.bh) * t;
 
   float kr[S], vr[S], dk[S], dv[S];
 #pragma unroll
   for (int k = 0; k < S; ++k) {
-    kr[k] = j < t ? base[j * ld + c + part * S + k] : 0.0f;
-    vr[k] = j < t ? base[j * ld + 2 * c + part * S + k] : 0.0f;
+    kr[k] = j < t ? load_f32(base, j * ld + c + part * S + k) : 0.0f;
+    vr[k] = j < t ? load_f32(base, j * ld + 2 * c + part * S + k) : 0.0f;
     dk[k] = 0.0f;
     dv[k] = 0.0f;
   }
@@ -484,21 +499,21 @@ __global__ void __launch_bounds__(Flash<D>::kThreads)
     }
   }
   if (j < t) {
-    float* dst = dqkv + (static_cast<i64>(b) * t + j) * ld + h * D + part * S;
+    T* dst = dqkv + (static_cast<i64>(b) * t + j) * ld + h * D + part * S;
 #pragma unroll
     for (int k = 0; k < S; ++k) {
-      dst[c + k] = dk[k];
-      dst[2 * c + k] = dv[k];
+      store_f32(dst, c + k, dk[k]);
+      store_f32(dst, 2 * c + k, dv[k]);
     }
   }
 }
 
 // dQ: a block owns 64 query rows and walks their causal prefix of keys.
-template <int D>
+template <int D, class T>
 __global__ void __launch_bounds__(Flash<D>::kThreads)
-    flash_backward_q_kernel(const float* __restrict__ qkv, const float* __restrict__ dout,
+    flash_backward_q_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
                             const float* __restrict__ lse, const float* __restrict__ delta,
-                            float* __restrict__ dqkv, int t, int c, int heads, float scale) {
+                            T* __restrict__ dqkv, int t, int c, int heads, float scale) {
   using F = Flash<D>;
   constexpr int S = F::kSlice, TILE = F::kTile;
   __shared__ __align__(16) float ks[TILE][D];
@@ -509,14 +524,14 @@ __global__ void __launch_bounds__(Flash<D>::kThreads)
   const int row = threadIdx.x / F::kGroup, part = threadIdx.x % F::kGroup;
   const int i = ti.tile * F::kRows + row;
   const i64 ld = 3 * static_cast<i64>(c);
-  const float* base = qkv + static_cast<i64>(b) * t * ld + h * D;
-  const float* grow = dout + (static_cast<i64>(b) * t + i) * c + h * D + part * S;
+  const T* base = qkv + static_cast<i64>(b) * t * ld + h * D;
+  const T* grow = dout + (static_cast<i64>(b) * t + i) * c + h * D + part * S;
 
   float q[S], g[S], dq[S];
 #pragma unroll
   for (int k = 0; k < S; ++k) {
-    q[k] = i < t ? base[i * ld + part * S + k] * scale : 0.0f;
-    g[k] = i < t ? grow[k] : 0.0f;
+    q[k] = i < t ? load_f32(base, i * ld + part * S + k) * scale : 0.0f;
+    g[k] = i < t ? load_f32(grow, k) : 0.0f;
     dq[k] = 0.0f;
   }
   const float li = i < t ? lse[static_cast<i64>(ti.bh) * t + i] : 0.0f;
@@ -537,35 +552,34 @@ __global__ void __launch_bounds__(Flash<D>::kThreads)
     }
   }
   if (i < t) {
-    float* dst = dqkv + (static_cast<i64>(b) * t + i) * ld + h * D + part * S;
+    T* dst = dqkv + (static_cast<i64>(b) * t + i) * ld + h * D + part * S;
 #pragma unroll
     for (int k = 0; k < S; ++k)
-      dst[k] = dq[k] * scale;
+      store_f32(dst, k, dq[k] * scale);
   }
 }
 
-template <int D>
-void launch_flash_forward(const float* qkv, float* out, float* lse, i64 b, i64 t, i64 c, int heads,
+template <int D, class T>
+void launch_flash_forward(const T* qkv, T* out, float* lse, i64 b, i64 t, i64 c, int heads,
                           cudaStream_t s) {
   using F = Flash<D>;
   const i64 tiles = (t + F::kRows - 1) / F::kRows;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
-  flash_forward_kernel<D><<<static_cast<unsigned>(tiles * b * heads), F::kThreads, 0, s>>>(
+  flash_forward_kernel<D, T><<<static_cast<unsigned>(tiles * b * heads), F::kThreads, 0, s>>>(
       qkv, out, lse, static_cast<int>(t), static_cast<int>(c), heads, scale);
   LOCKSTEP_CHECK_LAUNCH();
 }
 
-template <int D>
-void launch_flash_backward(const float* qkv, const float* dout, const float* lse,
-                           const float* delta, float* dqkv, i64 b, i64 t, i64 c, int heads,
-                           cudaStream_t s) {
+template <int D, class T>
+void launch_flash_backward(const T* qkv, const T* dout, const float* lse, const float* delta,
+                           T* dqkv, i64 b, i64 t, i64 c, int heads, cudaStream_t s) {
   using F = Flash<D>;
   const unsigned grid = static_cast<unsigned>((t + F::kRows - 1) / F::kRows * b * heads);
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
-  flash_backward_kv_kernel<D><<<grid, F::kThreads, 0, s>>>(
+  flash_backward_kv_kernel<D, T><<<grid, F::kThreads, 0, s>>>(
       qkv, dout, lse, delta, dqkv, static_cast<int>(t), static_cast<int>(c), heads, scale);
   LOCKSTEP_CHECK_LAUNCH();
-  flash_backward_q_kernel<D><<<grid, F::kThreads, 0, s>>>(
+  flash_backward_q_kernel<D, T><<<grid, F::kThreads, 0, s>>>(
       qkv, dout, lse, delta, dqkv, static_cast<int>(t), static_cast<int>(c), heads, scale);
   LOCKSTEP_CHECK_LAUNCH();
 }
@@ -730,25 +744,27 @@ void embedding_backward(const std::int32_t* tokens, const float* dy, float* dwte
   LOCKSTEP_CHECK_LAUNCH();
 }
 
-// ---- LayerNorm over rows of c features.
-void layernorm_forward(const float* x, const float* w, const float* bias, float eps, float* y,
+// ---- LayerNorm over rows of c features. TY, TA, TG: an activation's type (float or bf16).
+template <class TY>
+void layernorm_forward(const float* x, const float* w, const float* bias, float eps, TY* y,
                        float* mean, float* rstd, i64 rows, i64 c, cudaStream_t s) {
   if (rows == 0) return;
   constexpr int kRowsPerBlock = kThreads / 32;
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  layernorm_forward_kernel<<<blocks, kThreads, 0, s>>>(x, w, bias, eps, y, mean, rstd, rows, c);
+  layernorm_forward_kernel<TY><<<blocks, kThreads, 0, s>>>(x, w, bias, eps, y, mean, rstd, rows, c);
   LOCKSTEP_CHECK_LAUNCH();
 }
 
 // s = x + a, then the LayerNorm of s (mean, rstd as above).
-void residual_layernorm_forward(const float* x, const float* a, const float* w, const float* bias,
-                                float eps, float* s, float* y, float* mean, float* rstd, i64 rows,
+template <class TA, class TY>
+void residual_layernorm_forward(const float* x, const TA* a, const float* w, const float* bias,
+                                float eps, float* s, TY* y, float* mean, float* rstd, i64 rows,
                                 i64 c, cudaStream_t st) {
   if (rows == 0) return;
   constexpr int kRowsPerBlock = kThreads / 32;
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  residual_layernorm_forward_kernel<<<blocks, kThreads, 0, st>>>(x, a, w, bias, eps, s, y, mean,
-                                                                 rstd, rows, c);
+  residual_layernorm_forward_kernel<TA, TY>
+      <<<blocks, kThreads, 0, st>>>(x, a, w, bias, eps, s, y, mean, rstd, rows, c);
   LOCKSTEP_CHECK_LAUNCH();
 }
 
@@ -758,47 +774,52 @@ i64 layernorm_backward_workspace(i64 rows, i64 c) {
 }
 
 // dx = dres (may be null, or equal to dx) + dL/dx; dw, db accumulate.
-void layernorm_backward(const float* x, const float* dy, const float* w, const float* mean,
+template <class TG>
+void layernorm_backward(const float* x, const TG* dy, const float* w, const float* mean,
                         const float* rstd, const float* dres, float* dx, float* dw, float* db,
                         i64 rows, i64 c, float* workspace, cudaStream_t s) {
   if (rows == 0 || c == 0) return;
   constexpr int kRowsPerBlock = kThreads / 32;
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  layernorm_backward_dx_kernel<<<blocks, kThreads, 0, s>>>(x, dy, w, mean, rstd, dres, dx, rows, c);
+  layernorm_backward_dx_kernel<TG>
+      <<<blocks, kThreads, 0, s>>>(x, dy, w, mean, rstd, dres, dx, rows, c);
   LOCKSTEP_CHECK_LAUNCH();
   const i64 chunks = (rows + kLnChunkRows - 1) / kLnChunkRows;
   float* part_w = workspace;
   float* part_b = workspace + chunks * c;
   const dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>(chunks));
-  layernorm_param_partials_kernel<<<grid, dim3(32, 8), 0, s>>>(x, dy, mean, rstd, part_w, part_b,
-                                                               rows, c);
+  layernorm_param_partials_kernel<TG>
+      <<<grid, dim3(32, 8), 0, s>>>(x, dy, mean, rstd, part_w, part_b, rows, c);
   LOCKSTEP_CHECK_LAUNCH();
   layernorm_param_sum_kernel<<<static_cast<unsigned>((c + 31) / 32), dim3(32, kPartialLanes), 0,
                                s>>>(part_w, part_b, dw, db, chunks, c);
   LOCKSTEP_CHECK_LAUNCH();
 }
 
-// ---- GELU, tanh form.
-void gelu_tanh_forward(const float* x, float* y, i64 n, cudaStream_t s) {
+// ---- GELU, tanh form. T: float or bf16.
+template <class T>
+void gelu_tanh_forward(const T* x, T* y, i64 n, cudaStream_t s) {
   if (n == 0) return;
-  gelu_tanh_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, y, n);
+  gelu_tanh_forward_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(x, y, n);
   LOCKSTEP_CHECK_LAUNCH();
 }
 
-void gelu_tanh_backward(const float* x, const float* dy, float* dx, i64 n, cudaStream_t s) {
+template <class T>
+void gelu_tanh_backward(const T* x, const T* dy, T* dx, i64 n, cudaStream_t s) {
   if (n == 0) return;
-  gelu_tanh_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, dy, dx, n);
+  gelu_tanh_backward_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(x, dy, dx, n);
   LOCKSTEP_CHECK_LAUNCH();
 }
 
-// ---- causal attention. qkv [b, t, 3c], out [b, t, c], lse [b, heads, t].
+// ---- causal attention. qkv [b, t, 3c], out [b, t, c], lse [b, heads, t]; T: float or bf16.
 // The flash kernels handle head widths 16, 32, 64 and 128; flash_attention_supported says so.
 bool flash_attention_supported(i64 head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
 
-void flash_attention_forward(const float* qkv, float* out, float* lse, i64 b, i64 t, i64 c,
-                             int heads, cudaStream_t s) {
+template <class T>
+void flash_attention_forward(const T* qkv, T* out, float* lse, i64 b, i64 t, i64 c, int heads,
+                             cudaStream_t s) {
   if (b * t == 0) return;
   switch (c / heads) {
     case 16:
@@ -815,12 +836,12 @@ void flash_attention_forward(const float* qkv, float* out, float* lse, i64 b, i6
 }
 
 // delta: workspace of b * heads * t floats.
-void flash_attention_backward(const float* qkv, const float* out, const float* dout,
-                              const float* lse, float* dqkv, float* delta, i64 b, i64 t, i64 c,
-                              int heads, cudaStream_t s) {
+template <class T>
+void flash_attention_backward(const T* qkv, const T* out, const T* dout, const float* lse, T* dqkv,
+                              float* delta, i64 b, i64 t, i64 c, int heads, cudaStream_t s) {
   if (b * t == 0) return;
-  attention_delta_kernel<<<blocks_for(b * heads * t), kThreads, 0, s>>>(out, dout, delta, b, t, c,
-                                                                        heads);
+  attention_delta_kernel<T>
+      <<<blocks_for(b * heads * t), kThreads, 0, s>>>(out, dout, delta, b, t, c, heads);
   LOCKSTEP_CHECK_LAUNCH();
   switch (c / heads) {
     case 16:
@@ -868,8 +889,8 @@ void naive_attention_backward(const float* qkv, const float* out, const float* d
   float* p = workspace;
   float* ds = workspace + plane;
   float* delta = workspace + 2 * plane;
-  attention_delta_kernel<<<blocks_for(b * heads * t), kThreads, 0, s>>>(out, dout, delta, b, t, c,
-                                                                        heads);
+  attention_delta_kernel<float>
+      <<<blocks_for(b * heads * t), kThreads, 0, s>>>(out, dout, delta, b, t, c, heads);
   LOCKSTEP_CHECK_LAUNCH();
   naive_dscores_kernel<<<blocks_for(plane), kThreads, 0, s>>>(qkv, dout, lse, delta, p, ds, b, t, c,
                                                               heads, scale);
@@ -901,22 +922,49 @@ void CudaBackend::embedding_backward(const Tensor& tokens, const Tensor& dy, Ten
                            dwpe.data<float>(), tokens.dim(0), tokens.dim(1), dwte.dim(1),
                            dwte.dim(0), ws.raw_data(), bytes, stream_);
 }
+namespace {
+// An activation's elements as the kernels take them: float, or bf16 as its 16-bit patterns.
+const std::uint16_t* bf16_in(const Tensor& t) {
+  return static_cast<const std::uint16_t*>(t.raw_data());
+}
+bool is_bf16(const Tensor& t) {
+  return t.dtype() == DType::BF16;
+}
+}  // namespace
+
 void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                     float eps, Tensor& y, Tensor& mean, Tensor& rstd) {
   activate();
   const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
-  cuda::layernorm_forward(x.data<float>(), weight.data<float>(), bias.data<float>(), eps,
-                          y.data<float>(), mean.data<float>(), rstd.data<float>(), rows, c,
-                          stream_);
+  auto run = [&](auto* py) {
+    cuda::layernorm_forward(x.data<float>(), weight.data<float>(), bias.data<float>(), eps, py,
+                            mean.data<float>(), rstd.data<float>(), rows, c, stream_);
+  };
+  if (is_bf16(y))
+    run(bf16_data(y));
+  else
+    run(y.data<float>());
 }
 void CudaBackend::residual_layernorm_forward(const Tensor& x, const Tensor& a, const Tensor& weight,
                                              const Tensor& bias, float eps, Tensor& s, Tensor& y,
                                              Tensor& mean, Tensor& rstd) {
   activate();
   const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
-  cuda::residual_layernorm_forward(x.data<float>(), a.data<float>(), weight.data<float>(),
-                                   bias.data<float>(), eps, s.data<float>(), y.data<float>(),
-                                   mean.data<float>(), rstd.data<float>(), rows, c, stream_);
+  auto run = [&](const auto* pa, auto* py) {
+    cuda::residual_layernorm_forward(x.data<float>(), pa, weight.data<float>(), bias.data<float>(),
+                                     eps, s.data<float>(), py, mean.data<float>(),
+                                     rstd.data<float>(), rows, c, stream_);
+  };
+  auto with_y = [&](const auto* pa) {
+    if (is_bf16(y))
+      run(pa, bf16_data(y));
+    else
+      run(pa, y.data<float>());
+  };
+  if (is_bf16(a))
+    with_y(bf16_in(a));
+  else
+    with_y(a.data<float>());
 }
 void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& dy, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd,
@@ -926,22 +974,36 @@ void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& dy, const Te
   const std::int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
   Tensor ws = Tensor::empty({std::max<std::int64_t>(layernorm_backward_workspace(rows, c), 1)},
                             DType::F32, device_);
-  cuda::layernorm_backward(
-      x.data<float>(), dy.data<float>(), weight.data<float>(), mean.data<float>(),
-      rstd.data<float>(), dresidual.defined() ? dresidual.data<float>() : nullptr, dx.data<float>(),
-      dweight.data<float>(), dbias.data<float>(), rows, c, ws.data<float>(), stream_);
+  auto run = [&](const auto* pdy) {
+    cuda::layernorm_backward(
+        x.data<float>(), pdy, weight.data<float>(), mean.data<float>(), rstd.data<float>(),
+        dresidual.defined() ? dresidual.data<float>() : nullptr, dx.data<float>(),
+        dweight.data<float>(), dbias.data<float>(), rows, c, ws.data<float>(), stream_);
+  };
+  if (is_bf16(dy))
+    run(bf16_in(dy));
+  else
+    run(dy.data<float>());
 }
 void CudaBackend::gelu_tanh_forward(const Tensor& x, Tensor& y) {
   activate();
-  cuda::gelu_tanh_forward(x.data<float>(), y.data<float>(), x.numel(), stream_);
+  if (is_bf16(x))
+    cuda::gelu_tanh_forward(bf16_in(x), bf16_data(y), x.numel(), stream_);
+  else
+    cuda::gelu_tanh_forward(x.data<float>(), y.data<float>(), x.numel(), stream_);
 }
 void CudaBackend::gelu_tanh_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   activate();
-  cuda::gelu_tanh_backward(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), stream_);
+  if (is_bf16(x))
+    cuda::gelu_tanh_backward(bf16_in(x), bf16_in(dy), bf16_data(dx), x.numel(), stream_);
+  else
+    cuda::gelu_tanh_backward(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(),
+                             stream_);
 }
-// AttentionKernel::Cudnn: cuDNN's fused attention on bf16 copies, cast at the op's boundary since
-// activations are f32 between layers (the rounding is the CPU's, cuda_precision.cu). Every cast
-// back is exact where the value came from bf16: out, widened by the forward, is bf16 again in the
+// AttentionKernel::Cudnn: cuDNN's fused attention reads and writes bf16. The activations of a GPT
+// block under bf16 are bf16 already and go to it as they are; f32 tensors (the op called on them
+// directly) are cast at the op's boundary (the rounding is the CPU's, common.cuh). Every cast back
+// is exact where the value came from bf16: out, widened by the forward, is bf16 again in the
 // backward bit for bit, so no bf16 state is kept between the passes.
 CudnnAttention& CudaBackend::fused_attention() {
   if (!fused_attention_) fused_attention_ = std::make_unique<CudnnAttention>(device_, stream_);
@@ -954,36 +1016,68 @@ AttentionChoice CudaBackend::cudnn_attention(Precision p, std::int64_t b, std::i
 }
 
 namespace {
-Tensor bf16_copy(const Tensor& src, Device device, cudaStream_t s) {
+// src as bf16: itself, or a rounded copy of an f32 tensor.
+Tensor as_bf16(const Tensor& src, Device device, cudaStream_t s) {
+  if (is_bf16(src)) return src;
   Tensor dst = Tensor::empty(src.shape(), DType::BF16, device);
   f32_to_bf16(src.data<float>(), bf16_data(dst), src.numel(), s);
   return dst;
 }
+// src as f32: itself, or a widened copy of a bf16 tensor.
+Tensor as_f32(const Tensor& src, Device device, cudaStream_t s) {
+  if (!is_bf16(src)) return src;
+  Tensor dst = Tensor::empty(src.shape(), DType::F32, device);
+  bf16_to_f32(bf16_in(src), dst.data<float>(), src.numel(), s);
+  return dst;
+}
+// An output of dst's shape in `dtype`: dst itself when it has that dtype, else a temporary that
+// finish() copies into dst (rounded or widened).
+struct OutputAs {
+  Tensor& dst;
+  Tensor buffer;
+  OutputAs(Tensor& d, DType dtype, Device device)
+      : dst(d), buffer(d.dtype() == dtype ? d : Tensor::empty(d.shape(), dtype, device)) {}
+  void finish(cudaStream_t s) {
+    if (buffer.raw_data() == dst.raw_data()) return;
+    if (is_bf16(dst))
+      f32_to_bf16(buffer.data<float>(), bf16_data(dst), dst.numel(), s);
+    else
+      bf16_to_f32(bf16_in(buffer), dst.data<float>(), dst.numel(), s);
+  }
+};
 }  // namespace
 
-// Reference: the flash kernels, or the naive path at head widths they do not cover.
+// Reference: the flash kernels (in the activations' own dtype), or the naive path at head widths
+// they do not cover (on f32 copies).
 void CudaBackend::attention_forward(const Tensor& qkv, int heads, Tensor& out, Tensor& lse,
                                     AttentionKernel kernel) {
   activate();
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   if (kernel == AttentionKernel::Cudnn) {
-    Tensor qkv16 = bf16_copy(qkv, device_, stream_);
-    Tensor out16 = Tensor::empty(out.shape(), DType::BF16, device_);
-    fused_attention().forward(bf16_data(qkv16), bf16_data(out16), lse.data<float>(), b, t, c,
+    Tensor qkv16 = as_bf16(qkv, device_, stream_);
+    OutputAs o(out, DType::BF16, device_);
+    fused_attention().forward(bf16_in(qkv16), bf16_data(o.buffer), lse.data<float>(), b, t, c,
                               heads);
-    bf16_to_f32(bf16_data(out16), out.data<float>(), out.numel(), stream_);
+    o.finish(stream_);
     return;
   }
   if (kernel != AttentionKernel::Naive && flash_attention_supported(c / heads)) {
-    flash_attention_forward(qkv.data<float>(), out.data<float>(), lse.data<float>(), b, t, c, heads,
-                            stream_);
+    if (is_bf16(qkv))
+      flash_attention_forward(bf16_in(qkv), bf16_data(out), lse.data<float>(), b, t, c, heads,
+                              stream_);
+    else
+      flash_attention_forward(qkv.data<float>(), out.data<float>(), lse.data<float>(), b, t, c,
+                              heads, stream_);
     return;
   }
   Tensor ws =
       Tensor::empty({std::max<std::int64_t>(naive_attention_workspace(b, t, heads, false), 1)},
                     DType::F32, device_);
-  naive_attention_forward(qkv.data<float>(), out.data<float>(), lse.data<float>(), ws.data<float>(),
-                          b, t, c, heads, stream_);
+  Tensor qkv32 = as_f32(qkv, device_, stream_);
+  OutputAs o(out, DType::F32, device_);
+  naive_attention_forward(qkv32.data<float>(), o.buffer.data<float>(), lse.data<float>(),
+                          ws.data<float>(), b, t, c, heads, stream_);
+  o.finish(stream_);
 }
 void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& dout,
                                      const Tensor& lse, int heads, Tensor& dqkv,
@@ -991,27 +1085,35 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& out, const
   activate();
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
   if (kernel == AttentionKernel::Cudnn) {
-    Tensor qkv16 = bf16_copy(qkv, device_, stream_), out16 = bf16_copy(out, device_, stream_),
-           dout16 = bf16_copy(dout, device_, stream_);
-    Tensor dqkv16 = Tensor::empty(dqkv.shape(), DType::BF16, device_);
-    fused_attention().backward(bf16_data(qkv16), bf16_data(out16), bf16_data(dout16),
-                               lse.data<float>(), bf16_data(dqkv16), b, t, c, heads);
-    bf16_to_f32(bf16_data(dqkv16), dqkv.data<float>(), dqkv.numel(), stream_);
+    Tensor qkv16 = as_bf16(qkv, device_, stream_), out16 = as_bf16(out, device_, stream_),
+           dout16 = as_bf16(dout, device_, stream_);
+    OutputAs d(dqkv, DType::BF16, device_);
+    fused_attention().backward(bf16_in(qkv16), bf16_in(out16), bf16_in(dout16), lse.data<float>(),
+                               bf16_data(d.buffer), b, t, c, heads);
+    d.finish(stream_);
     return;
   }
   if (kernel != AttentionKernel::Naive && flash_attention_supported(c / heads)) {
     Tensor delta = Tensor::empty({std::max<std::int64_t>(b * heads * t, 1)}, DType::F32, device_);
-    flash_attention_backward(qkv.data<float>(), out.data<float>(), dout.data<float>(),
-                             lse.data<float>(), dqkv.data<float>(), delta.data<float>(), b, t, c,
-                             heads, stream_);
+    if (is_bf16(qkv))
+      flash_attention_backward(bf16_in(qkv), bf16_in(out), bf16_in(dout), lse.data<float>(),
+                               bf16_data(dqkv), delta.data<float>(), b, t, c, heads, stream_);
+    else
+      flash_attention_backward(qkv.data<float>(), out.data<float>(), dout.data<float>(),
+                               lse.data<float>(), dqkv.data<float>(), delta.data<float>(), b, t, c,
+                               heads, stream_);
     return;
   }
   Tensor ws =
       Tensor::empty({std::max<std::int64_t>(naive_attention_workspace(b, t, heads, true), 1)},
                     DType::F32, device_);
-  naive_attention_backward(qkv.data<float>(), out.data<float>(), dout.data<float>(),
-                           lse.data<float>(), dqkv.data<float>(), ws.data<float>(), b, t, c, heads,
-                           stream_);
+  Tensor qkv32 = as_f32(qkv, device_, stream_), out32 = as_f32(out, device_, stream_),
+         dout32 = as_f32(dout, device_, stream_);
+  OutputAs d(dqkv, DType::F32, device_);
+  naive_attention_backward(qkv32.data<float>(), out32.data<float>(), dout32.data<float>(),
+                           lse.data<float>(), d.buffer.data<float>(), ws.data<float>(), b, t, c,
+                           heads, stream_);
+  d.finish(stream_);
 }
 
 }  // namespace lockstep::ops::cuda

@@ -12,6 +12,10 @@
 // output) and calls the op. Inputs come from the shared generators (uniform floats, labels,
 // tokens, bytes), seeded by the row, so a row is reproducible on its own. A row whose last field
 // is true runs on contexts that compute in bf16 (train.precision = bf16), where the CPU can.
+//
+// bf16 outputs (ops.hpp, "Activations in bf16") are compared widened: bitwise on the emulated
+// device, and on CUDA within the row's bound plus kBf16Step, one bf16 step of the largest element
+// (2^-7 of it): f32 results that differ in their last bits round to neighbouring bf16 values.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -19,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "lockstep/core/bf16.hpp"
 #include "support/device_test_support.hpp"
 #include "support/precision_reference.hpp"
 
@@ -49,6 +54,9 @@ class Io {
   std::vector<Tensor> inputs_;
   std::vector<Tensor> outputs_;
 };
+
+// A bf16 value's neighbour is at most 2^-7 of it away (8 significand bits).
+constexpr double kBf16Step = 1.0 / 128.0;
 
 struct Row {
   std::string name;
@@ -87,6 +95,23 @@ Tensor bf16_exact(const Shape& s, std::uint64_t stream, float lo = -1.0f, float 
   for (std::int64_t i = 0; i < t.numel(); ++i)
     bits[i] = (bits[i] + 0x7fffu + ((bits[i] >> 16) & 1u)) & 0xffff0000u;
   return t;
+}
+
+// A host tensor's values as f32: bf16 ones widened (exactly), others as they are.
+Tensor widened(const Tensor& t) {
+  if (t.dtype() != DType::BF16) return t;
+  Tensor w = Tensor::empty(t.shape());
+  const auto* bits = static_cast<const std::uint16_t*>(t.raw_data());
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    w.data<float>()[i] = bf16_to_float(bits[i]);
+  return w;
+}
+
+// A bf16 copy of a host tensor, made on the run's context (an activation input).
+Tensor bf16_of(Io& io, const Tensor& t) {
+  Tensor h = io.empty(t.shape(), DType::BF16);
+  ops::cast(io.ctx(), t, h);
+  return h;
 }
 
 bool same_on_host(const Tensor& a, const Tensor& b) {
@@ -153,6 +178,48 @@ void linear_row(Io& io, const Tensor& bias, bool gelu) {
   io.out(pre);
   io.out_value(same_on_host(again, g) ? 1.0 : 0.0);
   linear_backward_both_ways(io, x, w, dy, 5, io.in(4));
+}
+
+// A GPT block's linear layer under bf16: x, dy, y, pre_act and dx bf16 activations (the bias
+// bf16-exact, since cuBLASLt reads it in bf16). Forward (y; with gelu the GELU's output, pre_act,
+// and 1 when the recompute gave the forward's bits), then the backward both ways.
+void linear_row_bf16(Io& io, bool gelu) {
+  const Tensor x = bf16_of(io, io.in(0)), dy = bf16_of(io, io.in(3));
+  const Tensor &w = io.in(1), &bias = io.in(2);
+  const std::int64_t rows = x.dim(0), out = w.dim(0), in = w.dim(1);
+  Tensor y = io.empty({rows, out}, DType::BF16), none;
+  ops::linear_forward(io.ctx(), x, w, bias, ops::Activation::None, y, none);
+  io.out(y);
+  Tensor pre_in = gelu ? bf16_of(io, io.in(4)) : Tensor();
+  for (bool overwrite : {true, false}) {
+    const std::size_t k = 5 + (overwrite ? 0 : 2);
+    Tensor dx = io.empty({rows, in}, DType::BF16);
+    ops::LinearBackward p;
+    p.overwrite_dw = p.overwrite_db = overwrite;
+    if (gelu) {
+      p.input_act = ops::Activation::GeluTanh;
+      p.input_pre_act = pre_in;
+    }
+    ops::linear_backward(io.ctx(), x, w, dy, Tensor(), io.in(k), io.in(k + 1), dx, p);
+    io.out(io.in(k));
+    io.out(io.in(k + 1));
+    io.out(dx);
+  }
+  if (!gelu) return;
+  Tensor g = io.empty({rows, out}, DType::BF16), pre = io.empty({rows, out}, DType::BF16),
+         again = io.empty({rows, out}, DType::BF16);
+  ops::linear_forward(io.ctx(), x, w, bias, ops::Activation::GeluTanh, g, pre);
+  ops::linear_recompute_activation(io.ctx(), x, w, bias, ops::Activation::GeluTanh, pre, again);
+  io.out(g);
+  io.out(pre);
+  io.out_value(same_on_host(again, g) ? 1.0 : 0.0);
+}
+
+std::vector<Tensor> linear_inputs_bf16(std::int64_t rows, std::int64_t in, std::int64_t out,
+                                       std::uint64_t seed) {
+  std::vector<Tensor> v = linear_inputs(rows, in, out, seed);
+  v[2] = bf16_exact({out}, seed + 2);
+  return v;
 }
 
 const ops::Conv2dParams kConv{1, 1, 1, 1};
@@ -507,6 +574,108 @@ std::vector<Row> rows() {
                  return in;
                },
                [](Io& io) { linear_row(io, io.in(9).sub(1, {21}), true); }, true});
+  // bf16 activations (the layers of a GPT block under bf16). CUDA's bounds: the f32 rows' own,
+  // plus kBf16Step on bf16 outputs; the GELU epilogues add 2^-8 more, one rounding that cuBLASLt
+  // skips (its GELU reads the unrounded product, DGELU rounds dx once where the composition rounds
+  // the product first); cuDNN's attention is held to test_cuda_attention_cudnn.cpp's 8 u_b of the
+  // largest gradient (its probabilities and dS are rounded to bf16 for the tensor cores).
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    r.push_back({std::string("gemm_bf16_output_") + (ta ? "t" : "n") + (tb ? "t" : "n"), 1e-5,
+                 [=] {
+                   const std::int64_t m = 67, n = 48, k = 129;
+                   return std::vector<Tensor>{bf16_exact(ta ? Shape{k, m} : Shape{m, k}, 80 + t),
+                                              bf16_exact(tb ? Shape{n, k} : Shape{k, n}, 84 + t)};
+                 },
+                 [=](Io& io) {
+                   Tensor c = io.empty({67, 48}, DType::BF16);
+                   ops::gemm(io.ctx(), ta, tb, 0.7f, io.in(0), bf16_of(io, io.in(1)), 0.0f, c);
+                   io.out(c);
+                 },
+                 true});
+  }
+  r.push_back({"bf16_branch_add_and_bias_sum", 1e-6,
+               [] {
+                 return std::vector<Tensor>{uniform({37, 300}, 88), uniform({37, 300}, 89)};
+               },
+               [](Io& io) {
+                 Tensor out = io.empty({37, 300}), db = io.zeros({300});
+                 const Tensor b = bf16_of(io, io.in(1));
+                 ops::add(io.ctx(), io.in(0), b, out);
+                 ops::sum_rows(io.ctx(), b, db);
+                 io.out(out);
+                 io.out(db);
+               },
+               true});
+  r.push_back(
+      {"gelu_tanh_bf16", 1e-6,
+       [] {
+         return std::vector<Tensor>{uniform({1000}, 90, -6, 6), uniform({1000}, 91), extremes()};
+       },
+       [](Io& io) {
+         for (std::size_t i : {std::size_t{0}, std::size_t{2}}) {
+           const Tensor x = bf16_of(io, io.in(i));
+           const Tensor dy = i == 0 ? bf16_of(io, io.in(1)) : bf16_of(io, io.in(2));
+           Tensor y = io.empty(x.shape(), DType::BF16), dx = io.empty(x.shape(), DType::BF16);
+           ops::gelu_tanh_forward(io.ctx(), x, y);
+           ops::gelu_tanh_backward(io.ctx(), x, dy, dx);
+           io.out(y);
+           io.out(dx);
+         }
+       },
+       true});
+  r.push_back(
+      {"layernorm_bf16", 1e-5,
+       [] {
+         return std::vector<Tensor>{uniform({3, 11, 48}, 92, -3, 3), uniform({3, 11, 48}, 93),
+                                    uniform({48}, 94, 0.5f, 1.5f),   uniform({48}, 95),
+                                    uniform({3, 11, 48}, 96),        uniform({3, 11, 48}, 97)};
+       },
+       [](Io& io) {
+         const Shape sh{3, 11, 48};
+         Tensor y = io.empty(sh, DType::BF16), mean = io.empty({33}), rstd = io.empty({33});
+         ops::layernorm_forward(io.ctx(), io.in(0), io.in(2), io.in(3), 1e-5f, y, mean, rstd);
+         for (const Tensor& t : {y, mean, rstd})
+           io.out(t);
+         Tensor s = io.empty(sh), y2 = io.empty(sh, DType::BF16);
+         ops::residual_layernorm_forward(io.ctx(), io.in(0), bf16_of(io, io.in(1)), io.in(2),
+                                         io.in(3), 1e-5f, s, y2, mean, rstd);
+         for (const Tensor& t : {s, y2, mean, rstd})
+           io.out(t);
+         Tensor dx = io.empty(sh), dw = io.zeros({48}), db = io.zeros({48});
+         ops::layernorm_backward(io.ctx(), s, bf16_of(io, io.in(4)), io.in(2), mean, rstd, io.in(5),
+                                 dx, dw, db);
+         for (const Tensor& t : {dx, dw, db})
+           io.out(t);
+       },
+       true});
+  r.push_back({"linear_bf16_activations_bias", 1e-5,
+               [] { return linear_inputs_bf16(64, 96, 128, 100); },
+               [](Io& io) { linear_row_bf16(io, false); }, true});
+  r.push_back({"linear_bf16_activations_gelu", 2e-3 + 1.0 / 256,
+               [] { return linear_inputs_bf16(64, 96, 128, 100); },
+               [](Io& io) { linear_row_bf16(io, true); }, true});
+  for (ops::AttentionKernel kernel :
+       {ops::AttentionKernel::Reference, ops::AttentionKernel::Auto}) {
+    const bool reference = kernel == ops::AttentionKernel::Reference;
+    r.push_back(
+        {reference ? "attention_bf16_reference" : "attention_bf16_auto",
+         reference ? 1e-4 : 8.0 / 256,
+         [] {
+           return std::vector<Tensor>{uniform({2, 64, 3 * 128}, 110), uniform({2, 64, 128}, 111)};
+         },
+         [kernel](Io& io) {
+           const Tensor qkv = bf16_of(io, io.in(0)), dout = bf16_of(io, io.in(1));
+           Tensor out = io.empty({2, 64, 128}, DType::BF16), lse = io.empty({2, 2, 64}),
+                  dqkv = io.empty({2, 64, 3 * 128}, DType::BF16);
+           ops::attention_forward(io.ctx(), qkv, 2, out, lse, kernel);
+           ops::attention_backward(io.ctx(), qkv, out, dout, lse, 2, dqkv, kernel);
+           io.out(out);
+           io.out(lse);
+           io.out(dqkv);
+         },
+         true});
+  }
   r.push_back({"attention", 1e-4,
                [] {
                  return std::vector<Tensor>{uniform({2, 16, 3 * 32}, 41), uniform({2, 16, 32}, 42)};
@@ -559,10 +728,13 @@ TEST_P(BackendOps, MatchTheCpuBackend) {
   ASSERT_FALSE(want.empty()) << row.name << " reports no output: it would test nothing";
   for (std::size_t i = 0; i < want.size(); ++i) {
     SCOPED_TRACE(::testing::Message() << row.name << " output " << i << ": " << want[i].describe());
-    if (kind == "emu" || row.cuda_bound == 0 || want[i].dtype() != DType::F32) {
+    const bool bf16 = want[i].dtype() == DType::BF16;
+    if (kind == "emu" || row.cuda_bound == 0 || (want[i].dtype() != DType::F32 && !bf16)) {
       EXPECT_TRUE(same_bytes(got[i], want[i])) << "not bitwise equal to the CPU's";
     } else {
-      EXPECT_LE(scaled_error(got[i], want[i]), row.cuda_bound);
+      ASSERT_EQ(got[i].dtype(), want[i].dtype());
+      EXPECT_LE(scaled_error(widened(got[i]), widened(want[i])),
+                row.cuda_bound + (bf16 ? kBf16Step : 0.0));
     }
   }
 }
