@@ -13,7 +13,7 @@ TransformerBlock::TransformerBlock(std::int64_t dim, int heads, std::int64_t dep
       ln_2_(dim, kLayerNormEps, device),
       mlp_(dim, depth, device) {
   // Under bf16, everything between the residual stream's reads and writes is a bf16 activation
-  // (transformer.hpp: the stream itself stays f32).
+  // (Note [bf16 residual stream] in transformer.hpp: the stream itself stays f32).
   ln_1_.set_bf16_output(true);
   attn_.set_bf16_output(true);
   ln_2_.set_bf16_output(true);

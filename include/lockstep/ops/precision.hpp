@@ -1,13 +1,15 @@
 // Precision: the arithmetic a Context's GEMMs and convolutions use (config key train.precision).
-// It is a policy of the Context, not a tensor type: layers keep passing f32 tensors and get f32
-// results; only the backend's GEMM and convolution kernels change. Master weights, gradients,
-// optimizer state, bias, activations, normalisation, softmax and the loss stay f32 under every
-// policy.
+// It is a policy of the Context, not a tensor type: layers pass f32 tensors and get f32 results,
+// and only the backend's GEMM and convolution kernels change, with one exception: under bf16 a
+// GPT block's layers pass bf16 activations between them (ops.hpp, "Activations in bf16"). Master
+// weights, gradients, optimizer state, bias, the residual stream, normalisation statistics,
+// softmax and the loss stay f32 under every policy.
 //   fp32  IEEE single precision (the default; the CPU and CUDA backends agree to float rounding).
 //   tf32  CUDA: f32 GEMMs/convolutions on TF32 tensor cores (inputs rounded to a 10-bit mantissa,
 //         f32 accumulation). CPU: exactly fp32, since no CPU has TF32 units.
 //   bf16  GEMM and convolution inputs rounded to bfloat16 (round to nearest even), products
-//         accumulated in f32, outputs and parameter gradients written in f32 (dw += ...).
+//         accumulated in f32, outputs and parameter gradients written in f32 (dw += ...), except
+//         a GPT block's activations, written in bf16 from the f32 result.
 //         CPU: oneDNN's bf16 kernels (AMX or AVX512-BF16; refused with an error naming the CPU's
 //         ISA where neither exists). CUDA: cuBLASLt and cuDNN on bf16 tensor cores.
 #pragma once
