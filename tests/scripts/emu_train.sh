@@ -7,7 +7,8 @@
 # byte, docs/CHECKPOINTS.md) after the same steps on cpu and on emu, for:
 #   MLP 1 rank; DDP 2 ranks; ZeRO-1 2 ranks; dist.grad_dtype = bf16 2 ranks; DataParallel (MLP, CNN) over
 #   2 emulated devices; a CNN (convolution, pooling, batch norm); GPT-tiny (embedding, attention,
-#   layer norm, AdamW); train.precision = bf16 where the CPU computes in bf16;
+#   layer norm, AdamW); train.precision = bf16 (an MLP, and a GPT with bf16 activations) where
+#   the CPU computes in bf16;
 # then, on emu alone: stop at step 8 and resume to 12 equals an uninterrupted run, a SIGUSR1 stops
 # a 2-rank run with a checkpoint and kExitRequeue, and the steady-state step logs 0 device
 # allocations and 0 pageable copies. Every task on the emulated device is delayed
@@ -85,6 +86,8 @@ same gpt-block 2 8 "${GPT[@]}" --train.recompute=block
 if "$TRAIN" --config "$WORK/tiny.ini" --train.precision=bf16 --print-config >/dev/null 2>&1 &&
   run_train 1 "$log" --train.precision=bf16 --train.max_steps=1; then
   same bf16 1 8 --train.precision=bf16
+  # A GPT's blocks pass bf16 activations: the device's bf16 kernels are the CPU's too.
+  same gpt-bf16 2 8 "${GPT[@]}" --train.precision=bf16
 else
   echo "bf16: skipped: this CPU has neither AMX nor AVX512-BF16 (lockstep-train refuses bf16)"
 fi
