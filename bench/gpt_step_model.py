@@ -2,12 +2,16 @@
 """A gpt2-124m training step on one GPU, kernel by kernel, as lockstep's CUDA path runs it today
 (train.precision = bf16: bf16 GEMM inputs through cuBLASLt with the bias, c_fc's GELU, the bias
 gradients and the GELU's backward in the GEMMs' epilogues and the first residual sum in ln_2's
-pass, f32 activations between layers, cuDNN's fused bf16 attention, which train.attention = auto
-picks there, or with --attention=reference lockstep's own fp32 attention kernels; the f32
-[B*T, V] logits the loss works in): each kernel's FLOPs and bytes, and the time it needs at the
-ceilings below. A prediction by counting, to hold against the first measured run
-(bench/gpu-check.sh, lockstep-bench gpt --device=cuda:0): not a measurement. --unfused counts the
-path before the fused layer ops (separate bias, GELU, sum_rows and residual-add kernels).
+pass; bf16 activations between a block's layers, written by the GEMMs and LayerNorms and read by
+the next op, with the residual stream, its gradient and the head's input in f32; cuDNN's fused
+bf16 attention, which train.attention = auto picks there, or with --attention=reference
+lockstep's own attention kernels, reading bf16 and computing in f32; the f32 [B*T, V] logits the
+loss works in): each kernel's FLOPs and bytes, and the time it needs at the ceilings below. A
+prediction by counting, to hold against the first measured run (bench/gpu-check.sh,
+lockstep-bench gpt --device=cuda:0): not a measurement. --activations=f32 counts the path before
+bf16 activations (f32 between layers: each linear casting its input and output gradient to bf16,
+casts around cuDNN's attention); --unfused the path before the fused layer ops as well (separate
+bias, GELU, sum_rows and residual-add kernels).
 
 Ceilings (H200). Two are readings PyTorch gave on the H200 machines this project may be lent
 (not yet measured by lockstep): an 8192^3 bf16 matrix product at about 790 TFLOP/s and a
@@ -24,10 +28,13 @@ cuDNN's deterministic algorithm, which writes dP through a [B, heads, T, T] bf16
 so it is counted as memory-bound like the rest, plus the slices' sums it writes and reads. A GEMM
 with an epilogue is counted as the GEMM plus the epilogue's extra traffic (c_fc's GELU input
 written as the aux matrix, read back by c_proj's input-gradient GEMM), at the same ceilings.
-Weights are cast to bf16 once per step (the Context's reuse window), not once per GEMM.
+Weights are cast to bf16 once per step (the Context's reuse window), not once per GEMM; with bf16
+activations the biases too (cuBLASLt's epilogue reads a bf16 output's bias in bf16). A backward
+GEMM pair is counted as dX (reads dy and W, writes dX in the activations' type) and dW (reads dy
+and x, writes the f32 gradient).
 
 Usage: python3 bench/gpt_step_model.py [--batch=8] [--seq=1024] [--attention=cudnn|reference]
-[--unfused]   prints a Markdown table.
+[--activations=bf16|f32] [--unfused]   prints a Markdown table.
 """
 import argparse
 
@@ -35,8 +42,14 @@ p = argparse.ArgumentParser()
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--seq", type=int, default=1024)
 p.add_argument("--attention", choices=["cudnn", "reference"], default="cudnn")
+p.add_argument("--activations", choices=["bf16", "f32"], default="bf16",
+               help="f32: the path before bf16 activations (casts around the GEMMs and cuDNN)")
+p.add_argument("--residual", choices=["f32", "bf16"], default="f32",
+               help="bf16: what a bf16 residual stream (llm.c's) would move instead, for comparison "
+               "(lockstep keeps it f32: docs/GPT.md)")
 p.add_argument("--unfused", action="store_true",
-               help="the path before the fused layer ops: separate bias, GELU and sum_rows kernels")
+               help="the path before the fused layer ops (and before bf16 activations): separate "
+               "bias, GELU and sum_rows kernels")
 a = p.parse_args()
 B, T, C, L, V, H = a.batch, a.seq, 768, 12, 50257, 12
 N, d = B * T, C // H
@@ -45,12 +58,23 @@ F4, B2 = 4, 2
 GEMM, GEMM_MISALIGNED, BW, ATT, PEAK = 600e12, 300e12, 3.5e12, 25e12, 790e12
 ATT_CUDNN = 250e12
 FUSED = not a.unfused
+ACT16 = FUSED and a.activations == "bf16"
+A = B2 if ACT16 else F4  # bytes of an activation between a block's layers (and its gradient)
+R = B2 if ACT16 and a.residual == "bf16" else F4  # bytes of the residual stream and its gradient
 rows = []  # name, launches per step, FLOPs each, bytes each, kind
 
 
-def gemm(name, m, n, k, count, misaligned=False, extra_bytes=0):
-    rows.append((name, count, 2 * m * n * k, (m * k + k * n) * B2 + m * n * F4 + extra_bytes,
+def gemm(name, m, n, k, count, misaligned=False, extra_bytes=0, out_bytes=F4):
+    rows.append((name, count, 2 * m * n * k, (m * k + k * n) * B2 + m * n * out_bytes + extra_bytes,
                  "gemm_mis" if misaligned else "gemm"))
+
+
+def gemm_backward(name, n, k, count, extra_bytes=0):
+    """dX [N, k] = dy [N, n] W [n, k] in the activations' type and dW [n, k] = dy^T x in f32, both
+    from bf16 operands: one row of 2 launches, each counted at the pair's mean bytes."""
+    dx = (N * n + n * k) * B2 + N * k * A
+    dw = (N * n + N * k) * B2 + n * k * F4
+    rows.append((name, count, 2 * N * n * k, (dx + dw) / 2 + extra_bytes, "gemm"))
 
 
 def mem(name, nbytes, count, kind="mem"):
@@ -62,37 +86,45 @@ linear_out = [3 * C, C, 4 * C, C]
 mean_in, mean_out = sum(linear_in) / 4, sum(linear_out) / 4
 mean_weight = sum(i * o for i, o in zip(linear_in, linear_out)) / 4
 att_flops = 4 * B * H * (T * (T + 1) / 2) * d  # q.k and p.v over the causal prefix
-aux = N * 4 * C * F4  # c_fc's GELU input, [N, 4C] f32: written by its GEMM, read by c_proj's dX
+aux = N * 4 * C * A  # c_fc's GELU input, [N, 4C]: written by its GEMM, read by c_proj's dX
+act = "bf16" if ACT16 else "f32"
+res = "bf16" if R == B2 else "f32"
 # forward, per block
 if FUSED:
-    mem("layernorm forward (ln_1)", 2 * N * C * F4 + 2 * N * F4, L)
-    mem("residual add + ln_2 in one pass (x, a read; x1, ln_2(x1) written)",
-        4 * N * C * F4 + 2 * N * F4, L)
+    mem(f"layernorm forward (ln_1: x {res} read, {act} written)", N * C * (R + A) + 2 * N * F4, L)
+    mem(f"residual add + ln_2 in one pass (x {res}, a {act} read; x1 {res}, ln_2(x1) {act} "
+        "written)", N * C * (2 * R + 2 * A) + 2 * N * F4, L)
 else:
     mem("layernorm forward (ln_1, ln_2)", 2 * N * C * F4 + 2 * N * F4, 2 * L)
-mem("cast of a linear's input to bf16", N * mean_in * (F4 + B2), 4 * L)
-mem("cast of a weight to bf16 (once a step: the reuse window)", mean_weight * (F4 + B2), 4 * L)
+if not ACT16:
+    mem("cast of a linear's input to bf16", N * mean_in * (F4 + B2), 4 * L)
+if ACT16:
+    mem("cast of a weight and its bias to bf16 (once a step: the reuse window)",
+        (mean_weight + mean_out) * (F4 + B2), 4 * L)
+else:
+    mem("cast of a weight to bf16 (once a step: the reuse window)", mean_weight * (F4 + B2), 4 * L)
 if FUSED:
     for name, k, n, epi in [("c_attn", C, 3 * C, "BIAS"), ("attn c_proj", C, C, "BIAS"),
                             ("c_fc", C, 4 * C, "GELU_AUX_BIAS"), ("mlp c_proj", 4 * C, C, "BIAS")]:
-        gemm(f"GEMM forward, {name} [N,{k}]x[{k},{n}] + {epi} epilogue"
+        gemm(f"GEMM forward, {name} [N,{k}]x[{k},{n}] + {epi} epilogue, {act} out"
              + (" (GELU input kept)" if name == "c_fc" else ""), N, n, k, L,
-             extra_bytes=aux if name == "c_fc" else 0)
+             extra_bytes=aux if name == "c_fc" else 0, out_bytes=A)
 else:
     for name, k, n in [("c_attn", C, 3 * C), ("attn c_proj", C, C), ("c_fc", C, 4 * C),
                        ("mlp c_proj", 4 * C, C)]:
         gemm(f"GEMM forward, {name} [N,{k}]x[{k},{n}]", N, n, k, L)
     mem("bias add", 2 * N * mean_out * F4, 4 * L)
 if a.attention == "reference":
-    rows.append(("attention forward (own fp32 flash kernel)", L, att_flops,
-                 (N * 3 * C + N * C) * F4 + B * H * T * F4, "att"))
+    rows.append((f"attention forward (own flash kernel, {act} in and out, f32 arithmetic)", L,
+                 att_flops, (N * 3 * C + N * C) * A + B * H * T * F4, "att"))
 else:
-    mem("casts around cuDNN's attention forward (qkv to bf16, out to f32)",
-        (N * 3 * C + N * C) * (F4 + B2), L)
+    if not ACT16:
+        mem("casts around cuDNN's attention forward (qkv to bf16, out to f32)",
+            (N * 3 * C + N * C) * (F4 + B2), L)
     rows.append(("attention forward (cuDNN fused flash, bf16)", L, att_flops,
                  (N * 3 * C + N * C) * B2 + B * H * T * F4, "att_cudnn"))
 if FUSED:
-    mem("residual add (block output)", 3 * N * C * F4, L)
+    mem(f"residual add (block output: x1 {res} + m {act})", N * C * (2 * R + A), L)
 else:
     mem("residual add", 3 * N * C * F4, 2 * L)
     mem("GELU forward", 2 * N * 4 * C * F4, L)
@@ -100,30 +132,36 @@ else:
 if FUSED:
     for name, k, n, epi in [("c_attn", C, 3 * C, ""), ("attn c_proj", C, C, ""),
                             ("c_fc", C, 4 * C, ""), ("mlp c_proj", 4 * C, C, ", DGELU on dX")]:
-        gemm(f"GEMM backward dX and dW, {name} (BGRADB on dW{epi})", N, n, k, 2 * L,
-             extra_bytes=aux / 2 if name == "mlp c_proj" else 0)
+        gemm_backward(f"GEMM backward dX ({act}) and dW, {name} (BGRADB on dW{epi})", n, k,
+                      2 * L, extra_bytes=aux / 2 if name == "mlp c_proj" else 0)
 else:
     for name, k, n in [("c_attn", C, 3 * C), ("attn c_proj", C, C), ("c_fc", C, 4 * C),
                        ("mlp c_proj", 4 * C, C)]:
-        gemm(f"GEMM backward dX and dW, {name}", N, n, k, 2 * L)
-mem("cast of a linear's dy to bf16", N * mean_out * (F4 + B2), 4 * L)
+        gemm_backward(f"GEMM backward dX and dW, {name}", n, k, 2 * L)
+if not ACT16:
+    mem("cast of a linear's dy to bf16", N * mean_out * (F4 + B2), 4 * L)
+elif R == F4:  # the projections' dy is the f32 residual gradient; the others' is bf16 already
+    mem("cast of the residual gradient to bf16 (attn and mlp c_proj's dy)", N * C * (F4 + B2),
+        2 * L)
 if not FUSED:
     mem("bias gradient, sum_rows (slices of 256 rows, then their sum)",
         N * mean_out * F4 + 2 * (N // 256) * mean_out * F4, 4 * L)
 if a.attention == "reference":
-    rows.append(("attention backward (own fp32 kernels; P recomputed)", L, 2.5 * att_flops,
-                 (N * 3 * C * 2 + N * C * 2) * F4, "att"))
+    rows.append((f"attention backward (own kernels, {act} in and out; P recomputed)", L,
+                 2.5 * att_flops, (N * 3 * C * 2 + N * C * 2) * A, "att"))
 else:
-    mem("casts around cuDNN's attention backward (qkv, out, dout to bf16; dqkv to f32)",
-        (2 * N * 3 * C + 2 * N * C) * (F4 + B2), L)
+    if not ACT16:
+        mem("casts around cuDNN's attention backward (qkv, out, dout to bf16; dqkv to f32)",
+            (2 * N * 3 * C + 2 * N * C) * (F4 + B2), L)
     rows.append(("attention backward (cuDNN fused flash, bf16, deterministic: dP workspace)", L,
                  2.5 * att_flops,
                  (2 * N * 3 * C + 2 * N * C) * B2 + B * H * T * F4 + 2 * B * H * T * T * B2,
                  "att_cudnn"))
 if not FUSED:
     mem("GELU backward", 3 * N * 4 * C * F4, L)
-mem("layernorm backward dX + residual", 4 * N * C * F4, 2 * L)
-mem("layernorm parameter partials and their sum", 2 * N * C * F4, 2 * L)
+mem(f"layernorm backward dX + residual (x, residual gradient {res}, dy {act} read; dx {res})",
+    N * C * (3 * R + A), 2 * L)
+mem("layernorm parameter partials and their sum", N * C * (R + A), 2 * L)
 # embedding, head, loss, optimizer
 mem("embedding forward (wte and wpe gather)", 3 * N * C * F4, 1)
 mem("final layernorm forward and backward", 6 * N * C * F4, 1)
