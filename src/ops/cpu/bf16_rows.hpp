@@ -21,9 +21,9 @@ void widen_bf16(const std::uint16_t* src, float* dst, std::int64_t n);
 // has AVX512-BF16, the same bits otherwise), single-threaded.
 void round_to_bf16(const float* src, std::uint16_t* dst, std::int64_t n);
 
-// A buffer of at least n floats owned by the calling thread (`slot` tells a kernel's buffers
-// apart); it grows to the largest request and is then reused, so a steady-state step does not
-// allocate. Valid until the same thread asks for the same slot again.
+// A buffer of at least n floats owned by the calling thread (`slot`, 0 to 3, tells a kernel's
+// buffers apart); it grows to the largest request and is then reused, so a steady-state step does
+// not allocate. Valid until the same thread asks for the same slot again.
 float* thread_scratch(std::size_t n, int slot = 0);
 
 inline const std::uint16_t* bf16_in(const Tensor& t) {

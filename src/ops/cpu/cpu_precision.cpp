@@ -122,7 +122,7 @@ void widen_bf16(const std::uint16_t* src, float* dst, std::int64_t n) {
 
 float* thread_scratch(std::size_t n, int slot) {
   thread_local std::vector<float> buffers[4];
-  std::vector<float>& b = buffers[slot];
+  std::vector<float>& b = buffers[static_cast<std::size_t>(slot) & 3u];
   if (b.size() < n) b.resize(n);
   return b.data();
 }
