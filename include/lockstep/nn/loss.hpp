@@ -14,30 +14,46 @@ namespace lockstep::nn {
 
 class Model;
 
+// Rows of logits the fused loss makes at a time (Logits::Fused): the chunk buffer is
+// [kLossChunkRows, padded vocabulary] f32, 51 MB for GPT-2's 50304 columns where the whole
+// logits of 8 x 1024 tokens are 1.6 GB. Measured in docs/GPT.md ("The chunked classifier and
+// loss"): on the CPU the head's GEMMs slow down below about 256 rows (each chunk's GEMM packs
+// the whole table again), and larger chunks save nothing more.
+inline constexpr std::int64_t kLossChunkRows = 256;
+
 class SoftmaxCrossEntropy {
  public:
-  // What forward may do with the logits it is given. Keep: leave them (evaluation counts the
-  // correct rows from them afterwards); the softmax and dlogits get buffers of their own.
-  // Overwrite: write the softmax over the logits and then dlogits over the softmax, so one [N, C]
-  // buffer serves all three (Model::logits_overwritable says when that is safe). The values are
-  // the same bit for bit; only the storage differs. backward then hands its result on and keeps
-  // no handle, so the layer that made the logits reuses its buffer on the next forward.
-  enum class Logits { Keep, Overwrite };
+  // What the loss does with the logits. Keep: leave them (evaluation counts the correct rows
+  // from them afterwards); the softmax and dlogits get buffers of their own. Overwrite: write the
+  // softmax over the logits and then dlogits over the softmax, so one [N, C] buffer serves all
+  // three (Model::logits_overwritable says when that is safe). The values are the same bit for
+  // bit; only the storage differs. backward then hands its result on and keeps no handle, so the
+  // layer that made the logits reuses its buffer on the next forward.
+  // Fused: the logits are never made whole. The model's last layer computes the loss with its
+  // own classifier, chunk_rows rows at a time, and the gradients with it (Module::forward_loss,
+  // run by Model::forward_loss and backward_loss): the training loss of a GPT, whose [N*T, V]
+  // logits are the largest tensor of its step. forward and backward here are then refused.
+  enum class Logits { Keep, Overwrite, Fused };
 
-  explicit SoftmaxCrossEntropy(float label_smoothing = 0.0f, Logits logits = Logits::Keep);
-  // The loss of a training step of `model`, whose logits nobody reads after the loss: Overwrite
-  // where the model allows it (Model::logits_overwritable), Keep otherwise.
+  explicit SoftmaxCrossEntropy(float label_smoothing = 0.0f, Logits logits = Logits::Keep,
+                               std::int64_t chunk_rows = kLossChunkRows);
+  // The loss of a training step of `model`, whose logits nobody reads after the loss: Fused
+  // where its last layer fuses the loss (Model::fuses_loss), else Overwrite where the model
+  // allows it (Model::logits_overwritable), Keep otherwise.
   static SoftmaxCrossEntropy for_training(const Model& model, float label_smoothing = 0.0f);
 
   Tensor forward(ops::Context& ctx, const Tensor& logits, const Tensor& labels);
   Tensor backward(ops::Context& ctx, float scale);
   Logits logits_mode() const { return logits_; }
+  float label_smoothing() const { return label_smoothing_; }
+  std::int64_t chunk_rows() const { return chunk_rows_; }  // Fused; 0: all rows at once
   // Softmax of the last forward's logits ([N, C]); under Overwrite, until backward.
   const Tensor& probabilities() const { return probs_; }
 
  private:
   float label_smoothing_;
   Logits logits_;
+  std::int64_t chunk_rows_;
   Tensor labels_;
   Tensor probs_, loss_, dlogits_;
   bool have_forward_ = false;
