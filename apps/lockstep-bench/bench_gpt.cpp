@@ -260,7 +260,7 @@ LOCKSTEP_BENCH(
     "GPT forward+backward tokens/s (--model=gpt-mini --batch=8 --seq=256 --vocab=256 "
     "--threads=2 [--device=cuda:0 --attention=naive --optimizer=adamw "
     "--precision=fp32|tf32|bf16 --recompute=none|gelu|block --loss=fused|logits "
-    "--loss-chunk=256])",
+    "--loss-chunk=512])",
     "attention batch device loss loss-chunk model optimizer precision recompute reps seq "
     "steps threads vocab",
     run);

@@ -157,13 +157,24 @@ Tensor TiedLmHead::backward(ops::Context& ctx, const Tensor& dy) {
   return dx.view(x.shape());
 }
 
+// Under the bf16 policy two GEMMs read each chunk of h (logits, the table's gradient) and two each
+// chunk of dlogits (the table's gradient, dh): as Linear does, each is rounded to bf16 once into a
+// buffer of its own, which the GEMMs use as it is (the bits of rounding per GEMM).
 Tensor TiedLmHead::forward_loss(ops::Context& ctx, const Tensor& x, const Tensor& labels,
                                 const FusedLoss& loss) {
   const std::int64_t rows = output_shape(x.shape())[0], c = x.dim(2);
   const std::int64_t padded = wte_.value.dim(0);
   const std::int64_t chunk = loss.chunk_rows > 0 ? std::min(loss.chunk_rows, rows) : rows;
-  const Tensor h = x.view({rows, c});
+  const bool bf16 = ctx.precision() == ops::Precision::BF16;
+  Tensor h = x.view({rows, c});
+  if (bf16 && h.dtype() == DType::F32) {
+    Tensor& h16 = detail::reuse_buffer(h16_, h.shape(), x.device(), DType::BF16);
+    ops::cast(ctx, h, h16);
+    h = h16;
+  }
   Tensor& logits = detail::reuse_buffer(chunk_, {chunk, padded}, x.device());
+  Tensor d16 =
+      bf16 ? detail::reuse_buffer(d16_, {chunk, padded}, x.device(), DType::BF16) : Tensor();
   Tensor& row_loss = detail::reuse_buffer(row_loss_, {rows}, x.device(), DType::F64);
   Tensor& dx = detail::reuse_buffer(dx_, {rows, c}, x.device());
   for (std::int64_t first = 0; first < rows; first += chunk) {
@@ -173,11 +184,16 @@ Tensor TiedLmHead::forward_loss(ops::Context& ctx, const Tensor& x, const Tensor
     ops::gemm(ctx, false, true, 1.0f, hr, wte_.value, 0.0f, lr);
     ops::softmax_xent_chunk(ctx, lr, labels, first, vocab_, loss.grad_scale, row_loss,
                             loss.label_smoothing);
+    Tensor dr = lr;  // dlogits of the chunk, as the two GEMMs below read them
+    if (bf16) {
+      dr = n == chunk ? d16 : d16.sub(0, {n, padded});
+      ops::cast(ctx, lr, dr);
+    }
     // As backward: the table's gradient first, then dh over the vocabulary's columns.
-    ops::gemm(ctx, true, false, 1.0f, lr, hr, 1.0f, wte_.grad);
+    ops::gemm(ctx, true, false, 1.0f, dr, hr, 1.0f, wte_.grad);
     if (input_grad_) {
-      Tensor dr = dx.sub(first * c, {n, c});
-      ops::gemm_leading(ctx, vocab_, 1.0f, lr, wte_.value, 0.0f, dr);
+      Tensor dxr = dx.sub(first * c, {n, c});
+      ops::gemm_leading(ctx, vocab_, 1.0f, dr, wte_.value, 0.0f, dxr);
     }
   }
   Tensor& mean = detail::reuse_buffer(loss_, {1}, x.device());
@@ -196,7 +212,7 @@ Tensor TiedLmHead::backward_loss(ops::Context& ctx) {
 }
 
 void TiedLmHead::release_buffers() {
-  x_ = y_ = dx_ = chunk_ = row_loss_ = loss_ = Tensor();
+  x_ = y_ = dx_ = chunk_ = row_loss_ = loss_ = h16_ = d16_ = Tensor();
   loss_input_.clear();
 }
 

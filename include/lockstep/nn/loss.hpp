@@ -14,12 +14,14 @@ namespace lockstep::nn {
 
 class Model;
 
-// Rows of logits the fused loss makes at a time (Logits::Fused): the chunk buffer is
-// [kLossChunkRows, padded vocabulary] f32, 51 MB for GPT-2's 50304 columns where the whole
-// logits of 8 x 1024 tokens are 1.6 GB. Measured in docs/GPT.md ("The chunked classifier and
-// loss"): on the CPU the head's GEMMs slow down below about 256 rows (each chunk's GEMM packs
-// the whole table again), and larger chunks save nothing more.
-inline constexpr std::int64_t kLossChunkRows = 256;
+// Rows of logits the fused loss makes at a time (Logits::Fused). Each chunk costs a fixed pass
+// over the whole table besides its rows' work (the logits GEMM and dh read wte, the table's
+// gradient is read and written: 4 x Vp x C x 4 bytes, 616 MB for GPT-2), so fewer, larger chunks
+// are faster and smaller ones hold less: measured on the CPU for gpt2-124m's head at 1 x 1024
+// tokens, 512 rows cost 2% over one chunk, 320 rows 10%, 256 rows 22%, while gpt-mini's
+// (vocabulary 256) is the same at any size; docs/GPT.md, "The chunked classifier and loss". The
+// chunk is [512, 50304] f32 for GPT-2, 98 MiB where 8 x 1024 tokens' logits are 1.5 GiB.
+inline constexpr std::int64_t kLossChunkRows = 512;
 
 class SoftmaxCrossEntropy {
  public:

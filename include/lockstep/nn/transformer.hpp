@@ -115,6 +115,7 @@ class TiedLmHead final : public Module {
   Tensor x_;            // [N * T, C], cached for backward
   Tensor y_, dx_;
   Tensor chunk_, row_loss_, loss_;  // forward_loss: [chunk, Vp] logits, f64 [N * T], [1]
+  Tensor h16_, d16_;                // forward_loss under bf16: h and a chunk's dlogits, rounded
   Shape loss_input_;                // forward_loss's x shape, for dx; empty when none pending
 };
 
