@@ -81,13 +81,14 @@ int run(const Args& args) {
   const std::string optimizer = args.get("optimizer", "none");
   const std::string recompute = args.get("recompute", "none");
   const std::string loss_path = args.get("loss", "fused");
-  const std::int64_t loss_chunk = args.get_int("loss-chunk", nn::kLossChunkRows);
+  std::int64_t loss_chunk = args.get_int("loss-chunk", nn::kLossChunkAuto);
   LOCKSTEP_CHECK(reps >= 3 && steps >= 1 && batch >= 1 && seq >= 1 && threads >= 1,
                  "--reps must be >= 3 and --steps, --batch, --seq, --threads positive");
   LOCKSTEP_CHECK(attention == "auto" || attention == "naive", "--attention must be auto or naive");
   LOCKSTEP_CHECK(optimizer == "none" || optimizer == "adamw", "--optimizer must be none or adamw");
   LOCKSTEP_CHECK(loss_path == "fused" || loss_path == "logits", "--loss must be fused or logits");
-  LOCKSTEP_CHECK(loss_chunk >= 0, "--loss-chunk must be >= 0 (0: all rows at once)");
+  LOCKSTEP_CHECK(loss_chunk >= 0 || loss_chunk == nn::kLossChunkAuto,
+                 "--loss-chunk must be >= 0 (0: all rows at once), or -1 (the default rows)");
 
   ops::Context ctx(device, threads);
   ctx.set_precision(ops::precision_from_name(args.get("precision", "fp32")));
@@ -114,6 +115,8 @@ int run(const Args& args) {
           : nn::SoftmaxCrossEntropy(0.0f,
                                     model.logits_overwritable() ? Logits::Overwrite : Logits::Keep);
   const bool fused = loss.logits_mode() == Logits::Fused;
+  if (fused && loss_chunk == nn::kLossChunkAuto)  // what the head takes: its table's padded rows
+    loss_chunk = nn::loss_chunk_rows(model.parameters().front()->value.dim(0));
   // Inputs live on the device for the whole run: the benchmark is the model, not the loader.
   Tensor x = random_tokens({batch, seq}, vocab, 1).to(device);
   Tensor y = random_tokens({batch * seq}, vocab, 2).to(device);
@@ -260,7 +263,7 @@ LOCKSTEP_BENCH(
     "GPT forward+backward tokens/s (--model=gpt-mini --batch=8 --seq=256 --vocab=256 "
     "--threads=2 [--device=cuda:0 --attention=naive --optimizer=adamw "
     "--precision=fp32|tf32|bf16 --recompute=none|gelu|block --loss=fused|logits "
-    "--loss-chunk=512])",
+    "--loss-chunk=ROWS])",
     "attention batch device loss loss-chunk model optimizer precision recompute reps seq "
     "steps threads vocab",
     run);

@@ -1,5 +1,7 @@
 #include "lockstep/nn/loss.hpp"
 
+#include <algorithm>
+
 #include "buffers.hpp"
 #include "lockstep/nn/model.hpp"
 #include "lockstep/ops/ops.hpp"
@@ -11,8 +13,15 @@ SoftmaxCrossEntropy::SoftmaxCrossEntropy(float label_smoothing, Logits logits,
     : label_smoothing_(label_smoothing), logits_(logits), chunk_rows_(chunk_rows) {
   LOCKSTEP_CHECK(label_smoothing >= 0.0f && label_smoothing < 1.0f,
                  "softmax cross-entropy: label_smoothing must be in [0, 1), got ", label_smoothing);
-  LOCKSTEP_CHECK(chunk_rows >= 0,
-                 "softmax cross-entropy: chunk_rows must be >= 0 (0: all rows), got ", chunk_rows);
+  LOCKSTEP_CHECK(chunk_rows >= 0 || chunk_rows == kLossChunkAuto,
+                 "softmax cross-entropy: chunk_rows must be >= 0 (0: all rows) or kLossChunkAuto, "
+                 "got ",
+                 chunk_rows);
+}
+
+std::int64_t loss_chunk_rows(std::int64_t columns) {
+  const std::int64_t fit = kLossChunkBytes / (std::max<std::int64_t>(columns, 1) * 4);
+  return std::max<std::int64_t>(64, fit / 64 * 64);
 }
 
 SoftmaxCrossEntropy SoftmaxCrossEntropy::for_training(const Model& model, float label_smoothing) {

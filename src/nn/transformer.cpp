@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "buffers.hpp"
+#include "lockstep/nn/loss.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::nn {
@@ -164,7 +165,9 @@ Tensor TiedLmHead::forward_loss(ops::Context& ctx, const Tensor& x, const Tensor
                                 const FusedLoss& loss) {
   const std::int64_t rows = output_shape(x.shape())[0], c = x.dim(2);
   const std::int64_t padded = wte_.value.dim(0);
-  const std::int64_t chunk = loss.chunk_rows > 0 ? std::min(loss.chunk_rows, rows) : rows;
+  const std::int64_t want =
+      loss.chunk_rows == kLossChunkAuto ? loss_chunk_rows(padded) : loss.chunk_rows;
+  const std::int64_t chunk = want > 0 ? std::min(want, rows) : rows;
   const bool bf16 = ctx.precision() == ops::Precision::BF16;
   Tensor h = x.view({rows, c});
   if (bf16 && h.dtype() == DType::F32) {

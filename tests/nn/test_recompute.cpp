@@ -347,7 +347,11 @@ TEST(FusedLoss, AGptsTrainingLossIsFusedIntoItsHead) {
   EXPECT_TRUE(gpt.fuses_loss());
   SoftmaxCrossEntropy loss = SoftmaxCrossEntropy::for_training(gpt, 0.1f);
   EXPECT_EQ(loss.logits_mode(), Logits::Fused);
-  EXPECT_EQ(loss.chunk_rows(), kLossChunkRows);
+  EXPECT_EQ(loss.chunk_rows(), kLossChunkAuto);
+  // The default chunk: as many rows as fit 100 MiB of f32 logits, a multiple of 64.
+  EXPECT_EQ(loss_chunk_rows(50304), 512);   // GPT-2's padded vocabulary
+  EXPECT_EQ(loss_chunk_rows(256), 102400);  // gpt-mini's: its logits are one chunk
+  EXPECT_EQ(loss_chunk_rows(1 << 30), 64);
   EXPECT_EQ(loss.label_smoothing(), 0.1f);
   ops::Context ctx(Device::cpu(), 1);
   try {

@@ -14,14 +14,18 @@ namespace lockstep::nn {
 
 class Model;
 
-// Rows of logits the fused loss makes at a time (Logits::Fused). Each chunk costs a fixed pass
-// over the whole table besides its rows' work (the logits GEMM and dh read wte, the table's
+// Rows of logits the fused loss (Logits::Fused) makes at a time, unless told: as many as fit
+// kLossChunkBytes of f32 logits, in multiples of 64 rows (at least 64). Each chunk costs a fixed
+// pass over the whole table besides its rows' work (the logits GEMM and dh read wte, the table's
 // gradient is read and written: 4 x Vp x C x 4 bytes, 616 MB for GPT-2), so fewer, larger chunks
 // are faster and smaller ones hold less: measured on the CPU for gpt2-124m's head at 1 x 1024
-// tokens, 512 rows cost 2% over one chunk, 320 rows 10%, 256 rows 22%, while gpt-mini's
-// (vocabulary 256) is the same at any size; docs/GPT.md, "The chunked classifier and loss". The
-// chunk is [512, 50304] f32 for GPT-2, 98 MiB where 8 x 1024 tokens' logits are 1.5 GiB.
-inline constexpr std::int64_t kLossChunkRows = 512;
+// tokens, 512 rows cost 2% over one chunk, 320 rows 10%, 256 rows 22% (docs/GPT.md, "The chunked
+// classifier and loss"). GPT-2's 50304 columns give 512 rows (98 MiB, where 8 x 1024 tokens'
+// logits are 1.5 GiB); a small vocabulary's logits fit one chunk (gpt-mini's 2048 x 256: 2 MiB),
+// so its step runs the GEMMs of the unchunked loss.
+inline constexpr std::int64_t kLossChunkBytes = std::int64_t{100} << 20;
+inline constexpr std::int64_t kLossChunkAuto = -1;  // chunk_rows: loss_chunk_rows(columns)
+std::int64_t loss_chunk_rows(std::int64_t columns);
 
 class SoftmaxCrossEntropy {
  public:
@@ -38,7 +42,7 @@ class SoftmaxCrossEntropy {
   enum class Logits { Keep, Overwrite, Fused };
 
   explicit SoftmaxCrossEntropy(float label_smoothing = 0.0f, Logits logits = Logits::Keep,
-                               std::int64_t chunk_rows = kLossChunkRows);
+                               std::int64_t chunk_rows = kLossChunkAuto);
   // The loss of a training step of `model`, whose logits nobody reads after the loss: Fused
   // where its last layer fuses the loss (Model::fuses_loss), else Overwrite where the model
   // allows it (Model::logits_overwritable), Keep otherwise.
@@ -48,7 +52,8 @@ class SoftmaxCrossEntropy {
   Tensor backward(ops::Context& ctx, float scale);
   Logits logits_mode() const { return logits_; }
   float label_smoothing() const { return label_smoothing_; }
-  std::int64_t chunk_rows() const { return chunk_rows_; }  // Fused; 0: all rows at once
+  // Fused: rows at a time; 0: all at once; kLossChunkAuto: loss_chunk_rows of the vocabulary.
+  std::int64_t chunk_rows() const { return chunk_rows_; }
   // Softmax of the last forward's logits ([N, C]); under Overwrite, until backward.
   const Tensor& probabilities() const { return probs_; }
 

@@ -60,7 +60,7 @@ using GradReadyFn = std::function<void(Parameter&)>;
 struct FusedLoss {
   float grad_scale = 1.0f;  // dL/dy = (softmax - target) * grad_scale, as SoftmaxCrossEntropy's
   float label_smoothing = 0.0f;
-  std::int64_t chunk_rows = 0;  // 0: all rows at once
+  std::int64_t chunk_rows = 0;  // 0: all rows at once; -1: nn::loss_chunk_rows of the width
 };
 
 class Module {

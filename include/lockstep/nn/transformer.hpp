@@ -75,7 +75,8 @@ std::int64_t set_recompute(Model& model, Recompute mode);
 // the vocabulary's V rows of a padded table only: logits are [N * T, V] whatever the padding.
 //
 // The fused training step (forward_loss; nn::SoftmaxCrossEntropy's Logits::Fused), after
-// Liger-Kernel's FusedLinearCrossEntropy: the rows of h are taken loss.chunk_rows at a time, and
+// Liger-Kernel's FusedLinearCrossEntropy: the rows of h are taken loss.chunk_rows at a time (by
+// default nn::loss_chunk_rows(Vp): 512 for GPT-2), and
 // for each chunk r, in one [rows, Vp] buffer (Vp: the padded table's rows)
 //   logits_r  = h_r wte^T                                      gemm
 //   dlogits_r = (softmax_V(logits_r) - target) * grad_scale    softmax_xent_chunk, in place;
