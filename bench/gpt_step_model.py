@@ -3,9 +3,10 @@
 (train.precision = bf16: bf16 GEMM inputs through cuBLASLt with the bias, c_fc's GELU, the bias
 gradients and the GELU's backward in the GEMMs' epilogues and the first residual sum in ln_2's
 pass, f32 activations between layers, cuDNN's fused bf16 attention, which train.attention = auto
-picks there, or with --attention=reference lockstep's own fp32 attention kernels; the f32
-[B*T, V] logits the loss works in): each kernel's FLOPs and bytes, and the time it needs at the
-ceilings below. A prediction by counting, to hold against the first measured run
+picks there, or with --attention=reference lockstep's own fp32 attention kernels; the LM head and
+loss fused chunk by chunk over the vocabulary padded to 50304, or with --head=logits the f32
+[B*T, V] logits the loss worked in before): each kernel's FLOPs and bytes, and the time it needs
+at the ceilings below. A prediction by counting, to hold against the first measured run
 (bench/gpu-check.sh, lockstep-bench gpt --device=cuda:0): not a measurement. --unfused counts the
 path before the fused layer ops (separate bias, GELU, sum_rows and residual-add kernels).
 
@@ -26,8 +27,13 @@ with an epilogue is counted as the GEMM plus the epilogue's extra traffic (c_fc'
 written as the aux matrix, read back by c_proj's input-gradient GEMM), at the same ceilings.
 Weights are cast to bf16 once per step (the Context's reuse window), not once per GEMM.
 
+The fused head (nn::TiedLmHead::forward_loss) takes --chunk rows at a time (nn::loss_chunk_rows:
+512 for GPT-2): per chunk the logits GEMM and dh read the bf16 table and the table's gradient is read and
+written in f32, so each chunk moves about 0.46 GB besides its rows' own traffic; fewer, larger
+chunks are faster, smaller ones hold less.
+
 Usage: python3 bench/gpt_step_model.py [--batch=8] [--seq=1024] [--attention=cudnn|reference]
-[--unfused]   prints a Markdown table.
+           [--unfused] [--head=fused|logits] [--chunk=512]   prints a Markdown table.
 """
 import argparse
 
@@ -37,8 +43,11 @@ p.add_argument("--seq", type=int, default=1024)
 p.add_argument("--attention", choices=["cudnn", "reference"], default="cudnn")
 p.add_argument("--unfused", action="store_true",
                help="the path before the fused layer ops: separate bias, GELU and sum_rows kernels")
+p.add_argument("--head", choices=["fused", "logits"], default="fused")
+p.add_argument("--chunk", type=int, default=512)
 a = p.parse_args()
 B, T, C, L, V, H = a.batch, a.seq, 768, 12, 50257, 12
+VP = (V + 127) // 128 * 128  # the padded vocabulary: 50304
 N, d = B * T, C // H
 P = 124_439_808  # parameters (the tied table counted once)
 F4, B2 = 4, 2
@@ -127,13 +136,27 @@ mem("layernorm parameter partials and their sum", 2 * N * C * F4, 2 * L)
 # embedding, head, loss, optimizer
 mem("embedding forward (wte and wpe gather)", 3 * N * C * F4, 1)
 mem("final layernorm forward and backward", 6 * N * C * F4, 1)
-mem("casts for the LM head (ln_f output for forward and dW; wte once a step)",
-    2 * N * C * (F4 + B2) + V * C * (F4 + B2), 1)
-gemm("GEMM LM head forward [N,768]x[768,50257] (misaligned)", N, V, C, 1, misaligned=True)
-mem("softmax cross-entropy forward (logits -> probabilities, loss)", 2 * N * V * F4, 1)
-mem("softmax cross-entropy backward (probabilities -> dlogits)", 2 * N * V * F4, 1)
-mem("cast of dlogits to bf16", N * V * (F4 + B2), 1)
-gemm("GEMM LM head backward dX and dW (misaligned)", N, V, C, 2, misaligned=True)
+if a.head == "logits":
+    mem("casts for the LM head (ln_f output for forward and dW; wte once a step)",
+        2 * N * C * (F4 + B2) + V * C * (F4 + B2), 1)
+    gemm("GEMM LM head forward [N,768]x[768,50257] (misaligned)", N, V, C, 1, misaligned=True)
+    mem("softmax cross-entropy forward (logits -> probabilities, loss)", 2 * N * V * F4, 1)
+    mem("softmax cross-entropy backward (probabilities -> dlogits)", 2 * N * V * F4, 1)
+    mem("cast of dlogits to bf16", N * V * (F4 + B2), 1)
+    gemm("GEMM LM head backward dX and dW (misaligned)", N, V, C, 2, misaligned=True)
+else:
+    R = min(a.chunk or N, N)
+    chunks = -(-N // R)
+    mem("casts for the LM head (ln_f output once; wte once, the step's reused copy)",
+        N * C * (F4 + B2) + VP * C * (F4 + B2), 1)
+    gemm(f"GEMM LM head forward, a chunk [{R},768]x[768,{VP}]", R, VP, C, chunks)
+    mem("fused softmax cross-entropy of a chunk (logits -> dlogits in place, row losses)",
+        2 * R * VP * F4 + R * 8, chunks)
+    mem("cast of a chunk's dlogits to bf16 (once, for both GEMMs)", R * VP * (F4 + B2), chunks)
+    rows.append((f"GEMM table gradient += dlogits^T h, a chunk (f32 gradient read and written)",
+                 chunks, 2 * VP * C * R, (VP * R + R * C) * B2 + 2 * VP * C * F4, "gemm"))
+    gemm(f"GEMM dh = dlogits[:, :V] wte[:V], a chunk (gemm_leading)", R, C, V, chunks)
+    mem("mean of the row losses", N * 8, 1)
 mem("embedding backward (token scatter, position gradients)", 3 * N * C * F4, 1)
 mem("zero_grad (one fill of the flat gradients)", P * F4, 1)
 mem("gradient sum of squares (the deferred check)", P * F4, 1)
@@ -159,5 +182,7 @@ for name, count, flops, nbytes, kind in rows:
     print(f"| {name} | {count} | {flops * count / 1e9:.0f} | {nbytes * count / 1e9:.2f} | "
           f"{t * count * 1e3:.2f} |")
 print(f"| **step** | | **{total_f / 1e9:.0f}** | **{total_b / 1e9:.1f}** | **{total_t * 1e3:.1f}** |")
-print(f"\nB = {B}, T = {T}: {N / total_t:,.0f} tokens/s, MFU {total_f / (total_t * PEAK):.1%} of "
+# MFU counts the model's FLOPs: the padded vocabulary's extra columns are work, not model.
+model_f = total_f - (6 * N * (VP - V) * C if a.head == "fused" else 0)
+print(f"\nB = {B}, T = {T}: {N / total_t:,.0f} tokens/s, MFU {model_f / (total_t * PEAK):.1%} of "
       f"the measured {PEAK / 1e12:.0f} TFLOP/s bf16 peak")

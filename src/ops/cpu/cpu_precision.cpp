@@ -112,29 +112,32 @@ bool native_bf16() {
 
 }  // namespace
 
-// One cached matmul: C[m, n] (f32) = alpha * op(A)[m, k] op(B)[k, n] (bf16) + beta * C.
+// One cached matmul: C[m, n] (f32) = alpha * op(A)[m, k] op(B)[k, n] (bf16) + beta * C, with
+// rows of lda and ldb elements (k and n, or m and k transposed, unless a longer row is read only
+// up to k: ops::gemm_leading).
 struct Bf16Gemm {
   struct Prim {
     dnnl::matmul prim;
     dnnl::memory a, b, c, scratchpad;
   };
-  using Key = std::array<std::int64_t, 7>;
+  using Key = std::array<std::int64_t, 9>;
 
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<Key, Prim> cache;
 
-  Prim& get(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-            float beta) {
-    const Key key{
-        m, n, k, ta, tb, std::bit_cast<std::int32_t>(alpha), std::bit_cast<std::int32_t>(beta)};
+  Prim& get(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda,
+            std::int64_t ldb, float alpha, float beta) {
+    const std::int64_t alpha_bits = std::bit_cast<std::int32_t>(alpha);
+    const std::int64_t beta_bits = std::bit_cast<std::int32_t>(beta);
+    const Key key{m, n, k, ta, tb, lda, ldb, alpha_bits, beta_bits};
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     using dnnl::memory;
     using Dt = memory::data_type;
     // Row-major operands; a transposed one is the same buffer read with swapped strides.
-    memory::desc a({m, k}, Dt::bf16, ta ? memory::dims{1, m} : memory::dims{k, 1});
-    memory::desc b({k, n}, Dt::bf16, tb ? memory::dims{1, k} : memory::dims{n, 1});
+    memory::desc a({m, k}, Dt::bf16, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+    memory::desc b({k, n}, Dt::bf16, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
     memory::desc c({m, n}, Dt::f32, memory::dims{n, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -188,14 +191,14 @@ std::string CpuBackend::precision_info(Precision p) {
   return "?";
 }
 
-void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, float alpha, const Tensor& a,
+void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, std::int64_t k, float alpha, const Tensor& a,
                            const Tensor& b, float beta, Tensor& c) {
   if (!bf16_) bf16_.reset(new Bf16Gemm);
   auto convert = [&](const Tensor& src, Tensor& dst) { cast(src, dst); };
   Tensor a16 = casts_.get(ctx_, a, 0, convert);
   Tensor b16 = casts_.get(ctx_, b, 1, convert);
-  const std::int64_t k = trans_a ? a.dim(0) : a.dim(1);
-  Bf16Gemm::Prim& p = bf16_->get(trans_a, trans_b, c.dim(0), c.dim(1), k, alpha, beta);
+  Bf16Gemm::Prim& p =
+      bf16_->get(trans_a, trans_b, c.dim(0), c.dim(1), k, a.dim(1), b.dim(1), alpha, beta);
   p.a.set_data_handle(a16.raw_data());
   p.b.set_data_handle(b16.raw_data());
   p.c.set_data_handle(c.raw_data());
