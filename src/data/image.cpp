@@ -1,7 +1,6 @@
 #include "lockstep/data/image.hpp"
 
 #include <png.h>
-#include <turbojpeg.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +10,9 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <utility>
+
+#include <jpeglib.h>  // after <cstdio>: it needs FILE and size_t declared
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/file.hpp"
@@ -135,52 +137,248 @@ void apply_orientation(Image& img, int o) {
   img = std::move(out);
 }
 
-// denominator 0: the one jpeg_scale_denominator allows for min_side.
-Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& where,
-                  std::int64_t min_side, int denominator) {
-  std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
-  LOCKSTEP_CHECK(tj, where, ": cannot start the JPEG decoder: ", tjGetErrorStr2(nullptr));
-  int w = 0, h = 0, subsamp = 0, colorspace = 0;
-  LOCKSTEP_CHECK_HINT(tjDecompressHeader3(tj.get(), data, size, &w, &h, &subsamp, &colorspace) == 0,
-                      kBadFileHint, where, ": corrupt JPEG header: ", tjGetErrorStr2(tj.get()));
-  // A few bytes of header can claim 65535 x 65535 pixels (12 GiB): refuse what no photo needs.
-  LOCKSTEP_CHECK_HINT(std::int64_t(w) * h <= kMaxPixels, kBadFileHint, where, ": claims ", w, "x",
-                      h, " pixels, more than ", kMaxPixels, " (corrupt, or not a photo)");
-  if (denominator == 0) denominator = jpeg_scale_denominator(w, h, min_side);
+// ---- JPEG through libjpeg's own API (libjpeg-turbo's): unlike TurboJPEG 2.1 it can decode a
+// region, jpeg_crop_scanline for the columns and jpeg_skip_scanlines for the rows above. Every
+// decode uses the settings tjDecompress2 used (RGB or CMYK out, the accurate integer IDCT, fancy
+// upsampling), so the pixels are the ones the TurboJPEG decode gave.
+
+// libjpeg reports an error, or a warning (which fails a decode here too: a truncated file's
+// "Premature end of JPEG file", corrupt data that libjpeg papers over with grey: a half-grey
+// sample is a silently wrong sample), by calling these, which keep libjpeg's words and longjmp
+// back to JpegDecoder::guarded.
+struct JpegErrors {
+  jpeg_error_mgr mgr;  // first: libjpeg hands back a pointer to it
+  std::jmp_buf jump;
+  bool warning;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void jpeg_on_error(j_common_ptr cinfo) {
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  errors->warning = false;
+  cinfo->err->format_message(cinfo, errors->message);
+  std::longjmp(errors->jump, 1);
+}
+
+void jpeg_on_message(j_common_ptr cinfo, int level) {
+  if (level >= 0) return;  // trace messages
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  errors->warning = true;
+  cinfo->err->format_message(cinfo, errors->message);
+  std::longjmp(errors->jump, 1);
+}
+
+// One per thread, reused image after image (a decompressor is a few allocations and tables).
+class JpegDecoder {
+ public:
+  JpegDecoder() {
+    cinfo_.err = jpeg_std_error(&errors_.mgr);
+    errors_.mgr.error_exit = jpeg_on_error;
+    errors_.mgr.emit_message = jpeg_on_message;
+    if (setjmp(errors_.jump) != 0)
+      LOCKSTEP_FAIL("cannot start the JPEG decoder: ", errors_.message);
+    jpeg_create_decompress(&cinfo_);
+  }
+  ~JpegDecoder() { jpeg_destroy_decompress(&cinfo_); }
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  static JpegDecoder& for_this_thread() {
+    thread_local JpegDecoder decoder;
+    return decoder;
+  }
+
+  jpeg_decompress_struct* cinfo() { return &cinfo_; }
+  const JpegErrors& errors() const { return errors_; }
+
+  // Runs fn, which calls libjpeg, with its error exits aimed here: false (and the decompressor
+  // reset for the next image) when libjpeg reported an error or a warning. The longjmp skips
+  // fn's frame and libjpeg's, so fn must hold nothing with a destructor (only pointers and
+  // numbers): the buffers it fills are made before.
+  template <class Fn>
+  bool guarded(Fn&& fn) {
+    if (setjmp(errors_.jump) != 0) {
+      jpeg_abort_decompress(&cinfo_);
+      return false;
+    }
+    fn();
+    return true;
+  }
+
+  // Reads the header of `data`: the image's size and colour space, ready for a decode; throws
+  // as decode_image for what is not a JPEG it can decode. A decode that throws after this leaves
+  // the decompressor mid-image: the next read_header resets it.
+  void read_header(const std::uint8_t* data, std::size_t size, const std::string& where) {
+    jpeg_abort_decompress(&cinfo_);  // whatever the last image left (a throw after its header)
+    const bool ok = guarded([&] {
+      jpeg_mem_src(&cinfo_, data, static_cast<unsigned long>(size));
+      jpeg_read_header(&cinfo_, TRUE);
+    });
+    LOCKSTEP_CHECK_HINT(ok, kBadFileHint, where, ": corrupt JPEG header: ", errors_.message);
+    const std::int64_t w = cinfo_.image_width, h = cinfo_.image_height;
+    const J_COLOR_SPACE cs = cinfo_.jpeg_color_space;
+    const bool known =
+        cs == JCS_GRAYSCALE || cs == JCS_RGB || cs == JCS_YCbCr || cs == JCS_CMYK || cs == JCS_YCCK;
+    LOCKSTEP_CHECK_HINT(known, kBadFileHint, where,
+                        ": corrupt JPEG header: an unknown colour space of ", cinfo_.num_components,
+                        " components");
+    LOCKSTEP_CHECK_HINT(w >= 1 && h >= 1, kBadFileHint, where,
+                        ": corrupt JPEG header: an image of ", w, "x", h, " pixels");
+    // A few bytes of header can claim 65535 x 65535 pixels (12 GiB): refuse what no photo needs.
+    LOCKSTEP_CHECK_HINT(w * h <= kMaxPixels, kBadFileHint, where, ": claims ", w, "x", h,
+                        " pixels, more than ", kMaxPixels, " (corrupt, or not a photo)");
+  }
+
+  bool cmyk() const {
+    return cinfo_.jpeg_color_space == JCS_CMYK || cinfo_.jpeg_color_space == JCS_YCCK;
+  }
+
+ private:
+  jpeg_decompress_struct cinfo_{};
+  JpegErrors errors_{};
+};
+
+// The stored pixels that upright pixels `r` of an image shown with EXIF orientation `o` come
+// from, in an image stored w x h (apply_orientation's mapping, taken at two corners).
+PixelRect stored_rect(const PixelRect& r, int o, std::int64_t w, std::int64_t h) {
+  auto stored = [&](std::int64_t x, std::int64_t y) {
+    switch (o) {
+      case 2:
+        return std::pair{w - 1 - x, y};
+      case 3:
+        return std::pair{w - 1 - x, h - 1 - y};
+      case 4:
+        return std::pair{x, h - 1 - y};
+      case 5:
+        return std::pair{y, x};
+      case 6:
+        return std::pair{y, h - 1 - x};
+      case 7:
+        return std::pair{w - 1 - y, h - 1 - x};
+      case 8:
+        return std::pair{w - 1 - y, x};
+      default:
+        return std::pair{x, y};
+    }
+  };
+  const auto [ax, ay] = stored(r.left, r.top);
+  const auto [bx, by] = stored(r.left + r.width - 1, r.top + r.height - 1);
+  return {std::min(ay, by), std::min(ax, bx), std::abs(by - ay) + 1, std::abs(bx - ax) + 1};
+}
+
+// Decodes the upright pixels `wanted` (nullptr: all) of a JPEG at 1/denominator (0: the scale
+// jpeg_scale_denominator allows for min_side) into out. A decode of the whole image reads it to
+// its end and checks it all; a region's stops after the region's last row.
+void decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& where,
+                 std::int64_t min_side, int denominator, const PixelRect* wanted,
+                 ImageRegion& out) {
+  JpegDecoder& dec = JpegDecoder::for_this_thread();
+  jpeg_decompress_struct* cinfo = dec.cinfo();
+  dec.read_header(data, size, where);
+  const std::int64_t full_w = cinfo->image_width, full_h = cinfo->image_height;
+  if (denominator == 0) denominator = jpeg_scale_denominator(full_w, full_h, min_side);
   LOCKSTEP_CHECK(denominator == 1 || denominator == 2 || denominator == 4 || denominator == 8,
                  where, ": JPEG scale 1/", denominator, " is not one of 1, 1/2, 1/4, 1/8");
-  const tjscalingfactor factor{1, denominator};
-  const int sw = TJSCALED(w, factor), sh = TJSCALED(h, factor);
-  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  const bool cmyk = dec.cmyk();
+  cinfo->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGB;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned>(denominator);
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->do_fancy_upsampling = TRUE;
+  // Sides scaled as libjpeg scales them (rounded up: TurboJPEG's TJSCALED).
+  const std::int64_t sw = (full_w + denominator - 1) / denominator;
+  const std::int64_t sh = (full_h + denominator - 1) / denominator;
+  const int orientation = exif_orientation(data, size);
+  const bool swap = orientation >= 5;
+  const std::int64_t uw = swap ? sh : sw, uh = swap ? sw : sh;  // upright
+  const PixelRect all{0, 0, uh, uw};
+  const PixelRect up = wanted ? *wanted : all;
+  const bool in_image = up.top >= 0 && up.left >= 0 && up.height >= 1 && up.width >= 1 &&
+                        up.top + up.height <= uh && up.left + up.width <= uw;
+  LOCKSTEP_CHECK(in_image, where, ": region ", up.height, "x", up.width, " at (", up.top, ", ",
+                 up.left, ") is outside the ", uh, "x", uw, " image decoded at 1/", denominator);
+  const PixelRect want = stored_rect(up, orientation, sw, sh);
+  const bool whole = want.width == sw && want.height == sh;
+  // Fancy (smooth) chroma upsampling reads the chroma sample beside the pixel's: at the edge of a
+  // cropped decode libjpeg repeats the edge sample instead, so the columns next to the crop's
+  // edges come out differently from the full decode's. One column of margin on either side keeps
+  // the wanted ones identical (rows need none: jpeg_skip_scanlines keeps the context rows;
+  // test_image.cpp's ARegionDecodesToTheWholeDecodesPixelsAndLittleMore checks both).
+  const std::int64_t x0 = std::max<std::int64_t>(0, want.left - 1);
+  const std::int64_t x1 = std::min(sw, want.left + want.width + 1);
   const int channels = cmyk ? 4 : 3;
-  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(sw) * sh * channels);
-  // Warnings (a truncated file's "Premature end of JPEG file", corrupt data that libjpeg
-  // papers over with grey) fail the decode too: a half-grey sample is a silently wrong sample.
-  const int rc = tjDecompress2(tj.get(), data, size, pixels.data(), sw, 0, sh,
-                               cmyk ? TJPF_CMYK : TJPF_RGB, TJFLAG_ACCURATEDCT);
-  if (rc != 0) {
-    const bool warning = tjGetErrorCode(tj.get()) == TJERR_WARNING;
+  // Pixels straight into out when they need no conversion; else through a buffer.
+  const bool direct = !cmyk && orientation == 1;
+  thread_local std::vector<std::uint8_t> converted;
+  std::vector<std::uint8_t>& buffer = direct ? out.image.rgb : converted;
+  buffer.resize(static_cast<std::size_t>((x1 - x0) + 32) * want.height * channels);
+  thread_local std::vector<JSAMPROW> rows;
+  rows.resize(static_cast<std::size_t>(want.height));
+  JDIMENSION xoffset = static_cast<JDIMENSION>(x0), width = static_cast<JDIMENSION>(x1 - x0);
+  const bool ok = dec.guarded([&] {
+    jpeg_start_decompress(cinfo);
+    // Moves xoffset left to a block boundary and widens `width` to match: at most 32 columns
+    // more (an iMCU: 8 pixels times a sampling factor of at most 4), which the buffer allows.
+    jpeg_crop_scanline(cinfo, &xoffset, &width);
+    const std::size_t pitch = static_cast<std::size_t>(width) * channels;
+    for (std::size_t y = 0; y < rows.size(); ++y)
+      rows[y] = buffer.data() + y * pitch;
+    if (want.top > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(want.top));
+    const auto end = static_cast<JDIMENSION>(want.top + want.height);
+    while (cinfo->output_scanline < end)
+      jpeg_read_scanlines(cinfo, &rows[cinfo->output_scanline - want.top],
+                          end - cinfo->output_scanline);
+    if (whole) {
+      jpeg_finish_decompress(cinfo);
+    } else {
+      jpeg_abort_decompress(cinfo);
+    }
+  });
+  if (!ok) {
     LOCKSTEP_FAIL_HINT(
         kBadFileHint, where,
-        warning ? ": truncated or corrupt JPEG data: " : ": cannot decode the JPEG: ",
-        tjGetErrorStr2(tj.get()));
+        dec.errors().warning ? ": truncated or corrupt JPEG data: " : ": cannot decode the JPEG: ",
+        dec.errors().message);
   }
-  Image img;
-  img.width = sw;
-  img.height = sh;
-  if (cmyk) {
-    // Inverted CMYK, as Photoshop stores it and libjpeg-turbo reads it: a channel times K.
-    img.rgb.resize(static_cast<std::size_t>(sw) * sh * 3);
-    for (std::size_t i = 0, n = static_cast<std::size_t>(sw) * sh; i < n; ++i) {
-      const int k = pixels[i * 4 + 3];
-      for (int c = 0; c < 3; ++c)
-        img.rgb[i * 3 + c] = static_cast<std::uint8_t>((pixels[i * 4 + c] * k + 127) / 255);
+  const auto decoded_w = static_cast<std::int64_t>(width);
+  if (direct) {
+    out.image.width = decoded_w;
+    out.image.height = want.height;
+    out.image.rgb.resize(static_cast<std::size_t>(decoded_w * want.height * 3));
+    out.top = want.top;
+    out.left = static_cast<std::int64_t>(xoffset);
+    return;
+  }
+  // The stored pixels `want` as RGB, then turned upright: exactly the region asked for.
+  Image& img = out.image;
+  img.width = want.width;
+  img.height = want.height;
+  img.rgb.resize(static_cast<std::size_t>(want.width * want.height * 3));
+  const std::int64_t skip = want.left - static_cast<std::int64_t>(xoffset);
+  for (std::int64_t y = 0; y < want.height; ++y) {
+    const std::uint8_t* src = buffer.data() + (y * decoded_w + skip) * channels;
+    std::uint8_t* dst = img.rgb.data() + y * want.width * 3;
+    if (!cmyk) {
+      std::memcpy(dst, src, static_cast<std::size_t>(want.width * 3));
+      continue;
     }
-  } else {
-    img.rgb = std::move(pixels);
+    // Inverted CMYK, as Photoshop stores it and libjpeg-turbo reads it: a channel times K.
+    for (std::int64_t x = 0; x < want.width; ++x) {
+      const int k = src[x * 4 + 3];
+      for (int c = 0; c < 3; ++c)
+        dst[x * 3 + c] = static_cast<std::uint8_t>((src[x * 4 + c] * k + 127) / 255);
+    }
   }
-  apply_orientation(img, exif_orientation(data, size));
-  return img;
+  apply_orientation(img, orientation);
+  out.top = up.top;
+  out.left = up.left;
+}
+
+Image decode_jpeg_whole(const std::uint8_t* data, std::size_t size, const std::string& where,
+                        std::int64_t min_side, int denominator) {
+  ImageRegion region;
+  decode_jpeg(data, size, where, min_side, denominator, nullptr, region);
+  return std::move(region.image);
 }
 
 // libpng reports errors by longjmp: the decode runs in a function without C++ objects that
@@ -401,15 +599,32 @@ void require_image(const std::uint8_t* data, std::size_t size, const std::string
 Image decode_image(const std::uint8_t* data, std::size_t size, const std::string& where,
                    std::int64_t min_side) {
   require_image(data, size, where);
-  if (is_jpeg(data, size)) return decode_jpeg(data, size, where, min_side, 0);
+  if (is_jpeg(data, size)) return decode_jpeg_whole(data, size, where, min_side, 0);
   return decode_png(data, size, where);
 }
 
 Image decode_image_scaled(const std::uint8_t* data, std::size_t size, const std::string& where,
                           int denominator) {
   require_image(data, size, where);
-  if (is_jpeg(data, size)) return decode_jpeg(data, size, where, 0, denominator);
+  if (is_jpeg(data, size)) return decode_jpeg_whole(data, size, where, 0, denominator);
   return decode_png(data, size, where);
+}
+
+void decode_image_region(const std::uint8_t* data, std::size_t size, const std::string& where,
+                         int denominator, const PixelRect& wanted, ImageRegion& out) {
+  require_image(data, size, where);
+  if (is_jpeg(data, size)) {
+    decode_jpeg(data, size, where, 0, denominator, &wanted, out);
+    return;
+  }
+  out.image = decode_png(data, size, where);
+  out.top = out.left = 0;
+  LOCKSTEP_CHECK(wanted.top >= 0 && wanted.left >= 0 && wanted.height >= 1 && wanted.width >= 1 &&
+                     wanted.top + wanted.height <= out.image.height &&
+                     wanted.left + wanted.width <= out.image.width,
+                 where, ": region ", wanted.height, "x", wanted.width, " at (", wanted.top, ", ",
+                 wanted.left, ") is outside the ", out.image.height, "x", out.image.width,
+                 " image");
 }
 
 EncodedImageInfo encoded_image_info(const std::uint8_t* data, std::size_t size,
@@ -417,12 +632,10 @@ EncodedImageInfo encoded_image_info(const std::uint8_t* data, std::size_t size,
   require_image(data, size, where);
   EncodedImageInfo info;
   if (is_jpeg(data, size)) {
-    std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
-    LOCKSTEP_CHECK(tj, where, ": cannot start the JPEG decoder: ", tjGetErrorStr2(nullptr));
-    int w = 0, h = 0, subsamp = 0, colorspace = 0;
-    LOCKSTEP_CHECK_HINT(
-        tjDecompressHeader3(tj.get(), data, size, &w, &h, &subsamp, &colorspace) == 0, kBadFileHint,
-        where, ": corrupt JPEG header: ", tjGetErrorStr2(tj.get()));
+    JpegDecoder& dec = JpegDecoder::for_this_thread();
+    dec.read_header(data, size, where);
+    const std::int64_t w = dec.cinfo()->image_width, h = dec.cinfo()->image_height;
+    jpeg_abort_decompress(dec.cinfo());
     const bool swap = exif_orientation(data, size) >= 5;  // turned a quarter: upright is h x w
     info.width = swap ? h : w;
     info.height = swap ? w : h;

@@ -3,9 +3,12 @@
 // it, an ImageFolder's labels follow its sorted class names, and CIFAR records keep their labels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/data/cifar.hpp"
@@ -181,6 +184,160 @@ TEST(Image, CenterCropKeepsTheMiddleAndPadKeepsEverything) {
   EXPECT_EQ(pad(1, 4, 4), 255);
   EXPECT_EQ(pad(2, 4, 7), 255);
   EXPECT_EQ(pad(0, 0, 1) + pad(1, 8, 4), 0);
+}
+
+// ---- JPEG decoding through libjpeg's API: the pixels TurboJPEG gave, and regions of them.
+
+// A w x h image of `channels` with smooth colour and noise, so that chroma subsampling, scaled
+// IDCTs and upsampling all leave their marks.
+std::vector<std::uint8_t> noisy(int w, int h, int channels, std::mt19937& rng) {
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h * channels);
+  const double fx = 0.05 + (rng() % 100) * 1e-3, fy = 0.04 + (rng() % 100) * 1e-3;
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < channels; ++c)
+        px[(static_cast<std::size_t>(y) * w + x) * channels + c] =
+            static_cast<std::uint8_t>(std::clamp(
+                128 + 90 * std::sin(fx * x * (c + 1) + fy * y) + int(rng() % 41) - 20, 0.0, 255.0));
+  return px;
+}
+
+struct JpegKind {
+  const char* name;
+  int format, subsamp, flags;
+};
+// Every layout libjpeg decodes differently: each chroma subsampling (4:2:2 and 4:2:0 upsample
+// with the neighbouring samples), progressive, grayscale, CMYK (stored as YCCK).
+const JpegKind kJpegKinds[] = {
+    {"4:4:4", TJPF_RGB, TJSAMP_444, 0},
+    {"4:2:2", TJPF_RGB, TJSAMP_422, 0},
+    {"4:2:0", TJPF_RGB, TJSAMP_420, 0},
+    {"4:4:0", TJPF_RGB, TJSAMP_440, 0},
+    {"4:1:1", TJPF_RGB, TJSAMP_411, 0},
+    {"progressive 4:2:0", TJPF_RGB, TJSAMP_420, TJFLAG_PROGRESSIVE},
+    {"grayscale", TJPF_GRAY, TJSAMP_GRAY, 0},
+    {"CMYK 4:2:0", TJPF_CMYK, TJSAMP_420, 0},
+};
+
+std::vector<std::uint8_t> encode_kind(const JpegKind& k, int w, int h, std::mt19937& rng) {
+  const int channels = k.format == TJPF_GRAY ? 1 : k.format == TJPF_CMYK ? 4 : 3;
+  return encode_jpeg(w, h, noisy(w, h, channels, rng), k.format, 90, k.subsamp, k.flags);
+}
+
+// The decode lockstep made before it used libjpeg's API: tjDecompress2 at 1/denominator with the
+// accurate IDCT, inverted CMYK times K. (No EXIF: the tests' orientation is checked apart.)
+Image turbojpeg_decode(const std::vector<std::uint8_t>& jpeg, int denominator) {
+  tjhandle tj = tjInitDecompress();
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  EXPECT_EQ(tjDecompressHeader3(tj, jpeg.data(), jpeg.size(), &w, &h, &subsamp, &colorspace), 0);
+  const tjscalingfactor f{1, denominator};
+  const int sw = TJSCALED(w, f), sh = TJSCALED(h, f);
+  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(sw) * sh * (cmyk ? 4 : 3));
+  EXPECT_EQ(tjDecompress2(tj, jpeg.data(), jpeg.size(), px.data(), sw, 0, sh,
+                          cmyk ? TJPF_CMYK : TJPF_RGB, TJFLAG_ACCURATEDCT),
+            0)
+      << tjGetErrorStr2(tj);
+  tjDestroy(tj);
+  Image img{sw, sh, {}};
+  if (!cmyk) {
+    img.rgb = std::move(px);
+    return img;
+  }
+  for (std::size_t i = 0; i < px.size(); i += 4)
+    for (int c = 0; c < 3; ++c)
+      img.rgb.push_back(static_cast<std::uint8_t>((px[i + c] * px[i + 3] + 127) / 255));
+  return img;
+}
+
+TEST(Image, JpegsDecodeToTheirTurboJpegPixelsAtEveryScale) {
+  std::mt19937 rng(3);
+  for (const JpegKind& kind : kJpegKinds) {
+    for (int i = 0; i < 3; ++i) {
+      const int w = 9 + int(rng() % 120), h = 9 + int(rng() % 120);
+      const auto jpeg = encode_kind(kind, w, h, rng);
+      for (int d : {1, 2, 4, 8}) {
+        const Image got = decode_image_scaled(jpeg.data(), jpeg.size(), "photo", d);
+        const Image want = turbojpeg_decode(jpeg, d);
+        ASSERT_EQ(got.width, want.width);
+        ASSERT_EQ(got.height, want.height);
+        EXPECT_TRUE(got.rgb == want.rgb) << kind.name << ", " << w << "x" << h << " at 1/" << d;
+      }
+    }
+  }
+}
+
+// The pixels [r.top, ...) x [r.left, ...) of img.
+std::vector<std::uint8_t> cut(const Image& img, const PixelRect& r) {
+  std::vector<std::uint8_t> out;
+  for (std::int64_t y = r.top; y < r.top + r.height; ++y) {
+    const auto* row = &img.rgb[static_cast<std::size_t>((y * img.width + r.left) * 3)];
+    out.insert(out.end(), row, row + r.width * 3);
+  }
+  return out;
+}
+
+TEST(Image, ARegionDecodesToTheWholeDecodesPixelsAndLittleMore) {
+  std::mt19937 rng(5);
+  int regions = 0;
+  for (const JpegKind& kind : kJpegKinds) {
+    for (int i = 0; i < 4; ++i) {
+      const int w = 17 + int(rng() % 150), h = 17 + int(rng() % 150);
+      auto jpeg = encode_kind(kind, w, h, rng);
+      // Every EXIF orientation for one layout; upright and a quarter turn for the others.
+      const int orientation = kind.subsamp == TJSAMP_420 && kind.flags == 0
+                                  ? 1 + i * 2 + int(rng() % 2)
+                              : i % 2 == 0 ? 1
+                                           : 6;
+      if (orientation != 1) jpeg = test::with_exif_orientation(jpeg, orientation);
+      for (int d : {1, 2, 4, 8}) {
+        const Image whole = decode_image_scaled(jpeg.data(), jpeg.size(), "photo", d);
+        for (int k = 0; k < 12; ++k, ++regions) {
+          PixelRect r;
+          r.left = rng() % whole.width;
+          r.top = rng() % whole.height;
+          r.width = 1 + rng() % (whole.width - r.left);
+          r.height = 1 + rng() % (whole.height - r.top);
+          ImageRegion got;
+          decode_image_region(jpeg.data(), jpeg.size(), "photo", d, r, got);
+          const PixelRect inside{r.top - got.top, r.left - got.left, r.height, r.width};
+          ASSERT_TRUE(inside.top >= 0 && inside.left >= 0 &&
+                      inside.top + r.height <= got.image.height &&
+                      inside.left + r.width <= got.image.width)
+              << kind.name;
+          EXPECT_TRUE(cut(got.image, inside) == cut(whole, r))
+              << kind.name << ", orientation " << orientation << ", 1/" << d << ": " << r.height
+              << "x" << r.width << " at (" << r.top << ", " << r.left << ") of " << whole.height
+              << "x" << whole.width;
+          // Only the rows asked for, and the columns with at most a block (iMCU, up to 32
+          // columns) on the left and a pixel of margin on either side.
+          EXPECT_EQ(got.image.height, r.height) << kind.name;
+          EXPECT_LE(got.image.width, r.width + 31 + 2) << kind.name;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(regions, 8 * 4 * 4 * 12);
+}
+
+TEST(Image, ARegionAboveTheDamageOfATruncatedJpegDecodesAndOneBelowItFails) {
+  std::mt19937 rng(9);
+  const auto jpeg = encode_jpeg(64, 64, noisy(64, 64, 3, rng), TJPF_RGB, 90);
+  const std::vector<std::uint8_t> cut_jpeg(jpeg.begin(), jpeg.begin() + jpeg.size() * 3 / 4);
+  ImageRegion region;
+  decode_image_region(cut_jpeg.data(), cut_jpeg.size(), "cut.jpg", 1, {0, 0, 16, 64}, region);
+  EXPECT_TRUE(cut(region.image, {0, 0, 16, 64}) ==
+              cut(decode_image_scaled(jpeg.data(), jpeg.size(), "whole.jpg", 1), {0, 0, 16, 64}));
+  EXPECT_NE(error_of([&] {
+              decode_image_region(cut_jpeg.data(), cut_jpeg.size(), "cut.jpg", 1, {48, 0, 16, 64},
+                                  region);
+            }).find("cut.jpg: truncated or corrupt JPEG data: Premature end of JPEG file"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        decode_image_region(cut_jpeg.data(), cut_jpeg.size(), "cut.jpg", 1, {0, 60, 16, 5}, region);
+      }).find("cut.jpg: region 16x5 at (0, 60) is outside the 64x64 image decoded at 1/1"),
+      std::string::npos);
 }
 
 TEST(ImageFolder, LabelsFollowSortedClassNamesAndFilesAreSorted) {
