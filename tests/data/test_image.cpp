@@ -340,6 +340,175 @@ TEST(Image, ARegionAboveTheDamageOfATruncatedJpegDecodesAndOneBelowItFails) {
       std::string::npos);
 }
 
+// ---- The resampler: the same bytes as the plain loops it replaced.
+
+// lockstep's resampler as it was before it was vectorised (2d0c22e), kept as the reference:
+// scalar loops, each output summing its taps in order from 0.
+namespace plain {
+
+struct AxisWeights {
+  std::vector<std::int64_t> first;
+  std::vector<std::vector<float>> weights;
+};
+
+AxisWeights axis_weights(std::int64_t in_len, double scale, double offset, std::int64_t out_len) {
+  const double support = std::max(scale, 1.0);
+  AxisWeights a;
+  for (std::int64_t o = 0; o < out_len; ++o) {
+    const double center = (static_cast<double>(o) + offset + 0.5) * scale;
+    std::int64_t lo =
+        std::max<std::int64_t>(0, static_cast<std::int64_t>(std::floor(center - support)));
+    std::int64_t hi =
+        std::min<std::int64_t>(in_len, static_cast<std::int64_t>(std::ceil(center + support)));
+    std::vector<float> w;
+    double total = 0;
+    for (std::int64_t i = lo; i < hi; ++i) {
+      const double d = std::abs((static_cast<double>(i) + 0.5 - center) / support);
+      const double v = std::max(0.0, 1.0 - d);
+      w.push_back(static_cast<float>(v));
+      total += v;
+    }
+    if (total <= 0) {
+      lo = std::clamp<std::int64_t>(static_cast<std::int64_t>(center), 0, in_len - 1);
+      w.assign(1, 1.0f);
+      total = 1;
+    }
+    for (auto& v : w)
+      v = static_cast<float>(v / total);
+    a.first.push_back(lo);
+    a.weights.push_back(std::move(w));
+  }
+  return a;
+}
+
+std::uint8_t round_to_u8(float v) {
+  if (!(v > 0.0f)) return 0;
+  if (v >= 255.0f) return 255;
+  const auto whole = static_cast<int>(v);
+  return static_cast<std::uint8_t>(whole + (v - static_cast<float>(whole) >= 0.5f ? 1 : 0));
+}
+
+// Channel c of pixel (y, x) at at(c, y, x); output (y, x) to out[(c * out_h + y0 + y) * out_w +
+// x0 + x]. The horizontal pass over every source row, then the vertical one, both in float.
+template <class At>
+void resample(At at, int channels, const AxisWeights& ax, const AxisWeights& ay, std::int64_t out_h,
+              std::int64_t out_w, std::int64_t y0, std::int64_t x0, std::uint8_t* out) {
+  std::int64_t rows_needed = 0;
+  for (std::size_t y = 0; y < ay.first.size(); ++y)
+    rows_needed =
+        std::max(rows_needed, ay.first[y] + static_cast<std::int64_t>(ay.weights[y].size()));
+  const auto nx = ax.first.size();
+  std::vector<float> rows(static_cast<std::size_t>(rows_needed) * nx);
+  for (int c = 0; c < channels; ++c) {
+    for (std::int64_t y = 0; y < rows_needed; ++y)
+      for (std::size_t x = 0; x < nx; ++x) {
+        float r = 0;
+        for (std::size_t k = 0; k < ax.weights[x].size(); ++k)
+          r += ax.weights[x][k] *
+               static_cast<float>(at(c, y, ax.first[x] + static_cast<std::int64_t>(k)));
+        rows[static_cast<std::size_t>(y) * nx + x] = r;
+      }
+    for (std::size_t y = 0; y < ay.first.size(); ++y)
+      for (std::size_t x = 0; x < nx; ++x) {
+        float a = 0;
+        for (std::size_t k = 0; k < ay.weights[y].size(); ++k)
+          a += ay.weights[y][k] *
+               rows[static_cast<std::size_t>(ay.first[y] + static_cast<std::int64_t>(k)) * nx + x];
+        out[(c * out_h + y0 + static_cast<std::int64_t>(y)) * out_w + x0 +
+            static_cast<std::int64_t>(x)] = round_to_u8(a);
+      }
+  }
+}
+
+}  // namespace plain
+
+TEST(Image, ResizesGiveTheBytesOfThePlainLoops) {
+  // Mostly shrinking, as a crop to 224 does (three taps or more: the order of two does not
+  // matter), and enough outputs (about 4 million) that a sum taken in another order shows: that
+  // changes a few bytes in a million (the float sum lands on the other side of a half).
+  std::mt19937 rng(11);
+  for (int t = 0; t < 40; ++t) {
+    const bool small = t < 4;
+    const std::int64_t W = small ? 1 + rng() % 20 : 150 + rng() % 450;
+    const std::int64_t H = small ? 1 + rng() % 20 : 150 + rng() % 450;
+    const std::int64_t out_w = small ? 1 + rng() % 30 : 64 + rng() % 161;
+    const std::int64_t out_h = small ? 1 + rng() % 30 : 64 + rng() % 161;
+    Image img{W, H, noisy(static_cast<int>(W), static_cast<int>(H), 3, rng)};
+    auto rgb = [&](int c, std::int64_t y, std::int64_t x) {
+      return img.rgb[static_cast<std::size_t>((y * W + x) * 3 + c)];
+    };
+    std::vector<std::uint8_t> got(static_cast<std::size_t>(3 * out_h * out_w)), want(got.size());
+
+    // A region with fractional edges (a crop placed on a JPEG decoded at 1/2, 1/4, 1/8).
+    const double left = (rng() % (8 * W)) / 8.0, top = (rng() % (8 * H)) / 8.0;
+    const double w = std::max(0.125, (rng() % static_cast<unsigned>(8 * (W - left) + 1)) / 8.0);
+    const double h = std::max(0.125, (rng() % static_cast<unsigned>(8 * (H - top) + 1)) / 8.0);
+    resize_region(img, top, left, h, w, out_h, out_w, got.data());
+    auto region = [](double start, double len, std::int64_t out_len) {
+      const auto first = static_cast<std::int64_t>(std::floor(start));
+      const auto end = static_cast<std::int64_t>(std::ceil(start + len));
+      const double scale = len / static_cast<double>(out_len);
+      auto a = plain::axis_weights(end - first, scale, (start - static_cast<double>(first)) / scale,
+                                   out_len);
+      for (auto& f : a.first)
+        f += first;
+      return a;
+    };
+    plain::resample(rgb, 3, region(left, w, out_w), region(top, h, out_h), out_h, out_w, 0, 0,
+                    want.data());
+    EXPECT_TRUE(got == want) << "region " << h << "x" << w << " at (" << top << ", " << left
+                             << ") of " << H << "x" << W << " to " << out_h << "x" << out_w;
+
+    // A planar sample of 1 to 6 channels (raw storage's random-resized-crop).
+    const int C = 1 + static_cast<int>(rng() % 6);
+    const auto planar = noisy(static_cast<int>(W), static_cast<int>(H), C, rng);  // as planes
+    const std::int64_t pl = rng() % W, pt = rng() % H;
+    const std::int64_t pw = 1 + rng() % (W - pl), ph = 1 + rng() % (H - pt);
+    std::vector<std::uint8_t> pgot(static_cast<std::size_t>(C * out_h * out_w)), pwant(pgot.size());
+    resize_region(planar.data(), C, H, W, pt, pl, ph, pw, out_h, out_w, pgot.data());
+    plain::resample(
+        [&](int c, std::int64_t y, std::int64_t x) {
+          return planar[static_cast<std::size_t>((c * H + pt + y) * W + pl + x)];
+        },
+        C, plain::axis_weights(pw, double(pw) / double(out_w), 0, out_w),
+        plain::axis_weights(ph, double(ph) / double(out_h), 0, out_h), out_h, out_w, 0, 0,
+        pwant.data());
+    EXPECT_TRUE(pgot == pwant) << C << " planes, " << ph << "x" << pw << " at (" << pt << ", " << pl
+                               << ") of " << H << "x" << W << " to " << out_h << "x" << out_w;
+  }
+}
+
+TEST(Image, SquareResizesGiveTheBytesOfThePlainLoops) {
+  std::mt19937 rng(13);
+  for (int t = 0; t < 40; ++t) {
+    const std::int64_t W = 1 + rng() % 120, H = 1 + rng() % 120, side = 1 + rng() % 60;
+    Image img{W, H, noisy(static_cast<int>(W), static_cast<int>(H), 3, rng)};
+    for (ImageFit fit : {ImageFit::CenterCrop, ImageFit::Pad}) {
+      std::vector<std::uint8_t> got(static_cast<std::size_t>(3 * side * side));
+      resize_to_square(img, side, fit, got.data());
+      // resize_to_square's placement, as it was: the scaled image and the window in it.
+      const std::int64_t shorter = std::min(W, H), longer = std::max(W, H);
+      const std::int64_t reference = fit == ImageFit::CenterCrop ? shorter : longer;
+      const double scale = static_cast<double>(reference) / static_cast<double>(side);
+      auto scaled = [&](std::int64_t n) {
+        if (n == reference) return side;
+        return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(n / scale)));
+      };
+      const std::int64_t sw = scaled(W), sh = scaled(H), ow = sw - side, oh = sh - side;
+      std::vector<std::uint8_t> want(got.size(), 0);
+      plain::resample(
+          [&](int c, std::int64_t y, std::int64_t x) {
+            return img.rgb[static_cast<std::size_t>((y * W + x) * 3 + c)];
+          },
+          3,
+          plain::axis_weights(W, double(W) / double(sw), ow >= 0 ? ow / 2 : 0, std::min(side, sw)),
+          plain::axis_weights(H, double(H) / double(sh), oh >= 0 ? oh / 2 : 0, std::min(side, sh)),
+          side, side, oh >= 0 ? 0 : -oh / 2, ow >= 0 ? 0 : -ow / 2, want.data());
+      EXPECT_TRUE(got == want) << H << "x" << W << " to " << side << ", " << image_fit_name(fit);
+    }
+  }
+}
+
 TEST(ImageFolder, LabelsFollowSortedClassNamesAndFilesAreSorted) {
   TempDir dir;
   for (const char* c : {"zebra", "ant", "moose"}) {
