@@ -6,6 +6,7 @@
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
+#include "lockstep/core/simd_clones.hpp"
 #include "lockstep/data/image.hpp"
 
 namespace lockstep::data {
@@ -60,6 +61,20 @@ void crop_params(Draws& d, std::int64_t H, std::int64_t W, const AugmentOptions&
   left = (W - w) / 2;
 }
 
+// Reverses each of `rows` rows of W bytes: through a copy, which vectorises (std::reverse's
+// swaps do not).
+LOCKSTEP_SIMD_CLONES void mirror_rows(std::uint8_t* x, std::int64_t rows, std::int64_t W) {
+  thread_local std::vector<std::uint8_t> reversed;
+  reversed.resize(static_cast<std::size_t>(W));
+  std::uint8_t* t = reversed.data();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::uint8_t* row = x + r * W;
+    for (std::int64_t i = 0; i < W; ++i)
+      t[i] = row[W - 1 - i];
+    std::memcpy(row, t, static_cast<std::size_t>(W));
+  }
+}
+
 // The steps after the crop, on a C x H x W sample, drawing on from where the crop stopped.
 void pad_crop_and_flip(Draws& d, std::uint8_t* x, std::int64_t C, std::int64_t H, std::int64_t W,
                        const AugmentOptions& o) {
@@ -80,10 +95,7 @@ void pad_crop_and_flip(Draws& d, std::uint8_t* x, std::int64_t C, std::int64_t H
       }
     std::memcpy(x, tmp.data(), tmp.size());
   }
-  if (o.flip && d.uniform() < 0.5) {
-    for (std::int64_t r = 0; r < C * H; ++r)
-      std::reverse(x + r * W, x + (r + 1) * W);
-  }
+  if (o.flip && d.uniform() < 0.5) mirror_rows(x, C * H, W);
 }
 
 }  // namespace
