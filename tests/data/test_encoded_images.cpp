@@ -288,6 +288,49 @@ TEST(EncodedImages, TheCropDecodesOnlyItsRegionToTheBytesOfACropOfTheWholeDecode
     EXPECT_GT(scales[d], 0) << "1/" << d;
 }
 
+TEST(EncodedImages, ASampleThatFailsToDecodeIsNamedByShardAndIndex) {
+  // Conversion decodes every file, so a shard holds only good bytes; a shard written otherwise
+  // (here directly, with text for sample 1) fails in the loader with the sample's place named,
+  // also when decode threads decode it.
+  TempDir dir;
+  const std::vector<std::uint8_t> good = encode_jpeg(40, 30, textured(40, 30, 1), TJPF_RGB, 90);
+  const std::string text = "not an image";
+  std::vector<std::uint8_t> bytes = good;
+  bytes.insert(bytes.end(), text.begin(), text.end());
+  bytes.insert(bytes.end(), good.begin(), good.end());
+  const std::int64_t sizes[] = {static_cast<std::int64_t>(good.size()),
+                                static_cast<std::int64_t>(text.size()),
+                                static_cast<std::int64_t>(good.size())};
+  const std::int32_t labels[] = {0, 1, 0};
+  ShardMeta meta;
+  meta.num_shards = 1;
+  meta.num_classes = 2;
+  meta.sample_shape = {3, 16, 16};
+  meta.storage = SampleStorage::Encoded;
+  const std::string path = dir / shard_file_name("train", 0, 1);
+  {
+    ShardWriter w(path, meta);
+    w.append_encoded(bytes.data(), sizes, labels, 3);
+    w.close();
+  }
+  auto ds = ShardedDataset::open(path);
+  for (int threads : {1, 2}) {
+    LoaderOptions opts;
+    opts.augment.random_resized_crop = true;
+    opts.decode_threads = threads;
+    Loader loader(ds, DistributedSampler(3, 1, 0, false, 0), 3, opts);
+    loader.start_epoch(0);
+    std::string message;
+    try {
+      loader.next();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find(" (shard 0 of 1), sample 1: not a JPEG or PNG file"), std::string::npos)
+        << threads << " threads: " << message;
+  }
+}
+
 TEST(EncodedImages, ShardsHoldTheFilesOwnBytesAndRefuseRawReads) {
   TempDir dir;
   const ImageList list = make_folder(dir / "in");
