@@ -14,6 +14,9 @@
 #include <utility>
 
 #include <jpeglib.h>  // after <cstdio>: it needs FILE and size_t declared
+#ifdef __SSE2__
+#include <emmintrin.h>  // in every x86-64 build: the rounding's clamps and packs
+#endif
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/file.hpp"
@@ -592,11 +595,18 @@ LOCKSTEP_SIMD_CLONES void widen_rows(const PixelRows& src, const std::int64_t* y
 // next) or into the row's padding of 4.
 LOCKSTEP_SIMD_CLONES void horizontal_taps(const float* P, const AxisWeights& ax, std::int64_t lo,
                                           float* const* dst, int channels) {
-  for (std::int64_t x = 0; x < ax.size(); ++x) {
-    const float* w = ax.weights_of(x);
-    const float* p = P + (ax.first[static_cast<std::size_t>(x)] - lo) * kRows * 4;
+  // Locals, so that the stores below do not make the compiler reload them for every pixel.
+  const std::int64_t* first = ax.first.data();
+  const std::int64_t* begin = ax.begin.data();
+  const float* weights = ax.weights.data();
+  float* out[kRows];
+  for (int r = 0; r < kRows; ++r)
+    out[r] = dst[r];
+  for (std::int64_t x = 0, nx = ax.size(); x < nx; ++x) {
+    const float* w = weights + begin[x];
+    const float* p = P + (first[x] - lo) * kRows * 4;
     Lanes acc = {};
-    for (std::int64_t k = 0, n = ax.taps(x); k < n; ++k, p += kRows * 4) {
+    for (std::int64_t k = 0, n = begin[x + 1] - begin[x]; k < n; ++k, p += kRows * 4) {
       Lanes v;
       std::memcpy(&v, p, sizeof v);
       acc += w[k] * v;
@@ -604,7 +614,7 @@ LOCKSTEP_SIMD_CLONES void horizontal_taps(const float* P, const AxisWeights& ax,
     float sums[kRows * 4];
     std::memcpy(sums, &acc, sizeof sums);
     for (int r = 0; r < kRows; ++r)
-      std::memcpy(dst[r] + x * channels, sums + r * 4, 4 * sizeof(float));
+      std::memcpy(out[r] + x * channels, sums + r * 4, 4 * sizeof(float));
   }
 }
 
@@ -635,8 +645,12 @@ LOCKSTEP_SIMD_CLONES void vertical_taps(const float* rows, std::int64_t stride, 
 // code because GCC keeps the scalar loop's branches (-ftrapping-math) and does not vectorise it.
 inline Ints4 round4(Floats4 v) {
   const Floats4 zero = {}, top = zero + 255.0f, half = zero + 0.5f;
+#ifdef __SSE2__
+  v = _mm_min_ps(_mm_max_ps(v, zero), top);  // the clamps exactly: a NaN becomes 0, as before
+#else
   v = v > zero ? v : zero;
   v = v < top ? v : top;
+#endif
   const Ints4 whole = __builtin_convertvector(v, Ints4);
   return whole - (v - __builtin_convertvector(whole, Floats4) >= half);  // true is -1
 }
@@ -645,12 +659,22 @@ inline Ints4 round4(Floats4 v) {
 inline Bytes16 round16(const float* v) {
   Floats4 x[4];
   std::memcpy(x, v, sizeof x);
+  Ints4 q[4];
+  for (int i = 0; i < 4; ++i)
+    q[i] = round4(x[i]);
+#ifdef __SSE2__
+  // Packed with saturation, which changes nothing: the values are 0 to 255.
+  const auto m = [&](int i) { return reinterpret_cast<__m128i>(q[i]); };
+  return reinterpret_cast<Bytes16>(
+      _mm_packus_epi16(_mm_packs_epi32(m(0), m(1)), _mm_packs_epi32(m(2), m(3))));
+#else
   Bytes16 b[4];
-  for (int q = 0; q < 4; ++q)
-    b[q] = reinterpret_cast<Bytes16>(round4(x[q]));  // byte 0 of each four holds the value
+  for (int i = 0; i < 4; ++i)
+    b[i] = reinterpret_cast<Bytes16>(q[i]);  // byte 0 of each four holds the value
   const Bytes16 pick = {0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0};
   return __builtin_shuffle(__builtin_shuffle(b[0], b[1], pick), __builtin_shuffle(b[2], b[3], pick),
                            Bytes16{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23});
+#endif
 }
 
 inline std::uint8_t round1(float v) {
