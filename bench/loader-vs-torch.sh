@@ -13,6 +13,8 @@
 # loader that used two threads is not credited with their sum; wall images/s beside it.
 # The photos: COUNT generated 500x375 quality-90 JPEGs (tests' make_test_images) in 2 classes.
 #   bench/loader-vs-torch.sh                       COUNT=600 SIZE=224 REPS=3
+# BASELINE=DIR (a build folder of another commit, e.g. main's) adds that lockstep-bench as the
+# peer "baseline", on the same shards, interleaved with the rest: a before/after in one run.
 # Peers come from bench/torch-peer-env.sh (TORCH=pip); `bench/install-torch-peer.sh images`
 # adds DALI and pillow-simd to that environment. Writes results/loader-vs-torch/.
 set -euo pipefail
@@ -23,7 +25,9 @@ SIZE=${SIZE:-224}
 REPS=${REPS:-3}
 OUT=${OUT:-results/loader-vs-torch}
 . bench/torch-peer-env.sh
-for t in build/apps/lockstep-shard build/apps/lockstep-bench build/tests/make_test_images; do
+BASELINE=${BASELINE:-}
+for t in build/apps/lockstep-shard build/apps/lockstep-bench build/tests/make_test_images \
+  ${BASELINE:+$BASELINE/apps/lockstep-bench}; do
   [ -x "$t" ] || { echo "loader-vs-torch: no $t (build first)" >&2; exit 1; }
 done
 PEERS=torchvision
@@ -52,16 +56,20 @@ for rep in $(seq 1 "$REPS"); do
   # lockstep: 3 timed epochs (the bench's median epoch is the wall figure; the CPU time covers the
   # whole process, opening included, so its per-image cost is an upper bound). The peers run a
   # warm-up epoch and 3 timed ones and count the timed ones only.
-  cpu=$(cpu_of "$OUT/lockstep.log" build/apps/lockstep-bench loader --data="$WORK/set/train" \
-    --batch=32 --reps=3 --consume=0 --rrc=1 --flip=1 --decode-threads=1 --out="$OUT/lockstep.json")
-  python3 - "$OUT/lockstep.log" "$cpu" "$COUNT" "$rep" >>"$OUT/runs.jsonl" <<'PY'
+  for peer in lockstep ${BASELINE:+baseline}; do
+    build=build
+    [ "$peer" = baseline ] && build=$BASELINE
+    cpu=$(cpu_of "$OUT/$peer.log" "$build/apps/lockstep-bench" loader --data="$WORK/set/train" \
+      --batch=32 --reps=3 --consume=0 --rrc=1 --flip=1 --decode-threads=1 --out="$OUT/$peer.json")
+    python3 - "$OUT/$peer.log" "$cpu" "$COUNT" "$rep" "$peer" >>"$OUT/runs.jsonl" <<'PY'
 import json, re, sys
-log, cpu, count, rep = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+log, cpu, count, rep, peer = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 rate = float(re.search(r"^on-demand\s+[0-9.]+\s+([0-9.]+)", open(log).read(), re.M).group(1))
 # The bench opens the set and runs 3 epochs (--reps=3), every one timed: 3 passes.
-print(json.dumps({"peer": "lockstep", "rep": rep, "images_per_s": rate,
+print(json.dumps({"peer": peer, "rep": rep, "images_per_s": rate,
                   "cpu_ms_per_image": cpu / (3 * count) * 1e3}))
 PY
+  done
   for peer in $PEERS; do
     "$PYTHON" bench/loader_torch.py "$peer" --root="$WORK/photos" --size="$SIZE" --batch=32 \
       --epochs=3 2>"$OUT/$peer.log" | python3 -c 'import json, sys
@@ -74,7 +82,8 @@ python3 - "$OUT" "$COUNT" "$SIZE" "$load_start" "$load_end" <<'PY'
 import json, os, re, statistics, sys, time
 out, count, size, load_start, load_end = sys.argv[1:]
 runs = [json.loads(l) for l in open(f"{out}/runs.jsonl")]
-peers = [p for p in ("lockstep", "torchvision", "dali") if any(r["peer"] == p for r in runs)]
+peers = [p for p in ("lockstep", "baseline", "torchvision", "dali")
+         if any(r["peer"] == p for r in runs)]
 cpu = re.search(r"model name\s*:\s*(.*)", open("/proc/cpuinfo").read()).group(1)
 def med(p, k):
     return statistics.median(r[k] for r in runs if r["peer"] == p)
