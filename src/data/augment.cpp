@@ -164,6 +164,7 @@ void decode_sample(const std::uint8_t* bytes, std::size_t size, const std::strin
     // exact, and the resampler's weights are the ones it computes on the whole image.
     resize_region(region.image, top - static_cast<double>(region.top),
                   left - static_cast<double>(region.left), h, w, side, side, out);
+    release_if_outsized(region.image.rgb);
   }
   pad_crop_and_flip(d, out, 3, side, side, o);
 }

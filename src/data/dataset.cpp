@@ -296,6 +296,7 @@ void ShardedDataset::decode(std::span<const std::int64_t> indices, Tensor& x, st
         throw;
       }
     }
+    release_if_outsized(bytes);
     bytes_read_ += read;
   };
   if (pool == nullptr || k <= 1) {

@@ -374,6 +374,7 @@ void decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& 
         dst[x * 3 + c] = static_cast<std::uint8_t>((src[x * 4 + c] * k + 127) / 255);
     }
   }
+  release_if_outsized(converted);
   apply_orientation(img, orientation);
   out.top = up.top;
   out.left = up.left;
@@ -803,6 +804,9 @@ void resample(const PixelRows& src, const AxisWeights& ax, const AxisWeights& ay
           o[x] = s.rounded[static_cast<std::size_t>(x * C + c)];
     }
   }
+  for (auto* v : {&s.widened, &s.rows, &s.acc})
+    release_if_outsized(*v);
+  release_if_outsized(s.rounded);
 }
 
 PixelRows rgb_rows(const Image& img) {

@@ -340,6 +340,17 @@ TEST(Image, ARegionAboveTheDamageOfATruncatedJpegDecodesAndOneBelowItFails) {
       std::string::npos);
 }
 
+TEST(Image, AKeptBufferIsFreedOnlyWhenAnOutsizedImageGrewIt) {
+  std::vector<std::uint8_t> usual(4 << 20), outsized(kKeptBufferBytes + 1);
+  std::vector<float> rows(kKeptBufferBytes / sizeof(float) + 1);
+  release_if_outsized(usual);
+  release_if_outsized(outsized);
+  release_if_outsized(rows);
+  EXPECT_EQ(usual.size(), std::size_t{4} << 20);
+  EXPECT_EQ(outsized.capacity(), 0u);
+  EXPECT_EQ(rows.capacity(), 0u);
+}
+
 // ---- The resampler: the same bytes as the plain loops it replaced.
 
 // lockstep's resampler as it was before it was vectorised (2d0c22e), kept as the reference:

@@ -52,6 +52,15 @@ struct ImageRegion {
 void decode_image_region(const std::uint8_t* data, std::size_t size, const std::string& where,
                          int denominator, const PixelRect& wanted, ImageRegion& out);
 
+// Buffers a thread keeps from image to image (decoder output, resampler rows), so that a loader
+// thread allocates nothing per sample, are freed instead after an outsized image has grown one
+// past this: a thread does not hold a 100-megapixel photo's worth of memory for its lifetime.
+inline constexpr std::size_t kKeptBufferBytes = std::size_t{32} << 20;
+template <class T>
+void release_if_outsized(std::vector<T>& buffer) {
+  if (buffer.capacity() * sizeof(T) > kKeptBufferBytes) std::vector<T>().swap(buffer);
+}
+
 // The file's bytes, with the errors read_image gives for a file it cannot read.
 std::vector<std::uint8_t> read_image_bytes(const std::string& path);
 
