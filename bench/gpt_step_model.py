@@ -5,9 +5,10 @@ gradients and the GELU's backward in the GEMMs' epilogues and the first residual
 pass; bf16 activations between a block's layers, written by the GEMMs and LayerNorms and read by
 the next op, with the residual stream, its gradient and the head's input in f32; cuDNN's fused
 bf16 attention, which train.attention = auto picks there, or with --attention=reference
-lockstep's own attention kernels, reading bf16 and computing in f32; the f32 [B*T, V] logits the
-loss works in): each kernel's FLOPs and bytes, and the time it needs at the ceilings below. A
-prediction by counting, to hold against the first measured run (bench/gpu-check.sh,
+lockstep's own attention kernels, reading bf16 and computing in f32; the LM head and loss fused
+chunk by chunk over the vocabulary padded to 50304, or with --head=logits the f32 [B*T, V] logits
+the loss worked in before): each kernel's FLOPs and bytes, and the time it needs at the ceilings
+below. A prediction by counting, to hold against the first measured run (bench/gpu-check.sh,
 lockstep-bench gpt --device=cuda:0): not a measurement. --activations=f32 counts the path before
 bf16 activations (f32 between layers: each linear casting its input and output gradient to bf16,
 casts around cuDNN's attention); --unfused the path before the fused layer ops as well (separate
@@ -33,8 +34,14 @@ activations the biases too (cuBLASLt's epilogue reads a bf16 output's bias in bf
 GEMM pair is counted as dX (reads dy and W, writes dX in the activations' type) and dW (reads dy
 and x, writes the f32 gradient).
 
+The fused head (nn::TiedLmHead::forward_loss) takes --chunk rows at a time (nn::loss_chunk_rows:
+512 for GPT-2): per chunk the logits GEMM and dh read the bf16 table and the table's gradient is read and
+written in f32, so each chunk moves about 0.46 GB besides its rows' own traffic; fewer, larger
+chunks are faster, smaller ones hold less.
+
 Usage: python3 bench/gpt_step_model.py [--batch=8] [--seq=1024] [--attention=cudnn|reference]
-[--activations=bf16|f32] [--unfused]   prints a Markdown table.
+           [--activations=bf16|f32] [--residual=f32|bf16] [--unfused] [--head=fused|logits]
+           [--chunk=512]   prints a Markdown table.
 """
 import argparse
 
@@ -50,8 +57,11 @@ p.add_argument("--residual", choices=["f32", "bf16"], default="f32",
 p.add_argument("--unfused", action="store_true",
                help="the path before the fused layer ops (and before bf16 activations): separate "
                "bias, GELU and sum_rows kernels")
+p.add_argument("--head", choices=["fused", "logits"], default="fused")
+p.add_argument("--chunk", type=int, default=512)
 a = p.parse_args()
 B, T, C, L, V, H = a.batch, a.seq, 768, 12, 50257, 12
+VP = (V + 127) // 128 * 128  # the padded vocabulary: 50304
 N, d = B * T, C // H
 P = 124_439_808  # parameters (the tied table counted once)
 F4, B2 = 4, 2
@@ -60,7 +70,7 @@ ATT_CUDNN = 250e12
 FUSED = not a.unfused
 ACT16 = FUSED and a.activations == "bf16"
 A = B2 if ACT16 else F4  # bytes of an activation between a block's layers (and its gradient)
-R = B2 if ACT16 and a.residual == "bf16" else F4  # bytes of the residual stream and its gradient
+RS = B2 if ACT16 and a.residual == "bf16" else F4  # bytes of the residual stream and its gradient
 rows = []  # name, launches per step, FLOPs each, bytes each, kind
 
 
@@ -88,12 +98,12 @@ mean_weight = sum(i * o for i, o in zip(linear_in, linear_out)) / 4
 att_flops = 4 * B * H * (T * (T + 1) / 2) * d  # q.k and p.v over the causal prefix
 aux = N * 4 * C * A  # c_fc's GELU input, [N, 4C]: written by its GEMM, read by c_proj's dX
 act = "bf16" if ACT16 else "f32"
-res = "bf16" if R == B2 else "f32"
+res = "bf16" if RS == B2 else "f32"
 # forward, per block
 if FUSED:
-    mem(f"layernorm forward (ln_1: x {res} read, {act} written)", N * C * (R + A) + 2 * N * F4, L)
+    mem(f"layernorm forward (ln_1: x {res} read, {act} written)", N * C * (RS + A) + 2 * N * F4, L)
     mem(f"residual add + ln_2 in one pass (x {res}, a {act} read; x1 {res}, ln_2(x1) {act} "
-        "written)", N * C * (2 * R + 2 * A) + 2 * N * F4, L)
+        "written)", N * C * (2 * RS + 2 * A) + 2 * N * F4, L)
 else:
     mem("layernorm forward (ln_1, ln_2)", 2 * N * C * F4 + 2 * N * F4, 2 * L)
 if not ACT16:
@@ -124,7 +134,7 @@ else:
     rows.append(("attention forward (cuDNN fused flash, bf16)", L, att_flops,
                  (N * 3 * C + N * C) * B2 + B * H * T * F4, "att_cudnn"))
 if FUSED:
-    mem(f"residual add (block output: x1 {res} + m {act})", N * C * (2 * R + A), L)
+    mem(f"residual add (block output: x1 {res} + m {act})", N * C * (2 * RS + A), L)
 else:
     mem("residual add", 3 * N * C * F4, 2 * L)
     mem("GELU forward", 2 * N * 4 * C * F4, L)
@@ -140,7 +150,7 @@ else:
         gemm_backward(f"GEMM backward dX and dW, {name}", n, k, 2 * L)
 if not ACT16:
     mem("cast of a linear's dy to bf16", N * mean_out * (F4 + B2), 4 * L)
-elif R == F4:  # the projections' dy is the f32 residual gradient; the others' is bf16 already
+elif RS == F4:  # the projections' dy is the f32 residual gradient; the others' is bf16 already
     mem("cast of the residual gradient to bf16 (attn and mlp c_proj's dy)", N * C * (F4 + B2),
         2 * L)
 if not FUSED:
@@ -160,18 +170,32 @@ else:
 if not FUSED:
     mem("GELU backward", 3 * N * 4 * C * F4, L)
 mem(f"layernorm backward dX + residual (x, residual gradient {res}, dy {act} read; dx {res})",
-    N * C * (3 * R + A), 2 * L)
-mem("layernorm parameter partials and their sum", N * C * (R + A), 2 * L)
+    N * C * (3 * RS + A), 2 * L)
+mem("layernorm parameter partials and their sum", N * C * (RS + A), 2 * L)
 # embedding, head, loss, optimizer
 mem("embedding forward (wte and wpe gather)", 3 * N * C * F4, 1)
 mem("final layernorm forward and backward", 6 * N * C * F4, 1)
-mem("casts for the LM head (ln_f output for forward and dW; wte once a step)",
-    2 * N * C * (F4 + B2) + V * C * (F4 + B2), 1)
-gemm("GEMM LM head forward [N,768]x[768,50257] (misaligned)", N, V, C, 1, misaligned=True)
-mem("softmax cross-entropy forward (logits -> probabilities, loss)", 2 * N * V * F4, 1)
-mem("softmax cross-entropy backward (probabilities -> dlogits)", 2 * N * V * F4, 1)
-mem("cast of dlogits to bf16", N * V * (F4 + B2), 1)
-gemm("GEMM LM head backward dX and dW (misaligned)", N, V, C, 2, misaligned=True)
+if a.head == "logits":
+    mem("casts for the LM head (ln_f output for forward and dW; wte once a step)",
+        2 * N * C * (F4 + B2) + V * C * (F4 + B2), 1)
+    gemm("GEMM LM head forward [N,768]x[768,50257] (misaligned)", N, V, C, 1, misaligned=True)
+    mem("softmax cross-entropy forward (logits -> probabilities, loss)", 2 * N * V * F4, 1)
+    mem("softmax cross-entropy backward (probabilities -> dlogits)", 2 * N * V * F4, 1)
+    mem("cast of dlogits to bf16", N * V * (F4 + B2), 1)
+    gemm("GEMM LM head backward dX and dW (misaligned)", N, V, C, 2, misaligned=True)
+else:
+    R = min(a.chunk or N, N)
+    chunks = -(-N // R)
+    mem("casts for the LM head (ln_f output once; wte once, the step's reused copy)",
+        N * C * (F4 + B2) + VP * C * (F4 + B2), 1)
+    gemm(f"GEMM LM head forward, a chunk [{R},768]x[768,{VP}]", R, VP, C, chunks)
+    mem("fused softmax cross-entropy of a chunk (logits -> dlogits in place, row losses)",
+        2 * R * VP * F4 + R * 8, chunks)
+    mem("cast of a chunk's dlogits to bf16 (once, for both GEMMs)", R * VP * (F4 + B2), chunks)
+    rows.append((f"GEMM table gradient += dlogits^T h, a chunk (f32 gradient read and written)",
+                 chunks, 2 * VP * C * R, (VP * R + R * C) * B2 + 2 * VP * C * F4, "gemm"))
+    gemm(f"GEMM dh = dlogits[:, :V] wte[:V], a chunk (gemm_leading)", R, C, V, chunks)
+    mem("mean of the row losses", N * 8, 1)
 mem("embedding backward (token scatter, position gradients)", 3 * N * C * F4, 1)
 mem("zero_grad (one fill of the flat gradients)", P * F4, 1)
 mem("gradient sum of squares (the deferred check)", P * F4, 1)
@@ -197,5 +221,7 @@ for name, count, flops, nbytes, kind in rows:
     print(f"| {name} | {count} | {flops * count / 1e9:.0f} | {nbytes * count / 1e9:.2f} | "
           f"{t * count * 1e3:.2f} |")
 print(f"| **step** | | **{total_f / 1e9:.0f}** | **{total_b / 1e9:.1f}** | **{total_t * 1e3:.1f}** |")
-print(f"\nB = {B}, T = {T}: {N / total_t:,.0f} tokens/s, MFU {total_f / (total_t * PEAK):.1%} of "
+# MFU counts the model's FLOPs: the padded vocabulary's extra columns are work, not model.
+model_f = total_f - (6 * N * (VP - V) * C if a.head == "fused" else 0)
+print(f"\nB = {B}, T = {T}: {N / total_t:,.0f} tokens/s, MFU {model_f / (total_t * PEAK):.1%} of "
       f"the measured {PEAK / 1e12:.0f} TFLOP/s bf16 peak")

@@ -4,17 +4,19 @@
 # steps in one process per mode and reports the allocator's activation peak (every activation,
 # the loss's buffers and the layers' reused buffers; parameters and gradients excluded) and the
 # step time; the three modes of a model are interleaved REPS times (load drifts alike), and the
-# figures are medians. The loss's buffer (the logits, which the loss overwrites with the softmax
-# and then dlogits: one [B*T, V] f32 tensor until the chunked loss exists) does not depend on the
-# mode, so the blocks' share is given too: (mode - loss buffer) / (none - loss buffer), with the
-# loss buffer = B x T x V x 4 bytes.
+# figures are medians. The loss's buffer does not depend on the mode, so the blocks' share is
+# given too: (mode - loss buffer) / (none - loss buffer). The loss buffer is the fused loss's
+# chunk of logits over the padded vocabulary, min(chunk, B*T) x Vp x 4 bytes (the bench reports
+# the chunk: nn::loss_chunk_rows, 512 rows for GPT-2), and its f64 row losses, B*T x 8 (Vp = V
+# rounded up to a multiple of 128); with LOSS=logits
+# (lockstep-bench gpt --loss=logits, the path before the fused loss) the [B*T, V] f32 logits.
 # Target (issue 26): block <= 40% of none.
 #   bench/recompute.sh                             gpt-mini (batch 8 x 256, vocab 256) and
 #                                                  gpt2-124m (batch 1 x 1024, vocab 50257)
 #   MODELS="gpt-mini:8:256:256" REPS=5 bench/recompute.sh     model:batch:seq:vocab, space-separated
 #   DEVICE=cuda:0 MODELS="gpt2-124m:8:1024:50257" PRECISION=bf16 bench/recompute.sh
 # Settings: THREADS (2), STEPS (1 per repetition), REPS (3), DEVICE (cpu), PRECISION (fp32),
-#   OUT (results/recompute). Writes $OUT/runs.jsonl and $OUT/summary.txt; prints the summary.
+#   LOSS (fused), OUT (results/recompute). Writes $OUT/runs.jsonl and $OUT/summary.txt; prints the summary.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -26,6 +28,7 @@ STEPS=${STEPS:-1}
 REPS=${REPS:-3}
 DEVICE=${DEVICE:-cpu}
 PRECISION=${PRECISION:-fp32}
+LOSS=${LOSS:-fused}
 OUT=${OUT:-$ROOT/results/recompute}
 [ -x "$BENCH" ] || { echo "recompute.sh: $BENCH is missing: build first (scripts/build.sh)" >&2; exit 1; }
 mkdir -p "$OUT"
@@ -37,7 +40,7 @@ for m in $MODELS; do
     for mode in none gelu block; do
       "$BENCH" gpt --model="$model" --batch="$batch" --seq="$seq" --vocab="$vocab" \
         --threads="$THREADS" --device="$DEVICE" --precision="$PRECISION" --steps="$STEPS" --reps=3 \
-        --recompute="$mode" --out="$OUT/one.json" 2>"$OUT/one.log" ||
+        --recompute="$mode" --loss="$LOSS" --out="$OUT/one.json" 2>"$OUT/one.log" ||
         { cat "$OUT/one.log" >&2; exit 1; }
       python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["rep"] = int(sys.argv[2]); print(json.dumps(d))' \
         "$OUT/one.json" "$r" >>"$OUT/runs.jsonl"
@@ -65,7 +68,11 @@ for key in models:
                                     r["config"]["vocab"]) == key and r["config"]["recompute"] == m]
             for m in ("none", "gelu", "block")}
     model, b, t, v = key
-    loss_bytes = b * t * v * 4  # the logits, in which the loss works (Logits::Overwrite)
+    chunk = rows["none"][0]["config"].get("loss_chunk", -1)
+    if chunk < 0:  # --loss=logits: the [B*T, V] logits, in which the loss works
+        loss_bytes = b * t * v * 4
+    else:  # the fused loss: a chunk of logits over the padded vocabulary, and the row losses
+        loss_bytes = min(chunk or b * t, b * t) * (-(-v // 128) * 128) * 4 + b * t * 8
     ms = {m: statistics.median(x["step_ms"] for x in rows[m]) for m in rows}
     peak = {m: statistics.median(x["activation_peak_bytes"] for x in rows[m]) for m in rows}
     losses = {m: {x["loss"] for x in rows[m]} for m in rows}
@@ -77,6 +84,6 @@ for key in models:
     if len(losses["none"] | losses["gelu"] | losses["block"]) != 1:
         print(f"  {model}: the modes' losses differ: recompute changed the arithmetic")
 print("'of none': the activation peak against recompute = none; 'blocks': the same less the loss's "
-      "[B*T, V] f32 buffer, which recompute does not touch. The loss column is the last "
+      "buffer ('loss MiB'), which recompute does not touch. The loss column is the last "
       "step's loss of every run: one value per model when the modes compute the same.")
 EOF

@@ -113,11 +113,11 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME lockstep)
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_NAME lockstep-dev)
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_DEPENDS
-    "libc6 (>= 2.36), libstdc++6 (>= 12), libgcc-s1, libgomp1, libopenmpi3 (>= 4.1), openmpi-bin, libhdf5-103-1, libboost-program-options1.74.0, libopenblas0, libdnnl2, libicu72, zlib1g, libzstd1, libturbojpeg0, libpng16-16")
+    "libc6 (>= 2.36), libstdc++6 (>= 12), libgcc-s1, libgomp1, libopenmpi3 (>= 4.1), openmpi-bin, libhdf5-103-1, libboost-program-options1.74.0, libopenblas0, libdnnl2, libicu72, zlib1g, libzstd1, libjpeg62-turbo, libpng16-16")
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "lmod, slurm-client")
 # What find_package(lockstep) finds again (cmake/lockstepConfig.cmake.in).
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_DEPENDS
-    "lockstep (= ${PROJECT_VERSION}), cmake (>= 3.25), g++, libopenmpi-dev, libhdf5-dev, libboost-program-options-dev, libopenblas-dev, libdnnl-dev, libicu-dev, zlib1g-dev, libzstd-dev, libturbojpeg0-dev, libpng-dev")
+    "lockstep (= ${PROJECT_VERSION}), cmake (>= 3.25), g++, libopenmpi-dev, libhdf5-dev, libboost-program-options-dev, libopenblas-dev, libdnnl-dev, libicu-dev, zlib1g-dev, libzstd-dev, libjpeg62-turbo-dev, libpng-dev")
 if(LOCKSTEP_HAVE_CUDA)
   set(LOCKSTEP_DEB_BUILD "Built with CUDA ${CUDAToolkit_VERSION}: it links NVIDIA's CUDA runtime and opens cuBLAS, cuDNN 9 and NCCL when a run asks for a GPU (not Debian packages, so not in Depends): they must be on the library path of GPU nodes only.")
 else()

@@ -33,8 +33,9 @@ PKGS=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin li
       libgtest-dev dataset-fashion-mnist gnuplot-nox libicu-dev bible-kjv zlib1g-dev libzstd-dev zstd)
 # lmod: tests/scripts/install_module.sh loads the installed modulefile with Debian's Lmod.
 PKGS+=(lmod)
-# libturbojpeg/libpng: lockstep-shard images decodes folders of JPEG and PNG files (docs/IMAGES.md).
-PKGS+=(libturbojpeg0-dev libpng-dev)
+# libjpeg-turbo/libpng: lockstep-shard images and the loader decode JPEG and PNG files
+# (docs/IMAGES.md) through libjpeg's API; the tests write theirs with the TurboJPEG API.
+PKGS+=(libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev)
 [ "$SLURM" = 1 ] && PKGS+=(munge slurmctld slurmd slurm-client libpmix-dev)
 # The namespace cluster's tests (start.sh --hosts=N): ip/tc, nsenter/unshare, h5diff.
 [ "$SLURM" = 1 ] && PKGS+=(iproute2 util-linux hdf5-tools)

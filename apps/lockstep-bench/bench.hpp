@@ -32,6 +32,10 @@ struct Registration {
 // reports, since timings on a shared machine have a long upper tail.
 double median(std::vector<double> values);
 
+// CPU time of every thread of this process (pools' and OpenMP's workers included), so that a
+// step's or an epoch's cost can be compared on a machine whose other load varies.
+double process_cpu_seconds();
+
 // Writes text to the --out path when given, else to stdout.
 void write_output(const Args& args, const std::string& text);
 // A small description of this machine for every JSON record: host, cores, CPU model, date.

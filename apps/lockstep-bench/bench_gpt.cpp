@@ -7,7 +7,10 @@
 // Context's GEMM/attention precision (ops/precision.hpp). --recompute=none|gelu|block sets the
 // blocks' activation recompute (train.recompute). --attention=auto|reference|cudnn|naive sets the
 // attention kernel (train.attention; naive: the CUDA reference of the flash kernels); what it
-// resolved to is recorded (attention_kernel, attention_detail) and printed.
+// resolved to is recorded (attention_kernel, attention_detail) and printed. --loss=fused (the
+// trainer's: the LM head's classifier and loss chunk by chunk, --loss-chunk rows at a time, 0 =
+// all) or --loss=logits (the loss over the whole [batch * seq, vocab] logits, written in their
+// buffer: the path before the fused loss, for comparison in one binary).
 // Memory, from the device allocator over the warm-up and timed steps: peak_bytes is its peak
 // (every tensor: the figure PyTorch's max_memory_allocated gives); activation_peak_bytes is that
 // less what it held before the first step (parameters, gradients, inputs, optimizer state), so it
@@ -90,10 +93,15 @@ int run(const Args& args) {
   const std::string attention = args.get("attention", "auto");
   const std::string optimizer = args.get("optimizer", "none");
   const std::string recompute = args.get("recompute", "none");
+  const std::string loss_path = args.get("loss", "fused");
+  std::int64_t loss_chunk = args.get_int("loss-chunk", nn::kLossChunkAuto);
   LOCKSTEP_CHECK(reps >= 3 && steps >= 1 && batch >= 1 && seq >= 1 && threads >= 1,
                  "--reps must be >= 3 and --steps, --batch, --seq, --threads positive");
   const ops::AttentionKernel attention_kernel = ops::attention_kernel_from_name(attention);
   LOCKSTEP_CHECK(optimizer == "none" || optimizer == "adamw", "--optimizer must be none or adamw");
+  LOCKSTEP_CHECK(loss_path == "fused" || loss_path == "logits", "--loss must be fused or logits");
+  LOCKSTEP_CHECK(loss_chunk >= 0 || loss_chunk == nn::kLossChunkAuto,
+                 "--loss-chunk must be >= 0 (0: all rows at once), or -1 (the default rows)");
 
   ops::Context ctx(device, threads);
   ctx.set_precision(ops::precision_from_name(args.get("precision", "fp32")));
@@ -114,8 +122,17 @@ int run(const Args& args) {
   const nn::CausalSelfAttention& first = *attention_layers.front();
   const ops::AttentionChoice attention_choice = ops::choose_attention(
       ctx, attention_kernel, batch, seq, first.heads(), first.dim() / first.heads());
-  // As the trainer's engines: the loss works in the logits' buffer.
-  nn::SoftmaxCrossEntropy loss = nn::SoftmaxCrossEntropy::for_training(model);
+  // As the trainer's engines: the loss fused into the LM head (or, --loss=logits, in the logits'
+  // buffer).
+  using Logits = nn::SoftmaxCrossEntropy::Logits;
+  nn::SoftmaxCrossEntropy loss =
+      loss_path == "fused" && model.fuses_loss()
+          ? nn::SoftmaxCrossEntropy(0.0f, Logits::Fused, loss_chunk)
+          : nn::SoftmaxCrossEntropy(0.0f,
+                                    model.logits_overwritable() ? Logits::Overwrite : Logits::Keep);
+  const bool fused = loss.logits_mode() == Logits::Fused;
+  if (fused && loss_chunk == nn::kLossChunkAuto)  // what the head takes: its table's padded rows
+    loss_chunk = nn::loss_chunk_rows(model.parameters().front()->value.dim(0));
   // Inputs live on the device for the whole run: the benchmark is the model, not the loader.
   Tensor x = random_tokens({batch, seq}, vocab, 1).to(device);
   Tensor y = random_tokens({batch * seq}, vocab, 2).to(device);
@@ -131,9 +148,8 @@ int run(const Args& args) {
   };
   auto step = [&] {
     zero_grad();
-    Tensor logits = model.forward(ctx, x);
-    loss.forward(ctx, logits, y);
-    model.backward(ctx, loss.backward(ctx, scale));
+    model.forward_loss(ctx, x, y, loss, scale);
+    model.backward_loss(ctx);
     if (adamw) adamw->step(ctx);
   };
   ctx.synchronize();
@@ -152,8 +168,8 @@ int run(const Args& args) {
   }
   const std::size_t activation_peak = memory.peak_bytes_in_use() - before_steps;
   const std::size_t held_between_steps = memory.bytes_in_use() - before_steps;
-  last_loss = loss.forward(ctx, model.forward(ctx, x), y).item();
-  model.backward(ctx, loss.backward(ctx, scale));  // consume the forward's cached inputs
+  last_loss = model.forward_loss(ctx, x, y, loss, scale).item();
+  model.backward_loss(ctx);  // consume the forward's cached inputs
 
   // Where the time goes: each layer's forward and backward, synchronised.
   std::vector<std::pair<std::string, std::vector<double>>> phases;
@@ -173,19 +189,32 @@ int run(const Args& args) {
     const bool record = rep >= 0;
     timed("zero_grad", zero_grad, record);
     Tensor h = x;
-    for (std::size_t i = 0; i < model.num_layers(); ++i)
+    // Fused, the last layer's forward is its forward_loss (the head's GEMMs, loss and gradients).
+    const std::size_t unfused = fused ? model.num_layers() - 1 : model.num_layers();
+    for (std::size_t i = 0; i < unfused; ++i)
       timed(
           str(i, ".", model.layer(i).type(), ".forward"),
           [&] { h = model.layer(i).forward(ctx, h); }, record);
     Tensor d;
-    timed(
-        "loss.forward+backward",
-        [&] {
-          loss.forward(ctx, h, y);
-          d = loss.backward(ctx, scale);
-        },
-        record);
-    for (std::size_t i = model.num_layers(); i-- > 0;)
+    if (fused) {
+      nn::Module& head = model.layer(unfused);
+      timed(
+          str(unfused, ".", head.type(), ".forward_loss"),
+          [&] {
+            head.forward_loss(ctx, h, y, {scale, 0.0f, loss_chunk});
+            d = head.backward_loss(ctx);
+          },
+          record);
+    } else {
+      timed(
+          "loss.forward+backward",
+          [&] {
+            loss.forward(ctx, h, y);
+            d = loss.backward(ctx, scale);
+          },
+          record);
+    }
+    for (std::size_t i = unfused; i-- > 0;)
       timed(
           str(i, ".", model.layer(i).type(), ".backward"),
           [&] { d = model.layer(i).backward(ctx, d); }, record);
@@ -209,7 +238,8 @@ int run(const Args& args) {
        << "\", \"batch\": " << batch << ", \"seq\": " << seq << ", \"vocab\": " << vocab
        << ", \"threads\": " << threads << ", \"steps_per_rep\": " << steps << ", \"reps\": " << reps
        << ", \"attention\": \"" << attention << "\", \"optimizer\": \"" << optimizer
-       << "\", \"recompute\": \"" << recompute << "\", \"precision\": \""
+       << "\", \"recompute\": \"" << recompute << "\", \"loss\": \"" << loss_path
+       << "\", \"loss_chunk\": " << (fused ? loss_chunk : -1) << ", \"precision\": \""
        << ops::precision_name(ctx.precision()) << "\", \"parameters\": " << model.num_parameters()
        << "},\n \"step_ms_per_rep\": [";
   for (std::size_t i = 0; i < step_times.size(); ++i)
@@ -251,9 +281,10 @@ LOCKSTEP_BENCH(
     "gpt",
     "GPT forward+backward tokens/s (--model=gpt-mini --batch=8 --seq=256 --vocab=256 "
     "--threads=2 [--device=cuda:0 --attention=auto|reference|cudnn|naive --optimizer=adamw "
-    "--precision=fp32|tf32|bf16 --recompute=none|gelu|block])",
-    "attention batch device model optimizer precision recompute reps seq steps threads "
-    "vocab",
+    "--precision=fp32|tf32|bf16 --recompute=none|gelu|block --loss=fused|logits "
+    "--loss-chunk=ROWS])",
+    "attention batch device loss loss-chunk model optimizer precision recompute reps seq "
+    "steps threads vocab",
     run);
 
 }  // namespace lockstep::bench

@@ -5,7 +5,9 @@
 // --rrc/--flip: the training augmentation (for encoded image shards, the decode and crop of
 // each original, docs/IMAGES.md); encoded sets are read on demand only.
 // For each mode (in memory, on demand) it measures: the time to open the set, the loader's
-// throughput with a consumer that takes batches as fast as they come (median epoch of --reps),
+// throughput with a consumer that takes batches as fast as they come (median epoch of --reps)
+// and its CPU time per sample (every thread of the process, median epoch: the figure to compare
+// on a loaded machine),
 // and, against a consumer that needs batch/consume seconds per batch (a stand-in for the training
 // step), the fraction of the consumer's time spent waiting for data.
 #include <algorithm>
@@ -24,7 +26,8 @@ namespace {
 struct ModeResult {
   std::string mode;
   double open_s = 0;
-  std::vector<double> samples_per_s;  // one per epoch
+  std::vector<double> samples_per_s;      // one per epoch
+  std::vector<double> cpu_ms_per_sample;  // one per epoch: every thread of the process
   double consume_wait_fraction = 0;
   double consume_achieved = 0;  // samples/s the throttled consumer reached
   std::int64_t bytes_read = 0;
@@ -59,9 +62,12 @@ ModeResult run_mode(const std::string& mode, const Args& a) {
     loader.start_epoch(epoch);
     std::int64_t samples = 0;
     t0 = Clock::now();
+    const double cpu0 = process_cpu_seconds();
     while (auto b = loader.next())
       samples += b->x.dim(0);
     r.samples_per_s.push_back(static_cast<double>(samples) / seconds_since(t0));
+    r.cpu_ms_per_sample.push_back((process_cpu_seconds() - cpu0) * 1e3 /
+                                  static_cast<double>(std::max<std::int64_t>(samples, 1)));
   }
 
   // Throttled consumer: each batch "costs" batch/consume seconds (deadline-based, so sleep
@@ -104,20 +110,25 @@ int bench_loader(const Args& a) {
       a.get("data", ""), "\", \"batch\": ", a.get_int("batch", 256),
       ", \"world\": ", a.get_int("world", 1), ", \"prefetch_depth\": ", data::kDefaultPrefetchDepth,
       ", \"consume\": ", a.get_double("consume", 20000), ", \"modes\": [");
-  std::fprintf(stderr, "%-10s %8s %14s %14s %16s\n", "mode", "open_s", "samples/s", "wait@consume",
-               "consumed/s");
+  std::fprintf(stderr, "%-10s %8s %14s %14s %16s %14s\n", "mode", "open_s", "samples/s",
+               "wait@consume", "consumed/s", "cpu_ms/sample");
   for (std::size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
-    std::string reps;
-    for (std::size_t k = 0; k < r.samples_per_s.size(); ++k)
+    std::string reps, cpus;
+    for (std::size_t k = 0; k < r.samples_per_s.size(); ++k) {
       reps += str(k ? ", " : "", static_cast<long long>(r.samples_per_s[k]));
+      cpus += str(k ? ", " : "", r.cpu_ms_per_sample[k]);
+    }
     json +=
         str(i ? ", " : "", "{\"mode\": \"", r.mode, "\", \"open_s\": ", r.open_s,
             ", \"samples_per_s_median\": ", median(r.samples_per_s), ", \"samples_per_s\": [", reps,
+            "], \"cpu_ms_per_sample_median\": ", median(r.cpu_ms_per_sample),
+            ", \"cpu_ms_per_sample\": [", cpus,
             "], \"wait_fraction_at_consume\": ", r.consume_wait_fraction,
             ", \"consumed_per_s\": ", r.consume_achieved, ", \"bytes_read\": ", r.bytes_read, "}");
-    std::fprintf(stderr, "%-10s %8.3f %14.0f %13.1f%% %16.0f\n", r.mode.c_str(), r.open_s,
-                 median(r.samples_per_s), 100.0 * r.consume_wait_fraction, r.consume_achieved);
+    std::fprintf(stderr, "%-10s %8.3f %14.0f %13.1f%% %16.0f %14.3f\n", r.mode.c_str(), r.open_s,
+                 median(r.samples_per_s), 100.0 * r.consume_wait_fraction, r.consume_achieved,
+                 median(r.cpu_ms_per_sample));
   }
   const double ratio = median(results.front().samples_per_s) / median(results.back().samples_per_s);
   json += str("], \"in_memory_over_on_demand\": ", ratio, "}\n");

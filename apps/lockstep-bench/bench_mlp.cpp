@@ -35,14 +35,6 @@
 namespace lockstep::bench {
 namespace {
 
-// CPU time of every thread of this process (the pool's and OpenMP's workers included), so that a
-// step's cost can be compared on a machine whose other load varies.
-double process_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
 Tensor random_f32(const Shape& shape, std::uint64_t stream) {
   std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
   Philox(1, stream).fill_uniform(v.data(), static_cast<std::int64_t>(v.size()), -1.0f, 1.0f);

@@ -6,6 +6,7 @@
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
+#include "lockstep/core/simd_clones.hpp"
 #include "lockstep/data/image.hpp"
 
 namespace lockstep::data {
@@ -60,6 +61,20 @@ void crop_params(Draws& d, std::int64_t H, std::int64_t W, const AugmentOptions&
   left = (W - w) / 2;
 }
 
+// Reverses each of `rows` rows of W bytes: through a copy, which vectorises (std::reverse's
+// swaps do not).
+LOCKSTEP_SIMD_CLONES void mirror_rows(std::uint8_t* x, std::int64_t rows, std::int64_t W) {
+  thread_local std::vector<std::uint8_t> reversed;
+  reversed.resize(static_cast<std::size_t>(W));
+  std::uint8_t* t = reversed.data();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::uint8_t* row = x + r * W;
+    for (std::int64_t i = 0; i < W; ++i)
+      t[i] = row[W - 1 - i];
+    std::memcpy(row, t, static_cast<std::size_t>(W));
+  }
+}
+
 // The steps after the crop, on a C x H x W sample, drawing on from where the crop stopped.
 void pad_crop_and_flip(Draws& d, std::uint8_t* x, std::int64_t C, std::int64_t H, std::int64_t W,
                        const AugmentOptions& o) {
@@ -80,10 +95,7 @@ void pad_crop_and_flip(Draws& d, std::uint8_t* x, std::int64_t C, std::int64_t H
       }
     std::memcpy(x, tmp.data(), tmp.size());
   }
-  if (o.flip && d.uniform() < 0.5) {
-    for (std::int64_t r = 0; r < C * H; ++r)
-      std::reverse(x + r * W, x + (r + 1) * W);
-  }
+  if (o.flip && d.uniform() < 0.5) mirror_rows(x, C * H, W);
 }
 
 }  // namespace
@@ -129,14 +141,30 @@ void decode_sample(const std::uint8_t* bytes, std::size_t size, const std::strin
     // Decoding at 1/2, 1/4 or 1/8 where the crop keeps at least `side` pixels on its shorter side
     // reads up to 64 times fewer pixels. Pixel i of the reduced image is pixels [d*i, d*i + d) of
     // the full one (libjpeg's scaled IDCT), so the crop is the same region at 1/d, edges and all.
+    // Only the whole pixels it touches are decoded (as DALI's region-of-interest decode does), to
+    // the values the whole image's decode has there, so the sample is the same bytes as a crop of
+    // the whole decoded image.
     const EncodedImageInfo info = encoded_image_info(bytes, size, where);
     const EncodedCrop crop = encoded_crop(info, side, o, epoch, index);
     d.skip_to(crop.draws);
-    const Image image = decode_image_scaled(bytes, size, where, crop.denominator);
-    const auto d = static_cast<double>(crop.denominator);
-    resize_region(image, static_cast<double>(crop.top) / d, static_cast<double>(crop.left) / d,
-                  static_cast<double>(crop.height) / d, static_cast<double>(crop.width) / d, side,
-                  side, out);
+    const auto scale = static_cast<double>(crop.denominator);
+    const double top = static_cast<double>(crop.top) / scale;
+    const double left = static_cast<double>(crop.left) / scale;
+    const double h = static_cast<double>(crop.height) / scale;
+    const double w = static_cast<double>(crop.width) / scale;
+    PixelRect touched;
+    touched.top = static_cast<std::int64_t>(std::floor(top));
+    touched.left = static_cast<std::int64_t>(std::floor(left));
+    touched.height = static_cast<std::int64_t>(std::ceil(top + h)) - touched.top;
+    touched.width = static_cast<std::int64_t>(std::ceil(left + w)) - touched.left;
+    // Kept by the thread: its buffer is the size of the largest crop so far, not allocated anew.
+    thread_local ImageRegion region;
+    decode_image_region(bytes, size, where, crop.denominator, touched, region);
+    // The region's origin is a whole pixel, so these are the same doubles less whole numbers:
+    // exact, and the resampler's weights are the ones it computes on the whole image.
+    resize_region(region.image, top - static_cast<double>(region.top),
+                  left - static_cast<double>(region.left), h, w, side, side, out);
+    release_if_outsized(region.image.rgb);
   }
   pad_crop_and_flip(d, out, 3, side, side, o);
 }

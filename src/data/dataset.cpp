@@ -271,40 +271,50 @@ void ShardedDataset::allocate(std::span<const std::int64_t> indices, Tensor& x, 
 }
 
 void ShardedDataset::decode(std::span<const std::int64_t> indices, Tensor& x, std::int64_t epoch,
-                            const AugmentOptions& augment, int threads) const {
+                            const AugmentOptions& augment, ThreadPool* pool) const {
   const auto k = static_cast<std::int64_t>(indices.size());
   const std::int64_t sb = sample_bytes(), side = meta_.sample_shape[2];
   auto* xo = x.data<std::uint8_t>();
   auto work = [&](std::int64_t begin, std::int64_t end) {
-    std::vector<std::uint8_t> bytes;
+    thread_local std::vector<std::uint8_t> bytes;  // the largest sample's size, once per thread
     std::int64_t read = 0;
     for (std::int64_t j = begin; j < end; ++j) {
       const Location at = locate(indices[j]);
       at.shard->read_encoded(at.index, bytes);
       read += static_cast<std::int64_t>(bytes.size());
-      decode_sample(bytes.data(), bytes.size(), str(at.shard->where(), ", sample ", at.index), side,
-                    augment, epoch, indices[j], xo + j * sb);
+      auto decode_as = [&](const std::string& where) {
+        decode_sample(bytes.data(), bytes.size(), where, side, augment, epoch, indices[j],
+                      xo + j * sb);
+      };
+      // The sample's name is for error messages only, so it is made when a decode fails: the
+      // sample is decoded again under it, and fails again the same way (decoding is
+      // deterministic).
+      try {
+        decode_as(std::string());
+      } catch (const Error&) {
+        decode_as(str(at.shard->where(), ", sample ", at.index));
+        throw;
+      }
     }
+    release_if_outsized(bytes);
     bytes_read_ += read;
   };
-  if (threads <= 1 || k <= 1) {
+  if (pool == nullptr || k <= 1) {
     work(0, k);
     return;
   }
-  // A pool per batch: starting a few threads costs far less than decoding one image.
-  ThreadPool pool(static_cast<int>(std::min<std::int64_t>(threads, k)));
-  pool.parallel_for(k, 1, work);
+  pool->parallel_for(k, 1, work);
 }
 
 void ShardedDataset::gather_augmented(std::span<const std::int64_t> indices, Tensor& x, Tensor& y,
                                       std::int64_t epoch, const AugmentOptions& augment,
-                                      int threads) const {
+                                      ThreadPool* pool) const {
   if (meta_.storage == SampleStorage::Raw) {
-    Dataset::gather_augmented(indices, x, y, epoch, augment, threads);
+    Dataset::gather_augmented(indices, x, y, epoch, augment, pool);
     return;
   }
   allocate(indices, x, y);
-  decode(indices, x, epoch, augment, threads);
+  decode(indices, x, epoch, augment, pool);
 }
 
 void ShardedDataset::gather(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const {
@@ -313,7 +323,7 @@ void ShardedDataset::gather(std::span<const std::int64_t> indices, Tensor& x, Te
   const std::int64_t sb = sample_bytes();
   auto* xo = static_cast<char*>(x.raw_data());
   if (meta_.storage == SampleStorage::Encoded) {
-    decode(indices, x, 0, AugmentOptions{}, 1);
+    decode(indices, x, 0, AugmentOptions{}, nullptr);
     return;
   }
   if (resident_ != nullptr) {

@@ -1,7 +1,6 @@
 #include "lockstep/data/image.hpp"
 
 #include <png.h>
-#include <turbojpeg.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,10 +9,18 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
+#include <utility>
+
+#include <jpeglib.h>  // after <cstdio>: it needs FILE and size_t declared
+#ifdef __SSE2__
+#include <emmintrin.h>  // in every x86-64 build: the rounding's clamps and packs
+#endif
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/file.hpp"
+#include "lockstep/core/simd_clones.hpp"
 
 namespace lockstep::data {
 
@@ -135,52 +142,249 @@ void apply_orientation(Image& img, int o) {
   img = std::move(out);
 }
 
-// denominator 0: the one jpeg_scale_denominator allows for min_side.
-Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& where,
-                  std::int64_t min_side, int denominator) {
-  std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
-  LOCKSTEP_CHECK(tj, where, ": cannot start the JPEG decoder: ", tjGetErrorStr2(nullptr));
-  int w = 0, h = 0, subsamp = 0, colorspace = 0;
-  LOCKSTEP_CHECK_HINT(tjDecompressHeader3(tj.get(), data, size, &w, &h, &subsamp, &colorspace) == 0,
-                      kBadFileHint, where, ": corrupt JPEG header: ", tjGetErrorStr2(tj.get()));
-  // A few bytes of header can claim 65535 x 65535 pixels (12 GiB): refuse what no photo needs.
-  LOCKSTEP_CHECK_HINT(std::int64_t(w) * h <= kMaxPixels, kBadFileHint, where, ": claims ", w, "x",
-                      h, " pixels, more than ", kMaxPixels, " (corrupt, or not a photo)");
-  if (denominator == 0) denominator = jpeg_scale_denominator(w, h, min_side);
+// ---- JPEG through libjpeg's own API (libjpeg-turbo's): unlike TurboJPEG 2.1 it can decode a
+// region, jpeg_crop_scanline for the columns and jpeg_skip_scanlines for the rows above. Every
+// decode uses the settings tjDecompress2 used (RGB or CMYK out, the accurate integer IDCT, fancy
+// upsampling), so the pixels are the ones the TurboJPEG decode gave.
+
+// libjpeg reports an error, or a warning (which fails a decode here too: a truncated file's
+// "Premature end of JPEG file", corrupt data that libjpeg papers over with grey: a half-grey
+// sample is a silently wrong sample), by calling these, which keep libjpeg's words and longjmp
+// back to JpegDecoder::guarded.
+struct JpegErrors {
+  jpeg_error_mgr mgr;  // first: libjpeg hands back a pointer to it
+  std::jmp_buf jump;
+  bool warning;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void jpeg_on_error(j_common_ptr cinfo) {
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  errors->warning = false;
+  cinfo->err->format_message(cinfo, errors->message);
+  std::longjmp(errors->jump, 1);
+}
+
+void jpeg_on_message(j_common_ptr cinfo, int level) {
+  if (level >= 0) return;  // trace messages
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  errors->warning = true;
+  cinfo->err->format_message(cinfo, errors->message);
+  std::longjmp(errors->jump, 1);
+}
+
+// One per thread, reused image after image (a decompressor is a few allocations and tables).
+class JpegDecoder {
+ public:
+  JpegDecoder() {
+    cinfo_.err = jpeg_std_error(&errors_.mgr);
+    errors_.mgr.error_exit = jpeg_on_error;
+    errors_.mgr.emit_message = jpeg_on_message;
+    if (setjmp(errors_.jump) != 0)
+      LOCKSTEP_FAIL("cannot start the JPEG decoder: ", errors_.message);
+    jpeg_create_decompress(&cinfo_);
+  }
+  ~JpegDecoder() { jpeg_destroy_decompress(&cinfo_); }
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  static JpegDecoder& for_this_thread() {
+    thread_local JpegDecoder decoder;
+    return decoder;
+  }
+
+  jpeg_decompress_struct* cinfo() { return &cinfo_; }
+  const JpegErrors& errors() const { return errors_; }
+
+  // Runs fn, which calls libjpeg, with its error exits aimed here: false (and the decompressor
+  // reset for the next image) when libjpeg reported an error or a warning. The longjmp skips
+  // fn's frame and libjpeg's, so fn must hold nothing with a destructor (only pointers and
+  // numbers): the buffers it fills are made before.
+  template <class Fn>
+  bool guarded(Fn&& fn) {
+    if (setjmp(errors_.jump) != 0) {
+      jpeg_abort_decompress(&cinfo_);
+      return false;
+    }
+    fn();
+    return true;
+  }
+
+  // Reads the header of `data`: the image's size and colour space, ready for a decode; throws
+  // as decode_image for what is not a JPEG it can decode. A decode that throws after this leaves
+  // the decompressor mid-image: the next read_header resets it.
+  void read_header(const std::uint8_t* data, std::size_t size, const std::string& where) {
+    jpeg_abort_decompress(&cinfo_);  // whatever the last image left (a throw after its header)
+    const bool ok = guarded([&] {
+      jpeg_mem_src(&cinfo_, data, static_cast<unsigned long>(size));
+      jpeg_read_header(&cinfo_, TRUE);
+    });
+    LOCKSTEP_CHECK_HINT(ok, kBadFileHint, where, ": corrupt JPEG header: ", errors_.message);
+    const std::int64_t w = cinfo_.image_width, h = cinfo_.image_height;
+    const J_COLOR_SPACE cs = cinfo_.jpeg_color_space;
+    const bool known =
+        cs == JCS_GRAYSCALE || cs == JCS_RGB || cs == JCS_YCbCr || cs == JCS_CMYK || cs == JCS_YCCK;
+    LOCKSTEP_CHECK_HINT(known, kBadFileHint, where,
+                        ": corrupt JPEG header: an unknown colour space of ", cinfo_.num_components,
+                        " components");
+    LOCKSTEP_CHECK_HINT(w >= 1 && h >= 1, kBadFileHint, where,
+                        ": corrupt JPEG header: an image of ", w, "x", h, " pixels");
+    // A few bytes of header can claim 65535 x 65535 pixels (12 GiB): refuse what no photo needs.
+    LOCKSTEP_CHECK_HINT(w * h <= kMaxPixels, kBadFileHint, where, ": claims ", w, "x", h,
+                        " pixels, more than ", kMaxPixels, " (corrupt, or not a photo)");
+  }
+
+  bool cmyk() const {
+    return cinfo_.jpeg_color_space == JCS_CMYK || cinfo_.jpeg_color_space == JCS_YCCK;
+  }
+
+ private:
+  jpeg_decompress_struct cinfo_{};
+  JpegErrors errors_{};
+};
+
+// The stored pixels that upright pixels `r` of an image shown with EXIF orientation `o` come
+// from, in an image stored w x h (apply_orientation's mapping, taken at two corners).
+PixelRect stored_rect(const PixelRect& r, int o, std::int64_t w, std::int64_t h) {
+  auto stored = [&](std::int64_t x, std::int64_t y) {
+    switch (o) {
+      case 2:
+        return std::pair{w - 1 - x, y};
+      case 3:
+        return std::pair{w - 1 - x, h - 1 - y};
+      case 4:
+        return std::pair{x, h - 1 - y};
+      case 5:
+        return std::pair{y, x};
+      case 6:
+        return std::pair{y, h - 1 - x};
+      case 7:
+        return std::pair{w - 1 - y, h - 1 - x};
+      case 8:
+        return std::pair{w - 1 - y, x};
+      default:
+        return std::pair{x, y};
+    }
+  };
+  const auto [ax, ay] = stored(r.left, r.top);
+  const auto [bx, by] = stored(r.left + r.width - 1, r.top + r.height - 1);
+  return {std::min(ay, by), std::min(ax, bx), std::abs(by - ay) + 1, std::abs(bx - ax) + 1};
+}
+
+// Decodes the upright pixels `wanted` (nullptr: all) of a JPEG at 1/denominator (0: the scale
+// jpeg_scale_denominator allows for min_side) into out. A decode of the whole image reads it to
+// its end and checks it all; a region's stops after the region's last row.
+void decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& where,
+                 std::int64_t min_side, int denominator, const PixelRect* wanted,
+                 ImageRegion& out) {
+  JpegDecoder& dec = JpegDecoder::for_this_thread();
+  jpeg_decompress_struct* cinfo = dec.cinfo();
+  dec.read_header(data, size, where);
+  const std::int64_t full_w = cinfo->image_width, full_h = cinfo->image_height;
+  if (denominator == 0) denominator = jpeg_scale_denominator(full_w, full_h, min_side);
   LOCKSTEP_CHECK(denominator == 1 || denominator == 2 || denominator == 4 || denominator == 8,
                  where, ": JPEG scale 1/", denominator, " is not one of 1, 1/2, 1/4, 1/8");
-  const tjscalingfactor factor{1, denominator};
-  const int sw = TJSCALED(w, factor), sh = TJSCALED(h, factor);
-  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  const bool cmyk = dec.cmyk();
+  cinfo->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGB;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned>(denominator);
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->do_fancy_upsampling = TRUE;
+  // Sides scaled as libjpeg scales them (rounded up: TurboJPEG's TJSCALED).
+  const std::int64_t sw = (full_w + denominator - 1) / denominator;
+  const std::int64_t sh = (full_h + denominator - 1) / denominator;
+  const int orientation = exif_orientation(data, size);
+  const bool swap = orientation >= 5;
+  const std::int64_t uw = swap ? sh : sw, uh = swap ? sw : sh;  // upright
+  const PixelRect all{0, 0, uh, uw};
+  const PixelRect up = wanted ? *wanted : all;
+  const bool in_image = up.top >= 0 && up.left >= 0 && up.height >= 1 && up.width >= 1 &&
+                        up.top + up.height <= uh && up.left + up.width <= uw;
+  LOCKSTEP_CHECK(in_image, where, ": region ", up.height, "x", up.width, " at (", up.top, ", ",
+                 up.left, ") is outside the ", uh, "x", uw, " image decoded at 1/", denominator);
+  const PixelRect want = stored_rect(up, orientation, sw, sh);
+  const bool whole = want.width == sw && want.height == sh;
+  // Fancy (smooth) chroma upsampling reads the chroma sample beside the pixel's: at the edge of a
+  // cropped decode libjpeg repeats the edge sample instead, so the columns next to the crop's
+  // edges come out differently from the full decode's. One column of margin on either side keeps
+  // the wanted ones identical (rows need none: jpeg_skip_scanlines keeps the context rows;
+  // test_image.cpp's ARegionDecodesToTheWholeDecodesPixelsAndLittleMore checks both).
+  const std::int64_t x0 = std::max<std::int64_t>(0, want.left - 1);
+  const std::int64_t x1 = std::min(sw, want.left + want.width + 1);
   const int channels = cmyk ? 4 : 3;
-  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(sw) * sh * channels);
-  // Warnings (a truncated file's "Premature end of JPEG file", corrupt data that libjpeg
-  // papers over with grey) fail the decode too: a half-grey sample is a silently wrong sample.
-  const int rc = tjDecompress2(tj.get(), data, size, pixels.data(), sw, 0, sh,
-                               cmyk ? TJPF_CMYK : TJPF_RGB, TJFLAG_ACCURATEDCT);
-  if (rc != 0) {
-    const bool warning = tjGetErrorCode(tj.get()) == TJERR_WARNING;
+  // Pixels straight into out when they need no conversion; else through a buffer.
+  const bool direct = !cmyk && orientation == 1;
+  thread_local std::vector<std::uint8_t> converted;
+  std::vector<std::uint8_t>& buffer = direct ? out.image.rgb : converted;
+  buffer.resize(static_cast<std::size_t>((x1 - x0) + 32) * want.height * channels);
+  thread_local std::vector<JSAMPROW> rows;
+  rows.resize(static_cast<std::size_t>(want.height));
+  JDIMENSION xoffset = static_cast<JDIMENSION>(x0), width = static_cast<JDIMENSION>(x1 - x0);
+  const bool ok = dec.guarded([&] {
+    jpeg_start_decompress(cinfo);
+    // Moves xoffset left to a block boundary and widens `width` to match: at most 32 columns
+    // more (an iMCU: 8 pixels times a sampling factor of at most 4), which the buffer allows.
+    jpeg_crop_scanline(cinfo, &xoffset, &width);
+    const std::size_t pitch = static_cast<std::size_t>(width) * channels;
+    for (std::size_t y = 0; y < rows.size(); ++y)
+      rows[y] = buffer.data() + y * pitch;
+    if (want.top > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(want.top));
+    const auto end = static_cast<JDIMENSION>(want.top + want.height);
+    while (cinfo->output_scanline < end)
+      jpeg_read_scanlines(cinfo, &rows[cinfo->output_scanline - want.top],
+                          end - cinfo->output_scanline);
+    if (whole) {
+      jpeg_finish_decompress(cinfo);
+    } else {
+      jpeg_abort_decompress(cinfo);
+    }
+  });
+  if (!ok) {
     LOCKSTEP_FAIL_HINT(
         kBadFileHint, where,
-        warning ? ": truncated or corrupt JPEG data: " : ": cannot decode the JPEG: ",
-        tjGetErrorStr2(tj.get()));
+        dec.errors().warning ? ": truncated or corrupt JPEG data: " : ": cannot decode the JPEG: ",
+        dec.errors().message);
   }
-  Image img;
-  img.width = sw;
-  img.height = sh;
-  if (cmyk) {
-    // Inverted CMYK, as Photoshop stores it and libjpeg-turbo reads it: a channel times K.
-    img.rgb.resize(static_cast<std::size_t>(sw) * sh * 3);
-    for (std::size_t i = 0, n = static_cast<std::size_t>(sw) * sh; i < n; ++i) {
-      const int k = pixels[i * 4 + 3];
-      for (int c = 0; c < 3; ++c)
-        img.rgb[i * 3 + c] = static_cast<std::uint8_t>((pixels[i * 4 + c] * k + 127) / 255);
+  const auto decoded_w = static_cast<std::int64_t>(width);
+  if (direct) {
+    out.image.width = decoded_w;
+    out.image.height = want.height;
+    out.image.rgb.resize(static_cast<std::size_t>(decoded_w * want.height * 3));
+    out.top = want.top;
+    out.left = static_cast<std::int64_t>(xoffset);
+    return;
+  }
+  // The stored pixels `want` as RGB, then turned upright: exactly the region asked for.
+  Image& img = out.image;
+  img.width = want.width;
+  img.height = want.height;
+  img.rgb.resize(static_cast<std::size_t>(want.width * want.height * 3));
+  const std::int64_t skip = want.left - static_cast<std::int64_t>(xoffset);
+  for (std::int64_t y = 0; y < want.height; ++y) {
+    const std::uint8_t* src = buffer.data() + (y * decoded_w + skip) * channels;
+    std::uint8_t* dst = img.rgb.data() + y * want.width * 3;
+    if (!cmyk) {
+      std::memcpy(dst, src, static_cast<std::size_t>(want.width * 3));
+      continue;
     }
-  } else {
-    img.rgb = std::move(pixels);
+    // Inverted CMYK, as Photoshop stores it and libjpeg-turbo reads it: a channel times K.
+    for (std::int64_t x = 0; x < want.width; ++x) {
+      const int k = src[x * 4 + 3];
+      for (int c = 0; c < 3; ++c)
+        dst[x * 3 + c] = static_cast<std::uint8_t>((src[x * 4 + c] * k + 127) / 255);
+    }
   }
-  apply_orientation(img, exif_orientation(data, size));
-  return img;
+  release_if_outsized(converted);
+  apply_orientation(img, orientation);
+  out.top = up.top;
+  out.left = up.left;
+}
+
+Image decode_jpeg_whole(const std::uint8_t* data, std::size_t size, const std::string& where,
+                        std::int64_t min_side, int denominator) {
+  ImageRegion region;
+  decode_jpeg(data, size, where, min_side, denominator, nullptr, region);
+  return std::move(region.image);
 }
 
 // libpng reports errors by longjmp: the decode runs in a function without C++ objects that
@@ -259,17 +463,38 @@ Image decode_png(const std::uint8_t* data, std::size_t size, const std::string& 
   return Image{w, h, std::move(rgb)};
 }
 
-// Sampling weights of one axis: output position o (of out_len, shifted by `offset` in the scaled
-// image) takes input positions first[o] .. first[o] + weights[o].size() - 1.
+// Sampling weights of one axis: output position o (of size(), shifted by `offset` in the scaled
+// image) takes input positions first[o] .. first[o] + taps(o) - 1 with weights
+// weights[begin[o] ...] (flat: one allocation per axis, not one per output).
 struct AxisWeights {
   std::vector<std::int64_t> first;
-  std::vector<std::vector<float>> weights;
+  std::vector<std::int64_t> begin{0};
+  std::vector<float> weights;
+
+  std::int64_t size() const { return static_cast<std::int64_t>(first.size()); }
+  std::int64_t taps(std::int64_t o) const {
+    return begin[static_cast<std::size_t>(o + 1)] - begin[static_cast<std::size_t>(o)];
+  }
+  const float* weights_of(std::int64_t o) const {
+    return weights.data() + begin[static_cast<std::size_t>(o)];
+  }
+  // The input positions [lo, hi) that some output reads.
+  std::pair<std::int64_t, std::int64_t> span() const {
+    std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = 0;
+    for (std::int64_t o = 0; o < size(); ++o) {
+      lo = std::min(lo, first[static_cast<std::size_t>(o)]);
+      hi = std::max(hi, first[static_cast<std::size_t>(o)] + taps(o));
+    }
+    return {lo, hi};
+  }
 };
 
 AxisWeights axis_weights(std::int64_t in_len, double scale, double offset, std::int64_t out_len) {
   // scale = input pixels per output pixel; the triangle's radius grows with it when shrinking.
   const double support = std::max(scale, 1.0);
   AxisWeights a;
+  a.first.reserve(static_cast<std::size_t>(out_len));
+  a.begin.reserve(static_cast<std::size_t>(out_len + 1));
   for (std::int64_t o = 0; o < out_len; ++o) {
     // o + offset is exact for whole offsets, so resize_to_square's weights do not depend on
     // offset being a double (fractional ones are resize_region's).
@@ -278,95 +503,314 @@ AxisWeights axis_weights(std::int64_t in_len, double scale, double offset, std::
         std::max<std::int64_t>(0, static_cast<std::int64_t>(std::floor(center - support)));
     std::int64_t hi =
         std::min<std::int64_t>(in_len, static_cast<std::int64_t>(std::ceil(center + support)));
-    std::vector<float> w;
+    const std::size_t b = a.weights.size();
     double total = 0;
     for (std::int64_t i = lo; i < hi; ++i) {
       const double d = std::abs((static_cast<double>(i) + 0.5 - center) / support);
       const double v = std::max(0.0, 1.0 - d);
-      w.push_back(static_cast<float>(v));
+      a.weights.push_back(static_cast<float>(v));
       total += v;
     }
     if (total <= 0) {  // outside the image (cannot happen for in-range o): nearest pixel
       lo = std::clamp<std::int64_t>(static_cast<std::int64_t>(center), 0, in_len - 1);
-      w.assign(1, 1.0f);
+      a.weights.resize(b);
+      a.weights.push_back(1.0f);
       total = 1;
     }
-    for (auto& v : w)
-      v = static_cast<float>(v / total);
+    for (std::size_t k = b; k < a.weights.size(); ++k)
+      a.weights[k] = static_cast<float>(a.weights[k] / total);
     a.first.push_back(lo);
-    a.weights.push_back(std::move(w));
+    a.begin.push_back(static_cast<std::int64_t>(a.weights.size()));
   }
   return a;
 }
 
-// clamp(lround(v), 0, 255) without the library call (a tenth of a resize's time): v - trunc(v)
-// is exact for the |v| < 2^23 of a pixel sum, so the halves round away from zero as lround's do.
-inline std::uint8_t round_to_u8(float v) {
-  if (!(v > 0.0f)) return 0;  // negatives round to 0 or below, and clamp to 0
-  if (v >= 255.0f) return 255;
-  const auto whole = static_cast<int>(v);
-  return static_cast<std::uint8_t>(whole + (v - static_cast<float>(whole) >= 0.5f ? 1 : 0));
+// ---- The resampler: a horizontal pass over the source rows the output needs, then a vertical
+// one, in float. Every output value sums its taps in order from 0, one multiply and one add at a
+// time (no FMA: lockstep_data builds with -ffp-contract=off), as the plain loops did before they
+// were vectorised, so the bytes are the same in every SIMD clone and as they were (test_image.cpp
+// keeps those loops as the reference). The vectors run across what shares a weight instead of
+// along a sum: in the horizontal pass the channels of one pixel in kRows rows (4 lanes each:
+// R, G, B and one unused), in the vertical pass a row's consecutive values.
+
+// Rows of pixels of 1 to 4 channels: channel c of pixel i of row y is at
+// base[y * row_stride + i * pixel_stride + c * channel_stride].
+struct PixelRows {
+  const std::uint8_t* base;
+  std::int64_t row_stride, pixel_stride, channel_stride;
+  int channels;
+};
+
+constexpr int kRows = 4;
+using Lanes = float __attribute__((vector_size(kRows * 4 * sizeof(float))));
+using Floats4 = float __attribute__((vector_size(16)));
+using Ints4 = std::int32_t __attribute__((vector_size(16)));
+using Shorts8 = std::uint16_t __attribute__((vector_size(16)));
+using Bytes16 = std::uint8_t __attribute__((vector_size(16)));
+
+// Four bytes to four floats: zero-extended by interleaving with zeros (pmovzx on AVX2: GCC 12
+// turns __builtin_convertvector from bytes into scalar code), then converted.
+inline Floats4 widen4(std::uint32_t word) {
+  const auto bytes = reinterpret_cast<Bytes16>(Ints4{static_cast<std::int32_t>(word), 0, 0, 0});
+  const auto shorts = reinterpret_cast<Shorts8>(__builtin_shuffle(
+      bytes, Bytes16{}, Bytes16{0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23}));
+  return __builtin_convertvector(reinterpret_cast<Ints4>(__builtin_shuffle(
+                                     shorts, Shorts8{}, Shorts8{0, 8, 1, 9, 2, 10, 3, 11})),
+                                 Floats4);
 }
 
-// The two passes of every resize of a decoded image: horizontal over the source rows the output
-// needs, then vertical, in float. Output pixel (y, x), y < ay's and x < ax's length, goes to
-// (y0 + y, x0 + x) of the channel-major [3, out_h, out_w] `out`.
-void resample_rgb(const Image& img, const AxisWeights& ax, const AxisWeights& ay,
-                  std::int64_t out_h, std::int64_t out_w, std::int64_t y0, std::int64_t x0,
-                  std::uint8_t* out) {
-  const std::int64_t w = img.width;
-  const auto nx = static_cast<std::int64_t>(ax.first.size());
-  const auto ny = static_cast<std::int64_t>(ay.first.size());
-  std::int64_t row_lo = img.height, row_hi = 0;
-  for (std::int64_t y = 0; y < ny; ++y) {
-    const auto f = ay.first[static_cast<std::size_t>(y)];
-    row_lo = std::min(row_lo, f);
-    row_hi = std::max(
-        row_hi, f + static_cast<std::int64_t>(ay.weights[static_cast<std::size_t>(y)].size()));
-  }
-  std::vector<float> rows(
-      static_cast<std::size_t>(std::max<std::int64_t>(0, row_hi - row_lo) * nx * 3));
-  for (std::int64_t y = row_lo; y < row_hi; ++y) {
-    const std::uint8_t* src = &img.rgb[static_cast<std::size_t>(y * w * 3)];
-    float* dst = &rows[static_cast<std::size_t>((y - row_lo) * nx * 3)];
-    for (std::int64_t x = 0; x < nx; ++x) {
-      float r = 0, g = 0, b = 0;
-      const auto& wx = ax.weights[static_cast<std::size_t>(x)];
-      const std::uint8_t* p = src + ax.first[static_cast<std::size_t>(x)] * 3;
-      const float* wk = wx.data();
-      for (std::size_t k = 0, n = wx.size(); k < n; ++k, p += 3) {
-        r += wk[k] * static_cast<float>(p[0]);
-        g += wk[k] * static_cast<float>(p[1]);
-        b += wk[k] * static_cast<float>(p[2]);
+// P[((i - lo) * kRows + r) * 4 + c] = channel c of pixel i of row ys[r], for i in [lo, hi).
+LOCKSTEP_SIMD_CLONES void widen_rows(const PixelRows& src, const std::int64_t* ys, std::int64_t lo,
+                                     std::int64_t hi, float* P) {
+  for (int r = 0; r < kRows; ++r) {
+    const std::uint8_t* row = src.base + ys[r] * src.row_stride;
+    float* p = P + r * 4;
+    if (src.channels == 3 && src.pixel_stride == 3 && src.channel_stride == 1) {
+      // RGB: four bytes a pixel (the fourth is the next pixel's red, weighed into the unused
+      // lane), four pixels from one 16-byte load while it stays inside the row, then one at a
+      // time; the last pixel's fourth byte may lie past the image.
+      std::int64_t i = lo;
+      for (; i + 6 <= hi; i += 4) {
+        Bytes16 b;
+        std::memcpy(&b, row + i * 3, sizeof b);
+        for (std::uint8_t q = 0; q < 4; ++q, p += kRows * 4) {
+          const std::uint8_t f = 3 * q, z = 16;  // z: a byte of the zero vector
+          const Bytes16 spread = {f,
+                                  z,
+                                  z,
+                                  z,
+                                  std::uint8_t(f + 1),
+                                  z,
+                                  z,
+                                  z,
+                                  std::uint8_t(f + 2),
+                                  z,
+                                  z,
+                                  z,
+                                  std::uint8_t(f + 3),
+                                  z,
+                                  z,
+                                  z};
+          const Floats4 v = __builtin_convertvector(
+              reinterpret_cast<Ints4>(__builtin_shuffle(b, Bytes16{}, spread)), Floats4);
+          std::memcpy(p, &v, sizeof v);
+        }
       }
-      dst[x * 3] = r;
-      dst[x * 3 + 1] = g;
-      dst[x * 3 + 2] = b;
+      for (; i + 1 < hi; ++i, p += kRows * 4) {
+        std::uint32_t word;
+        std::memcpy(&word, row + i * 3, 4);
+        const Floats4 v = widen4(word);
+        std::memcpy(p, &v, sizeof v);
+      }
+      const std::uint8_t* last = row + i * 3;
+      const Floats4 v = widen4(std::uint32_t{last[0]} | std::uint32_t{last[1]} << 8 |
+                               std::uint32_t{last[2]} << 16);
+      std::memcpy(p, &v, sizeof v);
+      continue;
+    }
+    for (std::int64_t i = lo; i < hi; ++i, p += kRows * 4) {
+      Ints4 q = {};
+      for (int c = 0; c < src.channels; ++c)
+        q[c] = row[i * src.pixel_stride + c * src.channel_stride];
+      const Floats4 v = __builtin_convertvector(q, Floats4);
+      std::memcpy(p, &v, sizeof v);
     }
   }
-  // The vertical pass a whole output row at a time: each tap adds its weight times one
-  // contiguous source row to the accumulators, which the compiler vectorises. Every value still
-  // sums its taps in the same order from 0, so the result is the same float for float.
-  const std::int64_t row_len = nx * 3;
-  std::vector<float> acc(static_cast<std::size_t>(row_len));
+}
+
+// The horizontal pass over kRows widened rows: channel c of output pixel x of row r goes to
+// dst[r][x * channels + c]. Each store writes 4 floats, the last one into the next pixel (written
+// next) or into the row's padding of 4.
+LOCKSTEP_SIMD_CLONES void horizontal_taps(const float* P, const AxisWeights& ax, std::int64_t lo,
+                                          float* const* dst, int channels) {
+  // Locals, so that the stores below do not make the compiler reload them for every pixel.
+  const std::int64_t* first = ax.first.data();
+  const std::int64_t* begin = ax.begin.data();
+  const float* weights = ax.weights.data();
+  float* out[kRows];
+  for (int r = 0; r < kRows; ++r)
+    out[r] = dst[r];
+  for (std::int64_t x = 0, nx = ax.size(); x < nx; ++x) {
+    const float* w = weights + begin[x];
+    const float* p = P + (first[x] - lo) * kRows * 4;
+    Lanes acc = {};
+    for (std::int64_t k = 0, n = begin[x + 1] - begin[x]; k < n; ++k, p += kRows * 4) {
+      Lanes v;
+      std::memcpy(&v, p, sizeof v);
+      acc += w[k] * v;
+    }
+    float sums[kRows * 4];
+    std::memcpy(sums, &acc, sizeof sums);
+    for (int r = 0; r < kRows; ++r)
+      std::memcpy(out[r] + x * channels, sums + r * 4, 4 * sizeof(float));
+  }
+}
+
+// acc[j] = sum over k < n of w[k] * rows[k * stride + j], for j < len.
+LOCKSTEP_SIMD_CLONES void vertical_taps(const float* rows, std::int64_t stride, std::int64_t len,
+                                        const float* w, std::int64_t n, float* acc) {
+  constexpr std::int64_t kLanes = sizeof(Lanes) / sizeof(float);
+  std::int64_t j = 0;
+  for (; j + kLanes <= len; j += kLanes) {
+    Lanes a = {};
+    for (std::int64_t k = 0; k < n; ++k) {
+      Lanes v;
+      std::memcpy(&v, rows + k * stride + j, sizeof v);
+      a += w[k] * v;
+    }
+    std::memcpy(acc + j, &a, sizeof a);
+  }
+  for (; j < len; ++j) {
+    float a = 0;
+    for (std::int64_t k = 0; k < n; ++k)
+      a += w[k] * rows[k * stride + j];
+    acc[j] = a;
+  }
+}
+
+// clamp(lround(v), 0, 255) of four floats without the library call: v - trunc(v) is exact for
+// the |v| < 2^23 of a pixel sum, so the halves round away from zero as lround's do. As vector
+// code because GCC keeps the scalar loop's branches (-ftrapping-math) and does not vectorise it.
+inline Ints4 round4(Floats4 v) {
+  const Floats4 zero = {}, top = zero + 255.0f, half = zero + 0.5f;
+#ifdef __SSE2__
+  v = _mm_min_ps(_mm_max_ps(v, zero), top);  // the clamps exactly: a NaN becomes 0, as before
+#else
+  v = v > zero ? v : zero;
+  v = v < top ? v : top;
+#endif
+  const Ints4 whole = __builtin_convertvector(v, Ints4);
+  return whole - (v - __builtin_convertvector(whole, Floats4) >= half);  // true is -1
+}
+
+// Sixteen floats rounded, in order, to sixteen bytes.
+inline Bytes16 round16(const float* v) {
+  Floats4 x[4];
+  std::memcpy(x, v, sizeof x);
+  Ints4 q[4];
+  for (int i = 0; i < 4; ++i)
+    q[i] = round4(x[i]);
+#ifdef __SSE2__
+  // Packed with saturation, which changes nothing: the values are 0 to 255.
+  const auto m = [&](int i) { return reinterpret_cast<__m128i>(q[i]); };
+  return reinterpret_cast<Bytes16>(
+      _mm_packus_epi16(_mm_packs_epi32(m(0), m(1)), _mm_packs_epi32(m(2), m(3))));
+#else
+  Bytes16 b[4];
+  for (int i = 0; i < 4; ++i)
+    b[i] = reinterpret_cast<Bytes16>(q[i]);  // byte 0 of each four holds the value
+  const Bytes16 pick = {0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0};
+  return __builtin_shuffle(__builtin_shuffle(b[0], b[1], pick), __builtin_shuffle(b[2], b[3], pick),
+                           Bytes16{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23});
+#endif
+}
+
+inline std::uint8_t round1(float v) {
+  return static_cast<std::uint8_t>(round4(Floats4{v, 0, 0, 0})[0]);
+}
+
+// out[j] = v[j] rounded, for j < n.
+LOCKSTEP_SIMD_CLONES void round_to_u8(const float* v, std::int64_t n, std::uint8_t* out) {
+  std::int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const Bytes16 b = round16(v + j);
+    std::memcpy(out + j, &b, sizeof b);
+  }
+  for (; j < n; ++j)
+    out[j] = round1(v[j]);
+}
+
+// Channel c of sixteen RGB pixels from the 48 bytes a, b, d hold in order: byte 3k + c of the 48
+// to byte k, in two two-vector shuffles (the first gathers what lies in a and b).
+template <int c>
+inline Bytes16 channel_of_48(Bytes16 a, Bytes16 b, Bytes16 d) {
+  static constexpr std::uint8_t kFirst[3][16] = {
+      {0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 0, 0, 0, 0, 0},
+      {1, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31, 0, 0, 0, 0, 0},
+      {2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 0, 0, 0, 0, 0, 0}};
+  static constexpr std::uint8_t kSecond[3][16] = {
+      {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 17, 20, 23, 26, 29},
+      {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 18, 21, 24, 27, 30},
+      {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 19, 22, 25, 28, 31}};
+  Bytes16 first, second;
+  std::memcpy(&first, kFirst[c], 16);
+  std::memcpy(&second, kSecond[c], 16);
+  return __builtin_shuffle(__builtin_shuffle(a, b, first), d, second);
+}
+
+// Channel c of the n interleaved RGB pixels v, rounded, to out[c * plane + x].
+LOCKSTEP_SIMD_CLONES void round_rgb_to_planes(const float* v, std::int64_t n, std::uint8_t* out,
+                                              std::int64_t plane) {
+  std::int64_t x = 0;
+  for (; x + 16 <= n; x += 16) {
+    const Bytes16 a = round16(v + x * 3), b = round16(v + x * 3 + 16), d = round16(v + x * 3 + 32);
+    const Bytes16 r = channel_of_48<0>(a, b, d), g = channel_of_48<1>(a, b, d),
+                  bl = channel_of_48<2>(a, b, d);
+    std::memcpy(out + x, &r, sizeof r);
+    std::memcpy(out + plane + x, &g, sizeof g);
+    std::memcpy(out + 2 * plane + x, &bl, sizeof bl);
+  }
+  for (; x < n; ++x)
+    for (int c = 0; c < 3; ++c)
+      out[c * plane + x] = round1(v[x * 3 + c]);
+}
+
+// Resamples `src` with the weights ax (columns) and ay (rows): output pixel (y, x), y < ay's
+// size and x < ax's, channel c goes to out[(c * out_h + y0 + y) * out_w + x0 + x].
+void resample(const PixelRows& src, const AxisWeights& ax, const AxisWeights& ay,
+              std::int64_t out_h, std::int64_t out_w, std::int64_t y0, std::int64_t x0,
+              std::uint8_t* out) {
+  const int C = src.channels;
+  const std::int64_t nx = ax.size(), ny = ay.size();
+  const auto [col_lo, col_hi] = ax.span();
+  const auto [row_lo, row_hi] = ay.span();
+  const std::int64_t row_len = nx * C, stride = row_len + 4;
+  // Scratch kept by each thread, so that a loader thread allocates nothing per image.
+  struct Scratch {
+    std::vector<float> widened, rows, acc;
+    std::vector<std::uint8_t> rounded;
+  };
+  thread_local Scratch s;
+  auto fit = [](auto& v, std::int64_t n) {
+    if (static_cast<std::int64_t>(v.size()) < n) v.resize(static_cast<std::size_t>(n));
+  };
+  fit(s.widened, (col_hi - col_lo) * kRows * 4);
+  fit(s.rows, (row_hi - row_lo + 1) * stride);  // + 1: where the rows past row_hi go
+  fit(s.acc, row_len);
+  fit(s.rounded, row_len);
+  float* const spare = s.rows.data() + (row_hi - row_lo) * stride;
+  for (std::int64_t y = row_lo; y < row_hi; y += kRows) {
+    std::int64_t ys[kRows];
+    float* dst[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      ys[r] = std::min(y + r, row_hi - 1);
+      dst[r] = y + r < row_hi ? s.rows.data() + (y + r - row_lo) * stride : spare;
+    }
+    widen_rows(src, ys, col_lo, col_hi, s.widened.data());
+    horizontal_taps(s.widened.data(), ax, col_lo, dst, C);
+  }
   for (std::int64_t y = 0; y < ny; ++y) {
-    const auto& wy = ay.weights[static_cast<std::size_t>(y)];
-    const std::int64_t f = ay.first[static_cast<std::size_t>(y)] - row_lo;
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    float* a = acc.data();
-    for (std::size_t k = 0; k < wy.size(); ++k) {
-      const float wk = wy[k];
-      const float* r =
-          &rows[static_cast<std::size_t>((f + static_cast<std::int64_t>(k)) * row_len)];
-      for (std::int64_t j = 0; j < row_len; ++j)
-        a[j] += wk * r[j];
-    }
-    for (int c = 0; c < 3; ++c) {
-      std::uint8_t* o = out + (c * out_h + (y + y0)) * out_w + x0;
-      for (std::int64_t x = 0; x < nx; ++x)
-        o[x] = round_to_u8(a[x * 3 + c]);
+    vertical_taps(s.rows.data() + (ay.first[static_cast<std::size_t>(y)] - row_lo) * stride, stride,
+                  row_len, ay.weights_of(y), ay.taps(y), s.acc.data());
+    std::uint8_t* o = out + (y0 + y) * out_w + x0;
+    if (C == 1) {
+      round_to_u8(s.acc.data(), row_len, o);
+    } else if (C == 3) {
+      round_rgb_to_planes(s.acc.data(), nx, o, out_h * out_w);
+    } else {
+      round_to_u8(s.acc.data(), row_len, s.rounded.data());
+      for (int c = 0; c < C; ++c, o += out_h * out_w)
+        for (std::int64_t x = 0; x < nx; ++x)
+          o[x] = s.rounded[static_cast<std::size_t>(x * C + c)];
     }
   }
+  for (auto* v : {&s.widened, &s.rows, &s.acc})
+    release_if_outsized(*v);
+  release_if_outsized(s.rounded);
+}
+
+PixelRows rgb_rows(const Image& img) {
+  return {img.rgb.data(), img.width * 3, 3, 1, 3};
 }
 
 }  // namespace
@@ -401,15 +845,32 @@ void require_image(const std::uint8_t* data, std::size_t size, const std::string
 Image decode_image(const std::uint8_t* data, std::size_t size, const std::string& where,
                    std::int64_t min_side) {
   require_image(data, size, where);
-  if (is_jpeg(data, size)) return decode_jpeg(data, size, where, min_side, 0);
+  if (is_jpeg(data, size)) return decode_jpeg_whole(data, size, where, min_side, 0);
   return decode_png(data, size, where);
 }
 
 Image decode_image_scaled(const std::uint8_t* data, std::size_t size, const std::string& where,
                           int denominator) {
   require_image(data, size, where);
-  if (is_jpeg(data, size)) return decode_jpeg(data, size, where, 0, denominator);
+  if (is_jpeg(data, size)) return decode_jpeg_whole(data, size, where, 0, denominator);
   return decode_png(data, size, where);
+}
+
+void decode_image_region(const std::uint8_t* data, std::size_t size, const std::string& where,
+                         int denominator, const PixelRect& wanted, ImageRegion& out) {
+  require_image(data, size, where);
+  if (is_jpeg(data, size)) {
+    decode_jpeg(data, size, where, 0, denominator, &wanted, out);
+    return;
+  }
+  out.image = decode_png(data, size, where);
+  out.top = out.left = 0;
+  LOCKSTEP_CHECK(wanted.top >= 0 && wanted.left >= 0 && wanted.height >= 1 && wanted.width >= 1 &&
+                     wanted.top + wanted.height <= out.image.height &&
+                     wanted.left + wanted.width <= out.image.width,
+                 where, ": region ", wanted.height, "x", wanted.width, " at (", wanted.top, ", ",
+                 wanted.left, ") is outside the ", out.image.height, "x", out.image.width,
+                 " image");
 }
 
 EncodedImageInfo encoded_image_info(const std::uint8_t* data, std::size_t size,
@@ -417,12 +878,10 @@ EncodedImageInfo encoded_image_info(const std::uint8_t* data, std::size_t size,
   require_image(data, size, where);
   EncodedImageInfo info;
   if (is_jpeg(data, size)) {
-    std::unique_ptr<void, int (*)(tjhandle)> tj(tjInitDecompress(), tjDestroy);
-    LOCKSTEP_CHECK(tj, where, ": cannot start the JPEG decoder: ", tjGetErrorStr2(nullptr));
-    int w = 0, h = 0, subsamp = 0, colorspace = 0;
-    LOCKSTEP_CHECK_HINT(
-        tjDecompressHeader3(tj.get(), data, size, &w, &h, &subsamp, &colorspace) == 0, kBadFileHint,
-        where, ": corrupt JPEG header: ", tjGetErrorStr2(tj.get()));
+    JpegDecoder& dec = JpegDecoder::for_this_thread();
+    dec.read_header(data, size, where);
+    const std::int64_t w = dec.cinfo()->image_width, h = dec.cinfo()->image_height;
+    jpeg_abort_decompress(dec.cinfo());
     const bool swap = exif_orientation(data, size) >= 5;  // turned a quarter: upright is h x w
     info.width = swap ? h : w;
     info.height = swap ? w : h;
@@ -480,7 +939,7 @@ void resize_to_square(const Image& img, std::int64_t side, ImageFit fit, std::ui
   const auto ay =
       axis_weights(h, static_cast<double>(h) / static_cast<double>(sh), oh >= 0 ? oh / 2 : 0, ny);
   std::fill(out, out + 3 * side * side, std::uint8_t{0});
-  resample_rgb(img, ax, ay, side, side, y0, x0, out);
+  resample(rgb_rows(img), ax, ay, side, side, y0, x0, out);
 }
 
 void resize_region(const Image& img, double top, double left, double h, double w,
@@ -502,7 +961,7 @@ void resize_region(const Image& img, double top, double left, double h, double w
       f += first;
     return a;
   };
-  resample_rgb(img, region(left, w, out_w), region(top, h, out_h), out_h, out_w, 0, 0, out);
+  resample(rgb_rows(img), region(left, w, out_w), region(top, h, out_h), out_h, out_w, 0, 0, out);
 }
 
 void resize_region(const std::uint8_t* in, std::int64_t channels, std::int64_t H, std::int64_t W,
@@ -513,37 +972,11 @@ void resize_region(const std::uint8_t* in, std::int64_t channels, std::int64_t H
                  "resize_region: region ", h, "x", w, " at (", top, ", ", left, ") of ", H, "x", W);
   const auto ax = axis_weights(w, static_cast<double>(w) / static_cast<double>(out_w), 0, out_w);
   const auto ay = axis_weights(h, static_cast<double>(h) / static_cast<double>(out_h), 0, out_h);
-  std::vector<float> rows(static_cast<std::size_t>(h * out_w));
-  for (std::int64_t c = 0; c < channels; ++c) {
-    const std::uint8_t* plane = in + c * H * W;
-    for (std::int64_t y = 0; y < h; ++y) {
-      const std::uint8_t* src = plane + (top + y) * W + left;
-      for (std::int64_t x = 0; x < out_w; ++x) {
-        const auto& wx = ax.weights[static_cast<std::size_t>(x)];
-        const std::int64_t f = ax.first[static_cast<std::size_t>(x)];
-        float acc = 0;
-        for (std::size_t k = 0; k < wx.size(); ++k)
-          acc += wx[k] * static_cast<float>(src[f + static_cast<std::int64_t>(k)]);
-        rows[static_cast<std::size_t>(y * out_w + x)] = acc;
-      }
-    }
-    std::vector<float> acc(static_cast<std::size_t>(out_w));  // a row at a time, as resample_rgb
-    for (std::int64_t y = 0; y < out_h; ++y) {
-      const auto& wy = ay.weights[static_cast<std::size_t>(y)];
-      const std::int64_t f = ay.first[static_cast<std::size_t>(y)];
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      float* a = acc.data();
-      for (std::size_t k = 0; k < wy.size(); ++k) {
-        const float wk = wy[k];
-        const float* r =
-            &rows[static_cast<std::size_t>((f + static_cast<std::int64_t>(k)) * out_w)];
-        for (std::int64_t x = 0; x < out_w; ++x)
-          a[x] += wk * r[x];
-      }
-      std::uint8_t* o = out + (c * out_h + y) * out_w;
-      for (std::int64_t x = 0; x < out_w; ++x)
-        o[x] = round_to_u8(a[x]);
-    }
+  // Planes in groups of up to four channels, the most one pass widens.
+  for (std::int64_t c = 0; c < channels; c += 4) {
+    const PixelRows planes{in + c * H * W + top * W + left, W, 1, H * W,
+                           static_cast<int>(std::min<std::int64_t>(4, channels - c))};
+    resample(planes, ax, ay, out_h, out_w, 0, 0, out + c * out_h * out_w);
   }
 }
 

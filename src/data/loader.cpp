@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "lockstep/core/thread_pool.hpp"
+
 namespace lockstep::data {
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, DistributedSampler sampler,
@@ -23,6 +25,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, DistributedSampler sample
   LOCKSTEP_CHECK(options_.start_batch >= 0 && options_.start_batch <= batches_per_epoch(),
                  "Loader: start_batch ", options_.start_batch, " is outside [0, ",
                  batches_per_epoch(), "]");
+  if (options_.decode_threads > 1)
+    decode_pool_ = std::make_unique<ThreadPool>(options_.decode_threads);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -120,7 +124,7 @@ void Loader::run() {
         batch.index_in_epoch = b;
         batch.indices.assign(indices.begin() + begin, indices.begin() + end);
         dataset_->gather_augmented(batch.indices, batch.x, batch.y, epoch, options_.augment,
-                                   options_.decode_threads);
+                                   decode_pool_.get());
         live = push(Item{std::move(batch), nullptr});
       }
       if (live) push(Item{std::nullopt, nullptr});

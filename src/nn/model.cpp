@@ -4,10 +4,12 @@
 
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "batch_shape.hpp"
 #include "lockstep/core/trace.hpp"
 #include "lockstep/nn/dropout.hpp"
+#include "lockstep/nn/loss.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::nn {
@@ -108,6 +110,12 @@ Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
 Tensor Model::forward(ops::Context& ctx, const Tensor& x) {
+  Tensor h = forward_layers(ctx, x, layers_.size());
+  if (!training_) ctx.end_reuse();
+  return h;
+}
+
+Tensor Model::forward_layers(ops::Context& ctx, const Tensor& x, std::size_t end) {
   bool fits = x.ndim() == static_cast<int>(sample_shape_.size()) + 1;
   for (std::size_t i = 0; fits && i < sample_shape_.size(); ++i) {
     fits = x.dim(static_cast<int>(i) + 1) == sample_shape_[i];
@@ -116,14 +124,17 @@ Tensor Model::forward(ops::Context& ctx, const Tensor& x) {
                  " (the sample shape it was built for), got ", x.describe());
   // The parameters stay as they are until this forward's backward has run, so a context that
   // computes in bf16 may convert each one once for both (ops::Context::begin_reuse). An
-  // evaluation forward has no backward: its window closes at once.
+  // evaluation forward has no backward: its window closes at once. A padded table is read both
+  // whole (the fused loss) and as its vocabulary's rows (the other GEMMs): both are listed.
   std::vector<Tensor> unchanged;
   unchanged.reserve(parameters_.size());
-  for (const Parameter* p : parameters_)
+  for (const Parameter* p : parameters_) {
     unchanged.push_back(p->value);
+    if (p->padded_rows > 0) unchanged.push_back(unpadded(*p, p->value));
+  }
   ctx.begin_reuse(unchanged);
   Tensor h = x;
-  for (std::size_t k = 0; k < layers_.size(); ++k) {
+  for (std::size_t k = 0; k < end; ++k) {
     // log.trace: a span per layer (per block of a GPT), inside the engine's forward span.
     trace::Span span("compute",
                      trace::on() ? str("forward ", k, ": ", layers_.at(k).describe()) : "");
@@ -134,7 +145,6 @@ Tensor Model::forward(ops::Context& ctx, const Tensor& x) {
           str("forward of layer ", k, " (", layers_.at(k).describe(), ") on ", h.describe()));
     }
   }
-  if (!training_) ctx.end_reuse();
   return h;
 }
 
@@ -142,8 +152,11 @@ void Model::backward(ops::Context& ctx, const Tensor& dlogits) {
   LOCKSTEP_CHECK(dlogits.ndim() == 2 && dlogits.dim(1) == num_classes_,
                  "model backward expects dlogits [N, ", num_classes_, "], got ",
                  dlogits.describe());
-  Tensor d = dlogits;
-  for (std::size_t k = layers_.size(); k-- > 0;) {
+  backward_layers(ctx, dlogits, layers_.size());
+}
+
+void Model::backward_layers(ops::Context& ctx, Tensor d, std::size_t end) {
+  for (std::size_t k = end; k-- > 0;) {
     trace::Span span("compute",
                      trace::on() ? str("backward ", k, ": ", layers_.at(k).describe()) : "");
     try {
@@ -152,16 +165,58 @@ void Model::backward(ops::Context& ctx, const Tensor& dlogits) {
       rethrow_with_context(
           str("backward of layer ", k, " (", layers_.at(k).describe(), ") on ", d.describe()));
     }
-    // A layer's gradients are complete here: none may stay stale (a layer that overwrites a
-    // stale gradient did so; anything else left one zero_grad did not fill), so fill those.
-    settle_stale_grads(ctx, layer_params_[k]);
-    if (grad_ready_) {
-      auto& params = layer_params_[k];
-      for (auto it = params.rbegin(); it != params.rend(); ++it)
-        grad_ready_(**it);
-    }
+    layer_grads_ready(ctx, k);
   }
   ctx.end_reuse();  // the optimizer may change the parameters from here on
+}
+
+void Model::layer_grads_ready(ops::Context& ctx, std::size_t k) {
+  // A layer's gradients are complete here: none may stay stale (a layer that overwrites a
+  // stale gradient did so; anything else left one zero_grad did not fill), so fill those.
+  settle_stale_grads(ctx, layer_params_[k]);
+  if (grad_ready_) {
+    auto& params = layer_params_[k];
+    for (auto it = params.rbegin(); it != params.rend(); ++it)
+      grad_ready_(**it);
+  }
+}
+
+bool Model::fuses_loss() const {
+  return layers_.at(layers_.size() - 1).fuses_loss();
+}
+
+Tensor Model::forward_loss(ops::Context& ctx, const Tensor& x, const Tensor& labels,
+                           SoftmaxCrossEntropy& loss, float grad_scale) {
+  const bool fused = loss.logits_mode() == SoftmaxCrossEntropy::Logits::Fused;
+  const std::size_t head = layers_.size() - 1;
+  Module& last = layers_.at(head);
+  LOCKSTEP_CHECK_HINT(!fused || last.fuses_loss(),
+                      "make the loss with SoftmaxCrossEntropy::for_training(model)",
+                      "model: a Fused loss needs a last layer that computes it, but ",
+                      child_name(head, last), " does not");
+  loss_step_ = LossStep{&loss, grad_scale, fused};
+  if (!fused) return loss.forward(ctx, forward(ctx, x), labels);
+  Tensor h = forward_layers(ctx, x, head);
+  trace::Span span("compute",
+                   trace::on() ? str("forward and loss ", head, ": ", last.describe()) : "");
+  try {
+    return last.forward_loss(ctx, h, labels,
+                             FusedLoss{grad_scale, loss.label_smoothing(), loss.chunk_rows()});
+  } catch (const OutOfMemory&) {
+    rethrow_with_context(
+        str("forward and loss of layer ", head, " (", last.describe(), ") on ", h.describe()));
+  }
+}
+
+void Model::backward_loss(ops::Context& ctx) {
+  const LossStep step = std::exchange(loss_step_, LossStep{});
+  LOCKSTEP_CHECK_HINT(step.loss != nullptr, "call forward_loss before each backward_loss",
+                      "model: backward_loss without forward_loss");
+  if (!step.fused) return backward(ctx, step.loss->backward(ctx, step.grad_scale));
+  const std::size_t head = layers_.size() - 1;
+  Tensor d = layers_.at(head).backward_loss(ctx);
+  layer_grads_ready(ctx, head);
+  backward_layers(ctx, d, head);
 }
 
 void Model::set_grad_ready_hook(GradReadyFn fn) {
@@ -204,7 +259,7 @@ std::string Model::structure() const {
     out << k << " " << layers_.at(k).describe() << " -> " << batch_shape_str(out_shapes_[k])
         << "\n";
     for (Parameter* p : layer_params_[k]) {
-      out << "  param " << p->name << " " << shape_str(p->value.shape()) << "\n";
+      out << "  param " << p->name << " " << shape_str(unpadded(*p, p->value).shape()) << "\n";
     }
     buffers.clear();
     const_cast<Module&>(layers_.at(k)).collect_buffers(str(k, "."), buffers);  // only lists them
@@ -229,7 +284,7 @@ double Model::forward_flops(const Shape& sample_shape) const {
 std::int64_t Model::num_parameters() const {
   std::int64_t n = 0;
   for (const Parameter* p : parameters_)
-    n += p->value.numel();
+    n += unpadded(*p, p->value).numel();
   return n;
 }
 

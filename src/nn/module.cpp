@@ -18,6 +18,24 @@ void copy_value(const Tensor& from, Tensor& to) {
 
 }  // namespace
 
+Tensor unpadded(const Parameter& p, const Tensor& t) {
+  if (p.padded_rows == 0) return t;
+  Shape shape = t.shape();
+  shape[0] -= p.padded_rows;
+  return t.sub(0, shape);
+}
+
+Tensor Module::forward_loss(ops::Context& ctx, const Tensor& x, const Tensor& labels,
+                            const FusedLoss& loss) {
+  (void)ctx, (void)x, (void)labels, (void)loss;
+  LOCKSTEP_FAIL("module '", describe(), "' cannot fuse the loss into its forward (fuses_loss())");
+}
+
+Tensor Module::backward_loss(ops::Context& ctx) {
+  (void)ctx;
+  LOCKSTEP_FAIL("module '", describe(), "' cannot fuse the loss into its forward (fuses_loss())");
+}
+
 std::unique_ptr<Module> Module::clone_structure(Device device) const {
   (void)device;
   LOCKSTEP_FAIL_HINT(str("give ", type(),

@@ -18,9 +18,11 @@ namespace {
 constexpr const char* kLayerHint =
     "layers are conv(out,k[,stride=][,pad=][,bias=]), linear(out[,bias=]), bn, relu, gelu, "
     "maxpool(k[,stride][,pad]), avgpool(k[,stride][,pad]), gap, flatten, dropout(p), "
-    "res(out[,stride]), bottleneck(width[,stride]), embed(vocab,ctx,dim), block(heads[,depth]), "
+    "res(out[,stride]), bottleneck(width[,stride]), embed(vocab,ctx,dim[,pad_vocab]), "
+    "block(heads[,depth]), "
     "ln, lmhead joined by '-'; presets are mlp[:h1,h2,...], lenet, resnet[:n], resnet18, "
-    "resnet34, resnet50, gpt(layers,heads,dim[,ctx][,vocab]), gpt2-124m, gpt2-350m, gpt-mini, "
+    "resnet34, resnet50, gpt(layers,heads,dim[,ctx][,vocab][,pad_vocab]), gpt2-124m, gpt2-350m, "
+    "gpt-mini, "
     "gpt-tiny";
 
 struct Arg {
@@ -303,10 +305,16 @@ std::unique_ptr<Module> make_layer(const SpecText& spec, const LayerToken& t, co
     auto v = bind_args(spec, t,
                        {{"vocab", kRequired, true, 1, kInf},
                         {"ctx", kRequired, true, 1, kInf},
-                        {"dim", kRequired, true, 1, kInf}});
-    return std::make_unique<Embedding>(static_cast<std::int64_t>(v[0]),
-                                       static_cast<std::int64_t>(v[1]),
-                                       static_cast<std::int64_t>(v[2]), device);
+                        {"dim", kRequired, true, 1, kInf},
+                        {"pad_vocab", static_cast<double>(kVocabPadding), true, 1, kInf}});
+    const auto vocab = static_cast<std::int64_t>(v[0]), pad = static_cast<std::int64_t>(v[3]);
+    try {
+      padded_vocab(vocab, pad);  // before the table is allocated
+    } catch (const Error& e) {
+      spec.fail(t.pos, t.len, e.message(), e.hint());
+    }
+    return std::make_unique<Embedding>(vocab, static_cast<std::int64_t>(v[1]),
+                                       static_cast<std::int64_t>(v[2]), device, pad);
   }
   if (n == "block") {
     auto v = bind_args(spec, t, {{"heads", kRequired, true, 1, kInf}, {"depth", 1, true, 1, kInf}});
@@ -430,9 +438,12 @@ std::string expand_preset(const std::string& spec, std::int64_t classes, std::st
   return out + str("-gap-linear(", classes, ")");
 }
 
-// ---- GPT specs: gpt(layers, heads, dim[, ctx][, vocab]) and the named presets, which may take
-// the same arguments in parentheses to override theirs (gpt-mini(ctx=64)). ctx and vocab default
-// to the data's sequence length and vocabulary; given, they must agree with it.
+// ---- GPT specs: gpt(layers, heads, dim[, ctx][, vocab][, pad_vocab]) and the named presets,
+// which may take the same arguments in parentheses to override theirs (gpt-mini(ctx=64)). ctx and
+// vocab default to the data's sequence length and vocabulary; given, they must agree with it.
+// pad_vocab (default kVocabPadding = 128; 1 = none) pads the token table's rows (embedding.hpp);
+// the expansion states it only when it is not the default, so the layer spec (and the structure
+// a checkpoint is checked against) of a model with the default is what it was before padding.
 struct GptPreset {
   const char* name;
   std::int64_t layers, heads, dim, ctx, vocab;  // vocab 0: the data's
@@ -504,11 +515,13 @@ std::string expand_gpt(const std::string& spec, const Shape& sample_shape, std::
     gpt.fail(extra.pos, extra.len, "a gpt(...) model cannot be combined with other layers",
              "a gpt spec is the whole model, e.g. gpt(layers=2,heads=2,dim=128)");
   }
-  const std::vector<Formal> formals = {{"layers", kRequired, true, 1, kInf},
-                                       {"heads", kRequired, true, 1, kInf},
-                                       {"dim", kRequired, true, 1, kInf},
-                                       {"ctx", -1, true, 1, kInf},
-                                       {"vocab", -1, true, 1, kInf}};
+  const std::vector<Formal> formals = {
+      {"layers", kRequired, true, 1, kInf},
+      {"heads", kRequired, true, 1, kInf},
+      {"dim", kRequired, true, 1, kInf},
+      {"ctx", -1, true, 1, kInf},
+      {"vocab", -1, true, 1, kInf},
+      {"pad_vocab", static_cast<double>(kVocabPadding), true, 1, kInf}};
   auto v = bind_args(gpt, t, formals);
   // Where argument k was written, for the caret (the whole token if it was not).
   auto fail_at = [&](std::size_t k, const std::string& message, const std::string& hint) {
@@ -548,7 +561,16 @@ std::string expand_gpt(const std::string& spec, const Shape& sample_shape, std::
             str("vocab = ", vocab, " but the data has ", classes, " classes (its vocabulary size)"),
             "make vocab the data's vocabulary size, or leave it out to take it from the data");
   }
-  std::string out = str("embed(vocab=", vocab, ",ctx=", ctx, ",dim=", dim, ")");
+  const auto pad = static_cast<std::int64_t>(v[5]);
+  if (vocab > 0) {
+    try {
+      padded_vocab(vocab, pad);
+    } catch (const Error& e) {
+      fail_at(5, e.message(), e.hint());
+    }
+  }
+  std::string out = str("embed(vocab=", vocab, ",ctx=", ctx, ",dim=", dim,
+                        pad == kVocabPadding ? std::string() : str(",pad_vocab=", pad), ")");
   for (std::int64_t k = 0; k < layers; ++k)
     out += str("-block(heads=", heads, ",depth=", layers, ")");
   return out + "-ln-lmhead";

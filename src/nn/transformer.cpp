@@ -1,6 +1,10 @@
 #include "lockstep/nn/transformer.hpp"
 
+#include <algorithm>
+#include <utility>
+
 #include "buffers.hpp"
+#include "lockstep/nn/loss.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::nn {
@@ -141,10 +145,11 @@ double TransformerBlock::forward_flops(const Shape& input) const {
   return attn_.forward_flops(input) + mlp_.forward_flops(input);
 }
 
-TiedLmHead::TiedLmHead(Embedding& embedding) : wte_(embedding.token_weight()) {}
+TiedLmHead::TiedLmHead(Embedding& embedding)
+    : wte_(embedding.token_weight()), vocab_(embedding.vocab()) {}
 
 std::string TiedLmHead::describe() const {
-  return str("lmhead(", wte_.value.dim(1), "->", wte_.value.dim(0), ", tied to ",
+  return str("lmhead(", wte_.value.dim(1), "->", vocab_, ", tied to ",
              wte_.name.empty() ? std::string("the token embedding") : wte_.name, ")");
 }
 
@@ -152,14 +157,14 @@ Shape TiedLmHead::output_shape(const Shape& input) const {
   const std::int64_t c = wte_.value.dim(1);
   LOCKSTEP_CHECK(input.size() == 3 && input[2] == c, "lmhead expects input [N, T, ", c, "], got ",
                  shape_str(input));
-  return {input[0] * input[1], wte_.value.dim(0)};
+  return {input[0] * input[1], vocab_};
 }
 
 Tensor TiedLmHead::forward(ops::Context& ctx, const Tensor& x) {
   const Shape out = output_shape(x.shape());
   Tensor h = x.view({out[0], x.dim(2)});
   Tensor& y = detail::reuse_buffer(y_, out, x.device());
-  ops::gemm(ctx, false, true, 1.0f, h, wte_.value, 0.0f, y);
+  ops::gemm(ctx, false, true, 1.0f, h, unpadded(wte_, wte_.value), 0.0f, y);
   x_ = x;
   return y;
 }
@@ -168,15 +173,78 @@ Tensor TiedLmHead::backward(ops::Context& ctx, const Tensor& dy) {
   Tensor x = detail::take_cached(x_, "lmhead");
   Tensor h = x.view({dy.dim(0), x.dim(2)});
   // The table's first gradient contribution; the embedding adds its own later in backward.
-  ops::gemm(ctx, true, false, 1.0f, dy, h, 1.0f, wte_.grad);
+  Tensor dwte = unpadded(wte_, wte_.grad);
+  ops::gemm(ctx, true, false, 1.0f, dy, h, 1.0f, dwte);
   if (!input_grad_) return Tensor();
   Tensor& dx = detail::reuse_buffer(dx_, h.shape(), x.device());
-  ops::gemm(ctx, false, false, 1.0f, dy, wte_.value, 0.0f, dx);
+  ops::gemm(ctx, false, false, 1.0f, dy, unpadded(wte_, wte_.value), 0.0f, dx);
   return dx.view(x.shape());
 }
 
+// Under the bf16 policy two GEMMs read each chunk of h (logits, the table's gradient) and two each
+// chunk of dlogits (the table's gradient, dh): as Linear does, each is rounded to bf16 once into a
+// buffer of its own, which the GEMMs use as it is (the bits of rounding per GEMM).
+Tensor TiedLmHead::forward_loss(ops::Context& ctx, const Tensor& x, const Tensor& labels,
+                                const FusedLoss& loss) {
+  const std::int64_t rows = output_shape(x.shape())[0], c = x.dim(2);
+  const std::int64_t padded = wte_.value.dim(0);
+  const std::int64_t want =
+      loss.chunk_rows == kLossChunkAuto ? loss_chunk_rows(padded) : loss.chunk_rows;
+  const std::int64_t chunk = want > 0 ? std::min(want, rows) : rows;
+  const bool bf16 = ctx.precision() == ops::Precision::BF16;
+  Tensor h = x.view({rows, c});
+  if (bf16 && h.dtype() == DType::F32) {
+    Tensor& h16 = detail::reuse_buffer(h16_, h.shape(), x.device(), DType::BF16);
+    ops::cast(ctx, h, h16);
+    h = h16;
+  }
+  Tensor& logits = detail::reuse_buffer(chunk_, {chunk, padded}, x.device());
+  Tensor d16 =
+      bf16 ? detail::reuse_buffer(d16_, {chunk, padded}, x.device(), DType::BF16) : Tensor();
+  Tensor& row_loss = detail::reuse_buffer(row_loss_, {rows}, x.device(), DType::F64);
+  Tensor& dx = detail::reuse_buffer(dx_, {rows, c}, x.device());
+  for (std::int64_t first = 0; first < rows; first += chunk) {
+    const std::int64_t n = std::min(chunk, rows - first);
+    const Tensor hr = h.sub(first * c, {n, c});
+    Tensor lr = n == chunk ? logits : logits.sub(0, {n, padded});
+    ops::gemm(ctx, false, true, 1.0f, hr, wte_.value, 0.0f, lr);
+    ops::softmax_xent_chunk(ctx, lr, labels, first, vocab_, loss.grad_scale, row_loss,
+                            loss.label_smoothing);
+    Tensor dr = lr;  // dlogits of the chunk, as the two GEMMs below read them
+    if (bf16) {
+      dr = n == chunk ? d16 : d16.sub(0, {n, padded});
+      ops::cast(ctx, lr, dr);
+    }
+    // As backward: the table's gradient first, then dh over the vocabulary's columns.
+    ops::gemm(ctx, true, false, 1.0f, dr, hr, 1.0f, wte_.grad);
+    if (input_grad_) {
+      Tensor dxr = dx.sub(first * c, {n, c});
+      ops::gemm_leading(ctx, vocab_, 1.0f, dr, wte_.value, 0.0f, dxr);
+    }
+  }
+  Tensor& mean = detail::reuse_buffer(loss_, {1}, x.device());
+  ops::mean_row_loss(ctx, row_loss, mean);
+  loss_input_ = x.shape();
+  return mean;
+}
+
+Tensor TiedLmHead::backward_loss(ops::Context& ctx) {
+  (void)ctx;
+  LOCKSTEP_CHECK_HINT(!loss_input_.empty(), "call forward_loss before each backward_loss",
+                      "lmhead: backward_loss without forward_loss");
+  const Shape shape = std::exchange(loss_input_, Shape{});
+  if (!input_grad_) return Tensor();
+  return dx_.view(shape);
+}
+
+void TiedLmHead::release_buffers() {
+  x_ = y_ = dx_ = chunk_ = row_loss_ = loss_ = h16_ = d16_ = Tensor();
+  loss_input_.clear();
+}
+
 double TiedLmHead::forward_flops(const Shape& input) const {
-  return 2.0 * static_cast<double>(input[1]) * static_cast<double>(wte_.value.numel());
+  return 2.0 * static_cast<double>(input[1]) * static_cast<double>(vocab_) *
+         static_cast<double>(wte_.value.dim(1));
 }
 
 std::unique_ptr<Module> TransformerBlock::clone_structure(Device device) const {

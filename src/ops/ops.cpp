@@ -156,6 +156,29 @@ void gemm(Context& ctx, bool trans_a, bool trans_b, float alpha, const Tensor& a
   ctx.backend().gemm(trans_a, trans_b, alpha, a, b, beta, c);
 }
 
+void gemm_leading(Context& ctx, std::int64_t k, float alpha, const Tensor& a, const Tensor& b,
+                  float beta, Tensor& c) {
+  const char* op = "gemm_leading";
+  const DType ab =
+      ctx.precision() == Precision::BF16 && a.dtype() == DType::BF16 ? DType::BF16 : DType::F32;
+  const DType bb =
+      ctx.precision() == Precision::BF16 && b.dtype() == DType::BF16 ? DType::BF16 : DType::F32;
+  check_tensor(ctx, op, "a", a, ab);
+  check_tensor(ctx, op, "b", b, bb);
+  check_f32(ctx, op, "c", c);
+  check_ndim(op, "a", a, 2);
+  check_ndim(op, "b", b, 2);
+  check_ndim(op, "c", c, 2);
+  LOCKSTEP_CHECK(
+      k >= 1 && k <= a.dim(1) && k <= b.dim(0) && c.dim(0) == a.dim(0) && c.dim(1) == b.dim(1), op,
+      ": a[:, :", k, "] of ", a.describe(), " times b[:", k, ", :] of ", b.describe(),
+      " does not give c = ", c.describe(), " (need k <= ", a.dim(1), " and <= ", b.dim(0),
+      ", and c [", a.dim(0), ", ", b.dim(1), "])");
+  LOCKSTEP_CHECK(!c.shares_storage(a) && !c.shares_storage(b), op,
+                 ": c must not share storage with a or b");
+  ctx.backend().gemm_leading(k, alpha, a, b, beta, c);
+}
+
 void add_row_bias(Context& ctx, Tensor& y, const Tensor& bias) {
   check_f32(ctx, "add_row_bias", "y", y);
   check_f32(ctx, "add_row_bias", "bias", bias);
@@ -469,6 +492,35 @@ std::int64_t count_correct(Context& ctx, const Tensor& logits, const Tensor& lab
                  logits.describe());
   check_labels_tensor(ctx, op, logits, labels);
   return ctx.backend().count_correct(logits, labels);
+}
+
+void softmax_xent_chunk(Context& ctx, Tensor& logits, const Tensor& labels, std::int64_t first_row,
+                        std::int64_t classes, float scale, Tensor& row_loss,
+                        float label_smoothing) {
+  const char* op = "softmax_xent_chunk";
+  check_label_smoothing(op, label_smoothing);
+  check_f32(ctx, op, "logits", logits);
+  check_ndim(op, "logits", logits, 2);
+  LOCKSTEP_CHECK(classes >= 1 && classes <= logits.dim(1), op, ": classes = ", classes,
+                 " must be in [1, ", logits.dim(1), "] for logits ", logits.describe());
+  check_tensor(ctx, op, "labels", labels, DType::I32);
+  check_ndim(op, "labels", labels, 1);
+  LOCKSTEP_CHECK(first_row >= 0 && first_row + logits.dim(0) <= labels.dim(0), op, ": rows [",
+                 first_row, ", ", first_row + logits.dim(0), ") of logits ", logits.describe(),
+                 " are not rows of the batch's labels ", labels.describe());
+  check_tensor(ctx, op, "row_loss", row_loss, DType::F64);
+  check_shape(op, "row_loss", row_loss, {labels.dim(0)});
+  ctx.backend().softmax_xent_chunk(logits, labels, first_row, classes, scale, row_loss,
+                                   label_smoothing);
+}
+
+void mean_row_loss(Context& ctx, const Tensor& row_loss, Tensor& loss) {
+  const char* op = "mean_row_loss";
+  check_tensor(ctx, op, "row_loss", row_loss, DType::F64);
+  check_ndim(op, "row_loss", row_loss, 1);
+  check_f32(ctx, op, "loss", loss);
+  LOCKSTEP_CHECK(loss.numel() == 1, op, ": loss must have one element, got ", loss.describe());
+  ctx.backend().mean_row_loss(row_loss, loss);
 }
 
 // ---- reductions

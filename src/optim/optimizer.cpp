@@ -39,7 +39,8 @@ std::vector<StateTensor> Optimizer::state() {
   const auto& params = flat_->parameters();
   for (std::size_t k = 0; k < params.size(); ++k)
     for (const auto& [kind, buffer] : buffers)
-      out.push_back({params[k]->name + "." + kind, flat_->view(buffer, k)});
+      out.push_back(
+          {params[k]->name + "." + kind, nn::unpadded(*params[k], flat_->view(buffer, k))});
   return out;
 }
 
@@ -50,7 +51,7 @@ void Optimizer::load_state(ops::Context& ctx,
     // Whole tensors into a buffer of the layout, then the shard's ranges out of it.
     Tensor full = shard_.sharded() ? flat_->zeros() : buffer;
     for (std::size_t k = 0; k < params.size(); ++k) {
-      Tensor view = flat_->view(full, k);
+      Tensor view = nn::unpadded(*params[k], flat_->view(full, k));
       ops::copy(ctx, whole(params[k]->name + "." + kind), view);
     }
     if (!shard_.sharded()) continue;

@@ -84,9 +84,8 @@ Tensor DataParallelEngine::forward_backward(const Tensor& x, const Tensor& y, fl
     Tensor xs = x.slice(begin, end), ys = y.slice(begin, end);
     prepare_input(*r.ctx, xs, options_.input, r.input);
     Tensor labels = ys.device() == r.ctx->device() ? ys : ys.to(r.ctx->device());
-    Tensor logits = r.model->forward(*r.ctx, r.input);
-    Tensor loss = r.loss.forward(*r.ctx, logits, labels);
-    r.model->backward(*r.ctx, r.loss.backward(*r.ctx, loss_scale));
+    Tensor loss = r.model->forward_loss(*r.ctx, r.input, labels, r.loss, loss_scale);
+    r.model->backward_loss(*r.ctx);
     r.last_loss = loss.item() * static_cast<float>(end - begin);
   });
   float total = 0;

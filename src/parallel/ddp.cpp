@@ -103,14 +103,14 @@ Tensor DdpEngine::forward_backward(const Tensor& x, const Tensor& y, float loss_
   // log.trace: host spans; on a device also the compute stream's (the host only queues).
   trace::Span forward("compute", "forward");
   ops::StreamTraceSpan device_forward(ctx_, "device compute", "forward");
-  Tensor logits = model_.forward(ctx_, input_);
-  Tensor loss = loss_.forward(ctx_, logits, labels);
+  // A GPT's loss is fused into its LM head (Logits::Fused): the head's gradients are made here,
+  // in the forward span, which is why the loss's gradient scale is given to forward_loss.
+  Tensor loss = model_.forward_loss(ctx_, input_, labels, loss_, loss_scale * averaging_scale());
   device_forward.end();
   forward.end();
   trace::Span backward("compute", "backward");
   ops::StreamTraceSpan device_backward(ctx_, "device compute", "backward");
-  Tensor dlogits = loss_.backward(ctx_, loss_scale * averaging_scale());
-  model_.backward(ctx_, dlogits);
+  model_.backward_loss(ctx_);
   device_backward.end();
   backward.end();
   if (timer_) {

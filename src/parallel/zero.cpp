@@ -30,7 +30,7 @@ std::vector<optim::StateTensor> gather_optimizer_state(comm::Communicator& comm,
   const auto& params = flat.parameters();
   for (std::size_t k = 0; k < params.size(); ++k)
     for (const auto& [kind, full] : whole)
-      out.push_back({params[k]->name + "." + kind, flat.view(full, k)});
+      out.push_back({params[k]->name + "." + kind, nn::unpadded(*params[k], flat.view(full, k))});
   return out;
 }
 

@@ -160,8 +160,10 @@ LanguageModel load_language_model(ops::Context& ctx, const std::string& path) {
       nn::Model::build(spec, Shape{lm.context}, vocab, /*seed=*/0, ctx.device()));
   LOCKSTEP_CHECK(lm.model->structure() == c.model_structure, "checkpoint ", path,
                  ": model.spec = ", spec, " rebuilds another model than the one it holds");
-  for (nn::Parameter* p : lm.model->parameters())
-    ops::copy(ctx, c.tensor("param/" + p->name), p->value);
+  for (nn::Parameter* p : lm.model->parameters()) {
+    Tensor value = nn::unpadded(*p, p->value);  // checkpoints store no padding
+    ops::copy(ctx, c.tensor("param/" + p->name), value);
+  }
   for (nn::Buffer* b : lm.model->buffers())
     ops::copy(ctx, c.tensor("buffer/" + b->name), b->value);
   lm.model->set_training(false);

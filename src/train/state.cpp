@@ -81,8 +81,10 @@ CheckpointState TrainState::to_checkpoint() const {
   s.attrs[kParallel] = layout_.parallel;
   for (const auto& [key, value] : layout_.attrs)
     s.attrs[key] = value;
+  // A padded table is stored without its padding (nn::unpadded), as the optimizer lists its state:
+  // files do not depend on the padding of the model that wrote them.
   for (nn::Parameter* p : model_.parameters())
-    s.tensors.emplace_back(kParam + p->name, p->value);
+    s.tensors.emplace_back(kParam + p->name, nn::unpadded(*p, p->value));
   for (nn::Buffer* b : model_.buffers())
     s.tensors.emplace_back(kBuffer + b->name, b->value);
   const bool sharded = optimizer_.shard().sharded();
@@ -117,8 +119,10 @@ void TrainState::restore(ops::Context& ctx, const CheckpointState& c, const std:
                           ", or start a new run (another checkpoint.dir) to change optimizer"),
                       "checkpoint ", path, " was written by optimizer '", saved,
                       "' but this run uses optim.name = ", optimizer_.type());
-  for (nn::Parameter* p : model_.parameters())
-    ops::copy(ctx, c.tensor(kParam + p->name), p->value);
+  for (nn::Parameter* p : model_.parameters()) {
+    Tensor value = nn::unpadded(*p, p->value);  // the padding stays zero
+    ops::copy(ctx, c.tensor(kParam + p->name), value);
+  }
   for (nn::Buffer* b : model_.buffers())
     ops::copy(ctx, c.tensor(kBuffer + b->name), b->value);
   // Whole tensors in the file; a ZeRO-1 optimizer takes its shard's part (no communication).

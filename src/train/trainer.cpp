@@ -53,7 +53,7 @@ void export_if_asked(Run& run) {
   if (run.rank != 0 || run.config.checkpoint_export.empty()) return;
   std::vector<std::pair<std::string, Tensor>> params, buffers;
   for (nn::Parameter* p : run.model->parameters())
-    params.emplace_back(p->name, p->value);
+    params.emplace_back(p->name, nn::unpadded(*p, p->value));  // as checkpoints store them
   for (nn::Buffer* b : run.model->buffers())
     buffers.emplace_back(b->name, b->value);
   export_parameters(run.config.checkpoint_export, params, buffers,

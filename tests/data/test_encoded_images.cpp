@@ -224,6 +224,113 @@ TEST(EncodedImages, TheDecodeScaleIsTheSmallestTheCropAllows) {
   EXPECT_LT(diff / static_cast<double>(got.size()), 1.0);
 }
 
+TEST(EncodedImages, TheCropDecodesOnlyItsRegionToTheBytesOfACropOfTheWholeDecode) {
+  // decode_sample decodes only the pixels the crop touches; the sample must be the bytes the
+  // crop of the whole decoded image gives (how it was made before), for every JPEG layout (the
+  // chroma upsampling at the region's edges), EXIF orientation, CMYK, progressive, and a PNG.
+  struct Photo {
+    const char* name;
+    int w, h, format, subsamp, flags, orientation;
+  };
+  const Photo photos[] = {
+      {"4:2:0", 400, 300, TJPF_RGB, TJSAMP_420, 0, 1},
+      {"4:2:2", 333, 250, TJPF_RGB, TJSAMP_422, 0, 1},
+      {"4:4:4", 300, 301, TJPF_RGB, TJSAMP_444, 0, 1},
+      {"progressive 4:2:0", 350, 270, TJPF_RGB, TJSAMP_420, TJFLAG_PROGRESSIVE, 1},
+      {"4:2:0 turned by EXIF 6", 400, 300, TJPF_RGB, TJSAMP_420, 0, 6},
+      {"4:2:2 turned by EXIF 3", 301, 222, TJPF_RGB, TJSAMP_422, 0, 3},
+      {"4:2:0 mirrored by EXIF 7", 280, 360, TJPF_RGB, TJSAMP_420, 0, 7},
+      {"grayscale", 300, 260, TJPF_GRAY, TJSAMP_GRAY, 0, 1},
+      {"CMYK 4:2:0", 320, 240, TJPF_CMYK, TJSAMP_420, 0, 1},
+      {"CMYK turned by EXIF 8", 320, 240, TJPF_CMYK, TJSAMP_444, 0, 8},
+      {"PNG", 200, 150, -1, 0, 0, 1},
+  };
+  TempDir dir;
+  AugmentOptions o;
+  o.random_resized_crop = true;
+  o.seed = 17;
+  std::map<int, int> scales;
+  for (const Photo& p : photos) {
+    const int channels = p.format == TJPF_GRAY ? 1 : p.format == TJPF_CMYK ? 4 : 3;
+    std::vector<std::uint8_t> px(static_cast<std::size_t>(p.w) * p.h * channels);
+    for (std::size_t i = 0; i < px.size(); ++i)  // smooth, with detail to the pixel
+      px[i] = static_cast<std::uint8_t>(
+          128 + 90 * std::sin(i % (p.w * channels) * 0.013 + i / (p.w * channels) * 0.021) +
+          (i * 7919 % 23) - 11);
+    std::vector<std::uint8_t> bytes;
+    if (p.format < 0) {
+      write_png(dir / "p.png", p.w, p.h, PNG_COLOR_TYPE_RGB, 8, px);
+      bytes = read_image_bytes(dir / "p.png");
+    } else {
+      bytes = encode_jpeg(p.w, p.h, px, p.format, 90, p.subsamp, p.flags);
+      if (p.orientation != 1) bytes = test::with_exif_orientation(bytes, p.orientation);
+    }
+    const EncodedImageInfo info = encoded_image_info(bytes.data(), bytes.size(), p.name);
+    for (std::int64_t side : {32, 100}) {
+      std::vector<std::uint8_t> got(static_cast<std::size_t>(3 * side * side)), want(got.size());
+      for (std::int64_t index = 0; index < 12; ++index) {
+        decode_sample(bytes.data(), bytes.size(), p.name, side, o, 1, index, got.data());
+        const EncodedCrop crop = encoded_crop(info, side, o, 1, index);
+        ++scales[crop.denominator];
+        const Image whole =
+            decode_image_scaled(bytes.data(), bytes.size(), p.name, crop.denominator);
+        const auto d = static_cast<double>(crop.denominator);
+        resize_region(whole, crop.top / d, crop.left / d, crop.height / d, crop.width / d, side,
+                      side, want.data());
+        EXPECT_TRUE(got == want) << p.name << ", side " << side << ", sample " << index << ": crop "
+                                 << crop.height << "x" << crop.width << " at (" << crop.top << ", "
+                                 << crop.left << ") at 1/" << crop.denominator;
+      }
+    }
+  }
+  // Every DCT scale was exercised.
+  for (int d : {1, 2, 4, 8})
+    EXPECT_GT(scales[d], 0) << "1/" << d;
+}
+
+TEST(EncodedImages, ASampleThatFailsToDecodeIsNamedByShardAndIndex) {
+  // Conversion decodes every file, so a shard holds only good bytes; a shard written otherwise
+  // (here directly, with text for sample 1) fails in the loader with the sample's place named,
+  // also when decode threads decode it.
+  TempDir dir;
+  const std::vector<std::uint8_t> good = encode_jpeg(40, 30, textured(40, 30, 1), TJPF_RGB, 90);
+  const std::string text = "not an image";
+  std::vector<std::uint8_t> bytes = good;
+  bytes.insert(bytes.end(), text.begin(), text.end());
+  bytes.insert(bytes.end(), good.begin(), good.end());
+  const std::int64_t sizes[] = {static_cast<std::int64_t>(good.size()),
+                                static_cast<std::int64_t>(text.size()),
+                                static_cast<std::int64_t>(good.size())};
+  const std::int32_t labels[] = {0, 1, 0};
+  ShardMeta meta;
+  meta.num_shards = 1;
+  meta.num_classes = 2;
+  meta.sample_shape = {3, 16, 16};
+  meta.storage = SampleStorage::Encoded;
+  const std::string path = dir / shard_file_name("train", 0, 1);
+  {
+    ShardWriter w(path, meta);
+    w.append_encoded(bytes.data(), sizes, labels, 3);
+    w.close();
+  }
+  auto ds = ShardedDataset::open(path);
+  for (int threads : {1, 2}) {
+    LoaderOptions opts;
+    opts.augment.random_resized_crop = true;
+    opts.decode_threads = threads;
+    Loader loader(ds, DistributedSampler(3, 1, 0, false, 0), 3, opts);
+    loader.start_epoch(0);
+    std::string message;
+    try {
+      loader.next();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find(" (shard 0 of 1), sample 1: not a JPEG or PNG file"), std::string::npos)
+        << threads << " threads: " << message;
+  }
+}
+
 TEST(EncodedImages, ShardsHoldTheFilesOwnBytesAndRefuseRawReads) {
   TempDir dir;
   const ImageList list = make_folder(dir / "in");

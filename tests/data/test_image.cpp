@@ -3,9 +3,12 @@
 // it, an ImageFolder's labels follow its sorted class names, and CIFAR records keep their labels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/data/cifar.hpp"
@@ -181,6 +184,340 @@ TEST(Image, CenterCropKeepsTheMiddleAndPadKeepsEverything) {
   EXPECT_EQ(pad(1, 4, 4), 255);
   EXPECT_EQ(pad(2, 4, 7), 255);
   EXPECT_EQ(pad(0, 0, 1) + pad(1, 8, 4), 0);
+}
+
+// ---- JPEG decoding through libjpeg's API: the pixels TurboJPEG gave, and regions of them.
+
+// A w x h image of `channels` with smooth colour and noise, so that chroma subsampling, scaled
+// IDCTs and upsampling all leave their marks.
+std::vector<std::uint8_t> noisy(int w, int h, int channels, std::mt19937& rng) {
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h * channels);
+  const double fx = 0.05 + (rng() % 100) * 1e-3, fy = 0.04 + (rng() % 100) * 1e-3;
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < channels; ++c)
+        px[(static_cast<std::size_t>(y) * w + x) * channels + c] =
+            static_cast<std::uint8_t>(std::clamp(
+                128 + 90 * std::sin(fx * x * (c + 1) + fy * y) + int(rng() % 41) - 20, 0.0, 255.0));
+  return px;
+}
+
+struct JpegKind {
+  const char* name;
+  int format, subsamp, flags;
+};
+// Every layout libjpeg decodes differently: each chroma subsampling (4:2:2 and 4:2:0 upsample
+// with the neighbouring samples), progressive, grayscale, CMYK (stored as YCCK).
+const JpegKind kJpegKinds[] = {
+    {"4:4:4", TJPF_RGB, TJSAMP_444, 0},
+    {"4:2:2", TJPF_RGB, TJSAMP_422, 0},
+    {"4:2:0", TJPF_RGB, TJSAMP_420, 0},
+    {"4:4:0", TJPF_RGB, TJSAMP_440, 0},
+    {"4:1:1", TJPF_RGB, TJSAMP_411, 0},
+    {"progressive 4:2:0", TJPF_RGB, TJSAMP_420, TJFLAG_PROGRESSIVE},
+    {"grayscale", TJPF_GRAY, TJSAMP_GRAY, 0},
+    {"CMYK 4:2:0", TJPF_CMYK, TJSAMP_420, 0},
+};
+
+std::vector<std::uint8_t> encode_kind(const JpegKind& k, int w, int h, std::mt19937& rng) {
+  const int channels = k.format == TJPF_GRAY ? 1 : k.format == TJPF_CMYK ? 4 : 3;
+  return encode_jpeg(w, h, noisy(w, h, channels, rng), k.format, 90, k.subsamp, k.flags);
+}
+
+// The decode lockstep made before it used libjpeg's API: tjDecompress2 at 1/denominator with the
+// accurate IDCT, inverted CMYK times K. (No EXIF: the tests' orientation is checked apart.)
+Image turbojpeg_decode(const std::vector<std::uint8_t>& jpeg, int denominator) {
+  tjhandle tj = tjInitDecompress();
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  EXPECT_EQ(tjDecompressHeader3(tj, jpeg.data(), jpeg.size(), &w, &h, &subsamp, &colorspace), 0);
+  const tjscalingfactor f{1, denominator};
+  const int sw = TJSCALED(w, f), sh = TJSCALED(h, f);
+  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(sw) * sh * (cmyk ? 4 : 3));
+  EXPECT_EQ(tjDecompress2(tj, jpeg.data(), jpeg.size(), px.data(), sw, 0, sh,
+                          cmyk ? TJPF_CMYK : TJPF_RGB, TJFLAG_ACCURATEDCT),
+            0)
+      << tjGetErrorStr2(tj);
+  tjDestroy(tj);
+  Image img{sw, sh, {}};
+  if (!cmyk) {
+    img.rgb = std::move(px);
+    return img;
+  }
+  for (std::size_t i = 0; i < px.size(); i += 4)
+    for (int c = 0; c < 3; ++c)
+      img.rgb.push_back(static_cast<std::uint8_t>((px[i + c] * px[i + 3] + 127) / 255));
+  return img;
+}
+
+TEST(Image, JpegsDecodeToTheirTurboJpegPixelsAtEveryScale) {
+  std::mt19937 rng(3);
+  for (const JpegKind& kind : kJpegKinds) {
+    for (int i = 0; i < 3; ++i) {
+      const int w = 9 + int(rng() % 120), h = 9 + int(rng() % 120);
+      const auto jpeg = encode_kind(kind, w, h, rng);
+      for (int d : {1, 2, 4, 8}) {
+        const Image got = decode_image_scaled(jpeg.data(), jpeg.size(), "photo", d);
+        const Image want = turbojpeg_decode(jpeg, d);
+        ASSERT_EQ(got.width, want.width);
+        ASSERT_EQ(got.height, want.height);
+        EXPECT_TRUE(got.rgb == want.rgb) << kind.name << ", " << w << "x" << h << " at 1/" << d;
+      }
+    }
+  }
+}
+
+// The pixels [r.top, ...) x [r.left, ...) of img.
+std::vector<std::uint8_t> cut(const Image& img, const PixelRect& r) {
+  std::vector<std::uint8_t> out;
+  for (std::int64_t y = r.top; y < r.top + r.height; ++y) {
+    const auto* row = &img.rgb[static_cast<std::size_t>((y * img.width + r.left) * 3)];
+    out.insert(out.end(), row, row + r.width * 3);
+  }
+  return out;
+}
+
+TEST(Image, ARegionDecodesToTheWholeDecodesPixelsAndLittleMore) {
+  std::mt19937 rng(5);
+  int regions = 0;
+  for (const JpegKind& kind : kJpegKinds) {
+    for (int i = 0; i < 4; ++i) {
+      const int w = 17 + int(rng() % 150), h = 17 + int(rng() % 150);
+      auto jpeg = encode_kind(kind, w, h, rng);
+      // Every EXIF orientation for one layout; upright and a quarter turn for the others.
+      const int orientation = kind.subsamp == TJSAMP_420 && kind.flags == 0
+                                  ? 1 + i * 2 + int(rng() % 2)
+                              : i % 2 == 0 ? 1
+                                           : 6;
+      if (orientation != 1) jpeg = test::with_exif_orientation(jpeg, orientation);
+      for (int d : {1, 2, 4, 8}) {
+        const Image whole = decode_image_scaled(jpeg.data(), jpeg.size(), "photo", d);
+        for (int k = 0; k < 12; ++k, ++regions) {
+          PixelRect r;
+          r.left = rng() % whole.width;
+          r.top = rng() % whole.height;
+          r.width = 1 + rng() % (whole.width - r.left);
+          r.height = 1 + rng() % (whole.height - r.top);
+          ImageRegion got;
+          decode_image_region(jpeg.data(), jpeg.size(), "photo", d, r, got);
+          const PixelRect inside{r.top - got.top, r.left - got.left, r.height, r.width};
+          ASSERT_TRUE(inside.top >= 0 && inside.left >= 0 &&
+                      inside.top + r.height <= got.image.height &&
+                      inside.left + r.width <= got.image.width)
+              << kind.name;
+          EXPECT_TRUE(cut(got.image, inside) == cut(whole, r))
+              << kind.name << ", orientation " << orientation << ", 1/" << d << ": " << r.height
+              << "x" << r.width << " at (" << r.top << ", " << r.left << ") of " << whole.height
+              << "x" << whole.width;
+          // Only the rows asked for, and the columns with at most a block (iMCU, up to 32
+          // columns) on the left and a pixel of margin on either side.
+          EXPECT_EQ(got.image.height, r.height) << kind.name;
+          EXPECT_LE(got.image.width, r.width + 31 + 2) << kind.name;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(regions, 8 * 4 * 4 * 12);
+}
+
+TEST(Image, ARegionAboveTheDamageOfATruncatedJpegDecodesAndOneBelowItFails) {
+  std::mt19937 rng(9);
+  const auto jpeg = encode_jpeg(64, 64, noisy(64, 64, 3, rng), TJPF_RGB, 90);
+  const std::vector<std::uint8_t> cut_jpeg(jpeg.begin(), jpeg.begin() + jpeg.size() * 3 / 4);
+  ImageRegion region;
+  decode_image_region(cut_jpeg.data(), cut_jpeg.size(), "cut.jpg", 1, {0, 0, 16, 64}, region);
+  EXPECT_TRUE(cut(region.image, {0, 0, 16, 64}) ==
+              cut(decode_image_scaled(jpeg.data(), jpeg.size(), "whole.jpg", 1), {0, 0, 16, 64}));
+  EXPECT_NE(error_of([&] {
+              decode_image_region(cut_jpeg.data(), cut_jpeg.size(), "cut.jpg", 1, {48, 0, 16, 64},
+                                  region);
+            }).find("cut.jpg: truncated or corrupt JPEG data: Premature end of JPEG file"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        decode_image_region(cut_jpeg.data(), cut_jpeg.size(), "cut.jpg", 1, {0, 60, 16, 5}, region);
+      }).find("cut.jpg: region 16x5 at (0, 60) is outside the 64x64 image decoded at 1/1"),
+      std::string::npos);
+}
+
+TEST(Image, AKeptBufferIsFreedOnlyWhenAnOutsizedImageGrewIt) {
+  std::vector<std::uint8_t> usual(4 << 20), outsized(kKeptBufferBytes + 1);
+  std::vector<float> rows(kKeptBufferBytes / sizeof(float) + 1);
+  release_if_outsized(usual);
+  release_if_outsized(outsized);
+  release_if_outsized(rows);
+  EXPECT_EQ(usual.size(), std::size_t{4} << 20);
+  EXPECT_EQ(outsized.capacity(), 0u);
+  EXPECT_EQ(rows.capacity(), 0u);
+}
+
+// ---- The resampler: the same bytes as the plain loops it replaced.
+
+// lockstep's resampler as it was before it was vectorised (2d0c22e), kept as the reference:
+// scalar loops, each output summing its taps in order from 0.
+namespace plain {
+
+struct AxisWeights {
+  std::vector<std::int64_t> first;
+  std::vector<std::vector<float>> weights;
+};
+
+AxisWeights axis_weights(std::int64_t in_len, double scale, double offset, std::int64_t out_len) {
+  const double support = std::max(scale, 1.0);
+  AxisWeights a;
+  for (std::int64_t o = 0; o < out_len; ++o) {
+    const double center = (static_cast<double>(o) + offset + 0.5) * scale;
+    std::int64_t lo =
+        std::max<std::int64_t>(0, static_cast<std::int64_t>(std::floor(center - support)));
+    std::int64_t hi =
+        std::min<std::int64_t>(in_len, static_cast<std::int64_t>(std::ceil(center + support)));
+    std::vector<float> w;
+    double total = 0;
+    for (std::int64_t i = lo; i < hi; ++i) {
+      const double d = std::abs((static_cast<double>(i) + 0.5 - center) / support);
+      const double v = std::max(0.0, 1.0 - d);
+      w.push_back(static_cast<float>(v));
+      total += v;
+    }
+    if (total <= 0) {
+      lo = std::clamp<std::int64_t>(static_cast<std::int64_t>(center), 0, in_len - 1);
+      w.assign(1, 1.0f);
+      total = 1;
+    }
+    for (auto& v : w)
+      v = static_cast<float>(v / total);
+    a.first.push_back(lo);
+    a.weights.push_back(std::move(w));
+  }
+  return a;
+}
+
+std::uint8_t round_to_u8(float v) {
+  if (!(v > 0.0f)) return 0;
+  if (v >= 255.0f) return 255;
+  const auto whole = static_cast<int>(v);
+  return static_cast<std::uint8_t>(whole + (v - static_cast<float>(whole) >= 0.5f ? 1 : 0));
+}
+
+// Channel c of pixel (y, x) at at(c, y, x); output (y, x) to out[(c * out_h + y0 + y) * out_w +
+// x0 + x]. The horizontal pass over every source row, then the vertical one, both in float.
+template <class At>
+void resample(At at, int channels, const AxisWeights& ax, const AxisWeights& ay, std::int64_t out_h,
+              std::int64_t out_w, std::int64_t y0, std::int64_t x0, std::uint8_t* out) {
+  std::int64_t rows_needed = 0;
+  for (std::size_t y = 0; y < ay.first.size(); ++y)
+    rows_needed =
+        std::max(rows_needed, ay.first[y] + static_cast<std::int64_t>(ay.weights[y].size()));
+  const auto nx = ax.first.size();
+  std::vector<float> rows(static_cast<std::size_t>(rows_needed) * nx);
+  for (int c = 0; c < channels; ++c) {
+    for (std::int64_t y = 0; y < rows_needed; ++y)
+      for (std::size_t x = 0; x < nx; ++x) {
+        float r = 0;
+        for (std::size_t k = 0; k < ax.weights[x].size(); ++k)
+          r += ax.weights[x][k] *
+               static_cast<float>(at(c, y, ax.first[x] + static_cast<std::int64_t>(k)));
+        rows[static_cast<std::size_t>(y) * nx + x] = r;
+      }
+    for (std::size_t y = 0; y < ay.first.size(); ++y)
+      for (std::size_t x = 0; x < nx; ++x) {
+        float a = 0;
+        for (std::size_t k = 0; k < ay.weights[y].size(); ++k)
+          a += ay.weights[y][k] *
+               rows[static_cast<std::size_t>(ay.first[y] + static_cast<std::int64_t>(k)) * nx + x];
+        out[(c * out_h + y0 + static_cast<std::int64_t>(y)) * out_w + x0 +
+            static_cast<std::int64_t>(x)] = round_to_u8(a);
+      }
+  }
+}
+
+}  // namespace plain
+
+TEST(Image, ResizesGiveTheBytesOfThePlainLoops) {
+  // Mostly shrinking, as a crop to 224 does (three taps or more: the order of two does not
+  // matter), and enough outputs (about 4 million) that a sum taken in another order shows: that
+  // changes a few bytes in a million (the float sum lands on the other side of a half).
+  std::mt19937 rng(11);
+  for (int t = 0; t < 40; ++t) {
+    const bool small = t < 4;
+    const std::int64_t W = small ? 1 + rng() % 20 : 150 + rng() % 450;
+    const std::int64_t H = small ? 1 + rng() % 20 : 150 + rng() % 450;
+    const std::int64_t out_w = small ? 1 + rng() % 30 : 64 + rng() % 161;
+    const std::int64_t out_h = small ? 1 + rng() % 30 : 64 + rng() % 161;
+    Image img{W, H, noisy(static_cast<int>(W), static_cast<int>(H), 3, rng)};
+    auto rgb = [&](int c, std::int64_t y, std::int64_t x) {
+      return img.rgb[static_cast<std::size_t>((y * W + x) * 3 + c)];
+    };
+    std::vector<std::uint8_t> got(static_cast<std::size_t>(3 * out_h * out_w)), want(got.size());
+
+    // A region with fractional edges (a crop placed on a JPEG decoded at 1/2, 1/4, 1/8).
+    const double left = (rng() % (8 * W)) / 8.0, top = (rng() % (8 * H)) / 8.0;
+    const double w = std::max(0.125, (rng() % static_cast<unsigned>(8 * (W - left) + 1)) / 8.0);
+    const double h = std::max(0.125, (rng() % static_cast<unsigned>(8 * (H - top) + 1)) / 8.0);
+    resize_region(img, top, left, h, w, out_h, out_w, got.data());
+    auto region = [](double start, double len, std::int64_t out_len) {
+      const auto first = static_cast<std::int64_t>(std::floor(start));
+      const auto end = static_cast<std::int64_t>(std::ceil(start + len));
+      const double scale = len / static_cast<double>(out_len);
+      auto a = plain::axis_weights(end - first, scale, (start - static_cast<double>(first)) / scale,
+                                   out_len);
+      for (auto& f : a.first)
+        f += first;
+      return a;
+    };
+    plain::resample(rgb, 3, region(left, w, out_w), region(top, h, out_h), out_h, out_w, 0, 0,
+                    want.data());
+    EXPECT_TRUE(got == want) << "region " << h << "x" << w << " at (" << top << ", " << left
+                             << ") of " << H << "x" << W << " to " << out_h << "x" << out_w;
+
+    // A planar sample of 1 to 6 channels (raw storage's random-resized-crop).
+    const int C = 1 + static_cast<int>(rng() % 6);
+    const auto planar = noisy(static_cast<int>(W), static_cast<int>(H), C, rng);  // as planes
+    const std::int64_t pl = rng() % W, pt = rng() % H;
+    const std::int64_t pw = 1 + rng() % (W - pl), ph = 1 + rng() % (H - pt);
+    std::vector<std::uint8_t> pgot(static_cast<std::size_t>(C * out_h * out_w)), pwant(pgot.size());
+    resize_region(planar.data(), C, H, W, pt, pl, ph, pw, out_h, out_w, pgot.data());
+    plain::resample(
+        [&](int c, std::int64_t y, std::int64_t x) {
+          return planar[static_cast<std::size_t>((c * H + pt + y) * W + pl + x)];
+        },
+        C, plain::axis_weights(pw, double(pw) / double(out_w), 0, out_w),
+        plain::axis_weights(ph, double(ph) / double(out_h), 0, out_h), out_h, out_w, 0, 0,
+        pwant.data());
+    EXPECT_TRUE(pgot == pwant) << C << " planes, " << ph << "x" << pw << " at (" << pt << ", " << pl
+                               << ") of " << H << "x" << W << " to " << out_h << "x" << out_w;
+  }
+}
+
+TEST(Image, SquareResizesGiveTheBytesOfThePlainLoops) {
+  std::mt19937 rng(13);
+  for (int t = 0; t < 40; ++t) {
+    const std::int64_t W = 1 + rng() % 120, H = 1 + rng() % 120, side = 1 + rng() % 60;
+    Image img{W, H, noisy(static_cast<int>(W), static_cast<int>(H), 3, rng)};
+    for (ImageFit fit : {ImageFit::CenterCrop, ImageFit::Pad}) {
+      std::vector<std::uint8_t> got(static_cast<std::size_t>(3 * side * side));
+      resize_to_square(img, side, fit, got.data());
+      // resize_to_square's placement, as it was: the scaled image and the window in it.
+      const std::int64_t shorter = std::min(W, H), longer = std::max(W, H);
+      const std::int64_t reference = fit == ImageFit::CenterCrop ? shorter : longer;
+      const double scale = static_cast<double>(reference) / static_cast<double>(side);
+      auto scaled = [&](std::int64_t n) {
+        if (n == reference) return side;
+        return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(n / scale)));
+      };
+      const std::int64_t sw = scaled(W), sh = scaled(H), ow = sw - side, oh = sh - side;
+      std::vector<std::uint8_t> want(got.size(), 0);
+      plain::resample(
+          [&](int c, std::int64_t y, std::int64_t x) {
+            return img.rgb[static_cast<std::size_t>((y * W + x) * 3 + c)];
+          },
+          3,
+          plain::axis_weights(W, double(W) / double(sw), ow >= 0 ? ow / 2 : 0, std::min(side, sw)),
+          plain::axis_weights(H, double(H) / double(sh), oh >= 0 ? oh / 2 : 0, std::min(side, sh)),
+          side, side, oh >= 0 ? 0 : -oh / 2, ow >= 0 ? 0 : -ow / 2, want.data());
+      EXPECT_TRUE(got == want) << H << "x" << W << " to " << side << ", " << image_fit_name(fit);
+    }
+  }
 }
 
 TEST(ImageFolder, LabelsFollowSortedClassNamesAndFilesAreSorted) {

@@ -641,9 +641,10 @@ TEST(GptSpec, SameSeedGivesTheSameInitialisationWithGpt2Statistics) {
     for (const Parameter* p : a.parameters()) {
       if (p->name != name) continue;
       double s = 0;
-      for (float v : p->value.to_vector<float>())
+      const Tensor model = unpadded(*p, p->value);  // the vocabulary's rows of the table
+      for (float v : model.to_vector<float>())
         s += static_cast<double>(v) * v;
-      return std::sqrt(s / static_cast<double>(p->value.numel()));
+      return std::sqrt(s / static_cast<double>(model.numel()));
     }
     ADD_FAILURE() << "no parameter " << name;
     return 0.0;
@@ -656,6 +657,68 @@ TEST(GptSpec, SameSeedGivesTheSameInitialisationWithGpt2Statistics) {
   EXPECT_EQ(stddev("2.attn.c_attn.bias"), 0.0);
   for (float v : a.parameters()[2]->value.to_vector<float>())  // 1.ln_1.weight
     ASSERT_EQ(v, 1.0f);
+  // The table's 84 padding rows (300 -> 384) are zero, its 300 rows those of an unpadded table.
+  const Parameter& wte = *a.parameters()[0];
+  ASSERT_EQ(wte.value.dim(0), 384);
+  const std::vector<float> all = wte.value.to_vector<float>();
+  for (std::size_t i = 300 * 64; i < all.size(); ++i)
+    ASSERT_EQ(all[i], 0.0f) << "padding element " << i;
+  Model unpadded_model = Model::build("gpt(layers=4,heads=2,dim=64,pad_vocab=1)", {16}, 300, 42);
+  EXPECT_EQ(unpadded_model.parameters()[0]->value.to_vector<float>(),
+            unpadded(wte, wte.value).to_vector<float>());
+}
+
+// ---------------------------------------------------------------- a padded vocabulary
+
+TEST(GptSpec, TheTokenTableIsPaddedTo128RowsByDefaultAndPadVocabSetsTheMultiple) {
+  auto table = [](const Model& m) -> const Parameter& { return *m.parameters().front(); };
+  Model padded = Model::build("gpt(layers=1,heads=2,dim=8)", {16}, 300, 1);
+  EXPECT_EQ(table(padded).value.shape(), (Shape{384, 8}));
+  EXPECT_EQ(table(padded).padded_rows, 84);
+  EXPECT_EQ(table(padded).grad.shape(), (Shape{384, 8}));
+  // The default is not written into the layer spec: a checkpoint's structure is what it was.
+  EXPECT_EQ(padded.layer_spec(), "embed(vocab=300,ctx=16,dim=8)-block(heads=2,depth=1)-ln-lmhead");
+  Model none = Model::build("gpt(layers=1,heads=2,dim=8,pad_vocab=1)", {16}, 300, 1);
+  EXPECT_EQ(table(none).value.shape(), (Shape{300, 8}));
+  EXPECT_EQ(table(none).padded_rows, 0);
+  EXPECT_EQ(none.layer_spec(),
+            "embed(vocab=300,ctx=16,dim=8,pad_vocab=1)-block(heads=2,depth=1)-ln-lmhead");
+  // What describes the model does not see the padding: parameters, structure, FLOPs, logits.
+  EXPECT_EQ(padded.num_parameters(), none.num_parameters());
+  EXPECT_NE(padded.structure().find("param 0.wte [300, 8]"), std::string::npos)
+      << padded.structure();
+  EXPECT_EQ(padded.forward_flops(), none.forward_flops());
+  ops::Context ctx;
+  EXPECT_EQ(padded.forward(ctx, tokens(2, 16, 300, 3)).shape(), (Shape{32, 300}));
+  // Presets take it as an override, and an embed layer as an argument.
+  Model tiny = Model::build("gpt-tiny(pad_vocab=64)", {32}, 100, 1);
+  EXPECT_EQ(table(tiny).value.dim(0), 128);
+  Model layers = Model::build("embed(vocab=100,ctx=8,dim=8,pad_vocab=48)-ln-lmhead", {8}, 100, 1);
+  EXPECT_EQ(table(layers).value.dim(0), 144);
+  // A vocabulary that is a multiple already has no padding (GPT-2's 50304, bytes' 256).
+  EXPECT_EQ(table(Model::build("gpt-tiny", {32}, 256, 1)).padded_rows, 0);
+}
+
+TEST(GptSpec, APaddingBeyondWhatI32TokensAddressIsAnErrorNamingPadVocab) {
+  // 2147483647 ids fit an i32, but not the 2147483648 rows of their padding to 128: refused
+  // before anything is allocated (the table would be 64 GiB at dim 8).
+  std::string e = build_error("gpt(layers=1,heads=1,dim=8)", {4}, 2147483647);
+  EXPECT_NE(e.find("vocab = 2147483647 padded to a multiple of pad_vocab = 128 needs 2147483648 "
+                   "rows, more than i32 token ids address (2147483647)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("pad_vocab=1"), std::string::npos) << e;  // the hint
+  e = build_error("embed(vocab=2147483600,ctx=4,dim=8,pad_vocab=1000)-ln-lmhead", {4}, 2147483600);
+  EXPECT_NE(e.find("needs 2147484000 rows"), std::string::npos) << e;
+  EXPECT_NE(e.find("^~~~"), std::string::npos) << e;  // the caret under the embed layer
+  e = build_error("gpt(layers=1,heads=1,dim=8,pad_vocab=0)", {4}, 10);
+  EXPECT_NE(e.find("pad_vocab"), std::string::npos) << e;
+  try {
+    Embedding(2147483647, 4, 8);
+    ADD_FAILURE() << "a table of 2147483648 rows was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("pad_vocab = 128"), std::string::npos) << err.what();
+  }
 }
 
 }  // namespace

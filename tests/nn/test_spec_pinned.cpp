@@ -37,9 +37,12 @@ std::uint64_t mix_bytes(std::uint64_t h, const void* data, std::size_t n) {
 std::uint64_t state_hash(Model& m) {
   // structure() is stored in checkpoints and compared on resume: it is pinned too.
   std::uint64_t h = hash_string(m.structure());
+  // The parameters as checkpoints store them: a padded token table's vocabulary rows (its
+  // padding, zero, is no part of the model: nn::Parameter::padded_rows).
   for (const Parameter* p : m.parameters()) {
-    h = hash_combine(h, hash_string(p->name + " " + shape_str(p->value.shape())));
-    const std::vector<float> v = p->value.to_vector<float>();
+    const Tensor value = unpadded(*p, p->value);
+    h = hash_combine(h, hash_string(p->name + " " + shape_str(value.shape())));
+    const std::vector<float> v = value.to_vector<float>();
     h = mix_bytes(h, v.data(), v.size() * sizeof(float));
   }
   for (const Buffer* b : m.buffers()) {

@@ -21,14 +21,16 @@ inline void write_bytes(const std::string& path, const std::vector<std::uint8_t>
   if (!f) throw std::runtime_error("cannot write " + path);
 }
 
-// pixels: w*h*channels of `format` (TJPF_RGB, TJPF_GRAY, TJPF_CMYK as inverted CMYK).
+// pixels: w*h*channels of `format` (TJPF_RGB, TJPF_GRAY, TJPF_CMYK as inverted CMYK); subsamp
+// TJSAMP_444 unless given (TJSAMP_420: a camera's usual), flags e.g. TJFLAG_PROGRESSIVE.
 inline std::vector<std::uint8_t> encode_jpeg(int w, int h, const std::vector<std::uint8_t>& pixels,
-                                             int format = TJPF_RGB, int quality = 95) {
+                                             int format = TJPF_RGB, int quality = 95,
+                                             int subsamp = TJSAMP_444, int flags = 0) {
   tjhandle tj = tjInitCompress();
   unsigned char* out = nullptr;
   unsigned long size = 0;
-  const int subsamp = format == TJPF_GRAY ? TJSAMP_GRAY : TJSAMP_444;
-  if (tjCompress2(tj, pixels.data(), w, 0, h, format, &out, &size, subsamp, quality, 0) != 0)
+  if (format == TJPF_GRAY) subsamp = TJSAMP_GRAY;
+  if (tjCompress2(tj, pixels.data(), w, 0, h, format, &out, &size, subsamp, quality, flags) != 0)
     throw std::runtime_error(std::string("tjCompress2: ") + tjGetErrorStr2(tj));
   std::vector<std::uint8_t> bytes(out, out + size);
   tjFree(out);

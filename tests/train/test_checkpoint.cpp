@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,8 @@
 #include "custom_model/custom_network.hpp"
 #include "lockstep/core/error.hpp"
 #include "lockstep/h5/h5.hpp"
+#include "lockstep/nn/loss.hpp"
+#include "lockstep/optim/adamw.hpp"
 #include "lockstep/train/checkpoint.hpp"
 #include "lockstep/train/state.hpp"
 #include "support/training.hpp"
@@ -413,6 +416,81 @@ TEST_F(CheckpointTest, ModelComposedInCppResumesBitwiseFromItsNamedTensors) {
   train(uninterrupted, sgd, 2, 4);
   train(resumed, resumed_sgd, 2, 4);
   EXPECT_EQ(test::parameter_values(resumed), test::parameter_values(uninterrupted));
+}
+
+// A GPT whose 40-token table is padded to 128 rows (the default) is saved without the padding:
+// parameters and AdamW's moments as 40 rows, so the file is what a model without padding writes
+// (and what lockstep wrote before it padded vocabularies). The padded model resumes from both.
+TEST_F(CheckpointTest, APaddedTokenTableIsStoredAsTheVocabularysRowsAndResumesFromThem) {
+  ops::Context ctx(Device::cpu(), 1);
+  const std::int64_t vocab = 40, t = 16;
+  auto build = [&](const char* spec) { return nn::Model::build(spec, {t}, vocab, 3); };
+  auto adamw = [](nn::Model& m) { return optim::AdamW(m.parameters(), {.lr = 1e-2f}); };
+  auto train = [&](nn::Model& m, optim::AdamW& opt, int from, int to) {
+    nn::SoftmaxCrossEntropy loss = nn::SoftmaxCrossEntropy::for_training(m);
+    for (int step = from; step < to; ++step) {
+      std::vector<std::int32_t> ids(2 * (t + 1));
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        ids[i] = static_cast<std::int32_t>((i * 7 + static_cast<std::size_t>(step) * 3) % vocab);
+      Tensor x =
+          Tensor::from_vector(std::vector<std::int32_t>(ids.begin(), ids.begin() + 2 * t), {2, t});
+      Tensor y =
+          Tensor::from_vector(std::vector<std::int32_t>(ids.begin() + 1, ids.end() - 1), {2 * t});
+      opt.flat_params()->zero_grad(ctx);
+      m.forward_loss(ctx, x, y, loss, 1.0f / (2 * t));
+      m.backward_loss(ctx);
+      opt.step(ctx);
+    }
+  };
+  auto vocabulary_rows = [](const nn::Model& m) {
+    std::vector<std::vector<float>> out;
+    for (const nn::Parameter* p : m.parameters())
+      out.push_back(nn::unpadded(*p, p->value).to_vector<float>());
+    return out;
+  };
+  nn::Model padded = build("gpt(layers=1,heads=2,dim=8)");
+  ASSERT_EQ(padded.parameters()[0]->value.dim(0), 128);
+  optim::AdamW opt = adamw(padded);
+  train(padded, opt, 0, 2);
+  TrainState saved(padded, opt, RunLayout{});
+  saved.step = 2;
+  const std::string file = saved.save(dir_.string(), 1);
+  const CheckpointState c = read_checkpoint(file);
+  EXPECT_EQ(c.tensor("param/0.wte").shape(), (Shape{vocab, 8}));
+  EXPECT_EQ(c.tensor("optim/0.wte.exp_avg").shape(), (Shape{vocab, 8}));
+  EXPECT_EQ(c.tensor("optim/0.wte.exp_avg_sq").shape(), (Shape{vocab, 8}));
+
+  nn::Model resumed = build("gpt(layers=1,heads=2,dim=8)");
+  optim::AdamW resumed_opt = adamw(resumed);
+  TrainState restored(resumed, resumed_opt, RunLayout{});
+  restored.restore(ctx, c, file);
+  EXPECT_EQ(test::parameter_values(resumed), test::parameter_values(padded));  // padding: zeros
+  train(padded, opt, 2, 4);
+  train(resumed, resumed_opt, 2, 4);
+  EXPECT_EQ(test::parameter_values(resumed), test::parameter_values(padded));
+
+  // The same run without padding writes the same tensors (one chunk of 32 rows: bitwise), under
+  // the structure lockstep wrote before padding, which the padded model's still is.
+  nn::Model plain = build("gpt(layers=1,heads=2,dim=8,pad_vocab=1)");
+  optim::AdamW plain_opt = adamw(plain);
+  train(plain, plain_opt, 0, 2);
+  CheckpointState old = TrainState(plain, plain_opt, RunLayout{}).to_checkpoint();
+  std::string structure = old.model_structure;
+  structure.replace(structure.find(",pad_vocab=1"), 12, "");
+  EXPECT_EQ(structure, padded.structure());
+  old.model_structure = structure;
+  old.step = 2;
+  for (const auto& [name, tensor] : old.tensors)
+    EXPECT_EQ(tensor.to_vector<float>(), c.tensor(name).to_vector<float>()) << name;
+  nn::Model from_old = build("gpt(layers=1,heads=2,dim=8)");
+  optim::AdamW from_old_opt = adamw(from_old);
+  TrainState(from_old, from_old_opt, RunLayout{}).restore(ctx, old, "old.h5");
+  train(plain, plain_opt, 2, 4);
+  train(from_old, from_old_opt, 2, 4);
+  EXPECT_EQ(vocabulary_rows(from_old), vocabulary_rows(plain));
+  const std::vector<float> table = from_old.parameters()[0]->value.to_vector<float>();
+  EXPECT_TRUE(std::all_of(table.begin() + vocab * 8, table.end(), [](float v) { return v == 0; }))
+      << "the padding rows changed";
 }
 
 TEST(CheckpointResume, PositionInEpochIsKeptInSamples) {

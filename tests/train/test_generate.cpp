@@ -63,6 +63,37 @@ TEST(Generate, BeyondTheContextEachTokenFollowsTheLastTTokens) {
   }
 }
 
+// The tiny GPT's 20-token table is padded to 128 rows (nn::kVocabPadding): logits stop at the
+// vocabulary, so no padded id is ever drawn, even when the padding rows would win every argmax.
+TEST(Generate, PaddedTokenIdsAreNeverDrawn) {
+  ops::Context ctx(Device::cpu(), 1);
+  nn::Model m = tiny_gpt();
+  nn::Parameter& wte = *m.parameters().front();
+  ASSERT_EQ(wte.value.dim(0), 128);
+  // Padding rows along the last position's features, far larger than the real rows.
+  std::vector<float> table = wte.value.to_vector<float>();
+  const std::vector<std::int32_t> seq = {1, 2, 3, 4, 5, 6, 7};
+  m.set_training(false);
+  Tensor h = Tensor::from_vector(std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 7, 0}, {1, kT});
+  for (std::size_t k = 0; k + 1 < m.num_layers(); ++k)  // up to the head's input
+    h = m.layer(k).forward(ctx, h);
+  const std::vector<float> all = h.to_vector<float>();
+  const std::vector<float> last(all.begin() + 6 * 16, all.begin() + 7 * 16);  // position 6
+  for (std::int64_t row = kVocab; row < 128; ++row)
+    for (std::int64_t j = 0; j < 16; ++j)
+      table[static_cast<std::size_t>(row * 16 + j)] = 100.0f * last[static_cast<std::size_t>(j)];
+  wte.value.copy_from(table);
+  const std::vector<float> logits = next_token_logits(ctx, m, seq);
+  EXPECT_EQ(logits.size(), static_cast<std::size_t>(kVocab));
+  for (const SampleOptions& o :
+       {SampleOptions{.temperature = 0}, SampleOptions{.temperature = 1.0, .seed = 3},
+        SampleOptions{.temperature = 2.0, .top_k = 5, .seed = 4}}) {
+    std::vector<std::int32_t> s = seq;
+    for (std::int32_t id : generate_tokens(ctx, m, s, 12, o))
+      EXPECT_LT(id, kVocab);
+  }
+}
+
 TEST(Generate, TopOneSamplingIsGreedy) {
   ops::Context ctx(Device::cpu(), 1);
   nn::Model m = tiny_gpt();

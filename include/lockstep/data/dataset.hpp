@@ -88,7 +88,7 @@ class ShardedDataset : public Dataset {
   // random-resized-crop of the original image). Raw storage: gather, then augment_batch.
   void gather_augmented(std::span<const std::int64_t> indices, Tensor& x, Tensor& y,
                         std::int64_t epoch, const AugmentOptions& augment,
-                        int threads) const override;
+                        ThreadPool* pool) const override;
   SampleStorage storage() const { return meta_.storage; }
   std::string describe() const override;
 
@@ -111,8 +111,9 @@ class ShardedDataset : public Dataset {
   ShardedDataset() = default;
   // Sizes x and y for the batch and fills y (checking each index).
   void allocate(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const;
+  // Decodes encoded samples into x, on pool's threads (nullptr: this one).
   void decode(std::span<const std::int64_t> indices, Tensor& x, std::int64_t epoch,
-              const AugmentOptions& augment, int threads) const;
+              const AugmentOptions& augment, ThreadPool* pool) const;
   std::vector<std::unique_ptr<ShardFile>> shards_;
   std::vector<std::string> files_;
   std::vector<std::int64_t> offsets_;  // offsets_[s] = first global index of shard s; + size()

@@ -11,6 +11,10 @@
 #include "lockstep/core/tensor.hpp"
 #include "lockstep/data/augment.hpp"
 
+namespace lockstep {
+class ThreadPool;
+}
+
 namespace lockstep::data {
 
 class Dataset {
@@ -21,12 +25,12 @@ class Dataset {
   // or of another shape or dtype, so a caller can reuse its tensors from batch to batch.
   virtual void gather(std::span<const std::int64_t> indices, Tensor& x, Tensor& y) const = 0;
   // gather, then the training augmentation of `epoch` on x's rows (lockstep/data/augment.hpp).
-  // A dataset that decodes its samples (encoded image shards) crops while it decodes, with up to
-  // `threads` threads.
+  // A dataset that decodes its samples (encoded image shards) crops while it decodes, on `pool`'s
+  // threads (nullptr: the caller's alone).
   virtual void gather_augmented(std::span<const std::int64_t> indices, Tensor& x, Tensor& y,
                                 std::int64_t epoch, const AugmentOptions& augment,
-                                int threads) const {
-    (void)threads;
+                                ThreadPool* pool) const {
+    (void)pool;
     gather(indices, x, y);
     augment_batch(x, std::vector<std::int64_t>(indices.begin(), indices.end()), epoch, augment);
   }

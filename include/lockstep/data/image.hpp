@@ -1,10 +1,11 @@
-// Image files to samples: JPEG (libjpeg-turbo's TurboJPEG API) and PNG (libpng) decoded to 8-bit
-// RGB, then resized to the fixed square u8 [3, S, S] samples an image shard holds (docs/IMAGES.md).
-// Every decoded image is RGB whatever the file stores, as torchvision's ImageFolder makes it with
-// PIL's convert("RGB"): grayscale is replicated, CMYK/YCCK JPEG converted, 16-bit PNG scaled to 8
-// bits, palettes expanded, alpha dropped. Unlike PIL, a JPEG's EXIF orientation is applied, so a
-// sample is upright as a viewer shows it. Any file that cannot be decoded completely (empty,
-// truncated, corrupt, not an image) is a lockstep::Error naming the file and what is wrong.
+// Image files to samples: JPEG (libjpeg-turbo, through libjpeg's own API) and PNG (libpng) decoded
+// to 8-bit RGB, then resized to the fixed square u8 [3, S, S] samples an image shard holds
+// (docs/IMAGES.md). Every decoded image is RGB whatever the file stores, as torchvision's
+// ImageFolder makes it with PIL's convert("RGB"): grayscale is replicated, CMYK/YCCK JPEG
+// converted, 16-bit PNG scaled to 8 bits, palettes expanded, alpha dropped. Unlike PIL, a JPEG's
+// EXIF orientation is applied, so a sample is upright as a viewer shows it. Any file that cannot be
+// decoded completely (empty, truncated, corrupt, not an image) is a lockstep::Error naming the file
+// and what is wrong. A JPEG region decodes only what the region needs, to the same pixels.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +31,36 @@ Image decode_image(const std::uint8_t* data, std::size_t size, const std::string
 // libjpeg-turbo scales); a PNG always at full size.
 Image decode_image_scaled(const std::uint8_t* data, std::size_t size, const std::string& where,
                           int denominator);
+// A rectangle of whole pixels: rows [top, top + height), columns [left, left + width).
+struct PixelRect {
+  std::int64_t top = 0, left = 0, height = 0, width = 0;
+};
+
+// Part of a decoded image: `image` holds pixels [top, top + image.height) x [left, left +
+// image.width) of the whole decoded image.
+struct ImageRegion {
+  Image image;
+  std::int64_t top = 0, left = 0;
+};
+
+// At least the upright pixels `wanted` of the image decode_image_scaled(data, size, where,
+// denominator) gives, bit for bit the same values, into `out` (whose buffer is reused). A JPEG
+// decodes only the rows and columns the region needs, plus what libjpeg decodes with them (whole
+// blocks at the left, a pixel of margin so that chroma upsampling sees the same neighbours) and
+// stops after the region's last row, so corruption below the region goes unnoticed: for bytes
+// that decode_image has checked once already (an encoded shard's). A PNG is decoded whole.
+void decode_image_region(const std::uint8_t* data, std::size_t size, const std::string& where,
+                         int denominator, const PixelRect& wanted, ImageRegion& out);
+
+// Buffers a thread keeps from image to image (decoder output, resampler rows), so that a loader
+// thread allocates nothing per sample, are freed instead after an outsized image has grown one
+// past this: a thread does not hold a 100-megapixel photo's worth of memory for its lifetime.
+inline constexpr std::size_t kKeptBufferBytes = std::size_t{32} << 20;
+template <class T>
+void release_if_outsized(std::vector<T>& buffer) {
+  if (buffer.capacity() * sizeof(T) > kKeptBufferBytes) std::vector<T>().swap(buffer);
+}
+
 // The file's bytes, with the errors read_image gives for a file it cannot read.
 std::vector<std::uint8_t> read_image_bytes(const std::string& path);
 

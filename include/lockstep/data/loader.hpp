@@ -79,6 +79,9 @@ class Loader {
   DistributedSampler sampler_;
   std::int64_t batch_size_;
   LoaderOptions options_;
+  // The threads that decode encoded samples besides the loader thread (decode_threads > 1 only):
+  // kept for the loader's life, with their decoders and buffers, not started per batch.
+  std::unique_ptr<ThreadPool> decode_pool_;
 
   std::mutex mutex_;
   std::condition_variable changed_;  // queue, generation or stop changed

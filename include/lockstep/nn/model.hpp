@@ -21,6 +21,8 @@
 
 namespace lockstep::nn {
 
+class SoftmaxCrossEntropy;  // lockstep/nn/loss.hpp
+
 class Model {
  public:
   // The spec front end (src/nn/spec.cpp). sample_shape: one sample without the batch dimension,
@@ -54,6 +56,21 @@ class Model {
   // Module::output_overwritable): a training step's loss then works in them
   // (SoftmaxCrossEntropy::Logits::Overwrite).
   bool logits_overwritable() const { return layers_.output_overwritable(); }
+  // Whether the last layer computes the loss of its own output (Module::fuses_loss): a training
+  // step's loss is then Logits::Fused, and the logits are never made whole.
+  bool fuses_loss() const;
+
+  // A training step through its loss (made for this model: SoftmaxCrossEntropy::for_training):
+  // forward_loss returns the mean loss [1] of the logits forward(x) would give against labels
+  // [N * outputs_per_sample()], and backward_loss then runs the backward, with dL/dlogits scaled
+  // by grad_scale as loss.backward(grad_scale) scales it. Under Logits::Fused the last layer
+  // computes the loss without making the logits and its own gradients with it
+  // (Module::forward_loss), so they are complete before backward_loss; otherwise this is
+  // forward, loss.forward, then backward(loss.backward(grad_scale)). `loss` must live until
+  // backward_loss.
+  Tensor forward_loss(ops::Context& ctx, const Tensor& x, const Tensor& labels,
+                      SoftmaxCrossEntropy& loss, float grad_scale);
+  void backward_loss(ops::Context& ctx);
 
   // In forward order; pointers stay valid for the Model's lifetime (also across moves).
   const std::vector<Parameter*>& parameters() const { return parameters_; }
@@ -68,9 +85,11 @@ class Model {
   const std::string& spec() const { return spec_; }
   const std::string& layer_spec() const { return layer_spec_; }
   // One line per layer (index, description, output shape) and per parameter/buffer (name,
-  // shape): equal on two replicas exactly when they have the same architecture.
+  // shape, padding left out: Parameter::padded_rows): equal on two replicas exactly when they
+  // have the same architecture, whatever their vocabulary padding.
   std::string structure() const;
-  // Forward FLOPs per sample (multiply-add = 2) at the build sample shape, or at another one.
+  // Forward FLOPs per sample (multiply-add = 2) at the build sample shape, or at another one
+  // (a padded vocabulary's padding not counted: the model's FLOPs, not the kernels').
   double forward_flops() const { return forward_flops(sample_shape_); }
   double forward_flops(const Shape& sample_shape) const;
   std::int64_t num_parameters() const;
@@ -104,6 +123,18 @@ class Model {
   std::uint64_t seed_ = 0;
   Device device_;
   Sequential layers_;
+  // Layers [0, end) forward from x, inside the step's parameter reuse window; and layers
+  // [0, end) backward from d, with the grad-ready hook, closing the window.
+  Tensor forward_layers(ops::Context& ctx, const Tensor& x, std::size_t end);
+  void backward_layers(ops::Context& ctx, Tensor d, std::size_t end);
+  void layer_grads_ready(ops::Context& ctx, std::size_t k);
+  // The step forward_loss began, for backward_loss.
+  struct LossStep {
+    SoftmaxCrossEntropy* loss = nullptr;  // null: none pending
+    float grad_scale = 1.0f;
+    bool fused = false;
+  };
+  LossStep loss_step_;
   std::vector<Shape> out_shapes_;                      // per layer, for one sample
   std::vector<std::vector<Parameter*>> layer_params_;  // per layer, forward order
   std::vector<Parameter*> parameters_;

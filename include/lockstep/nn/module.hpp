@@ -34,7 +34,17 @@ struct Parameter {
   bool overwrites_grad = false;
   // The gradient's contents stand for zero: the next contribution overwrites them.
   bool grad_stale = false;
+  // Rows at the end of dimension 0 that are layout, not model: a padded vocabulary's token table
+  // (nn::Embedding) has rows up to a multiple of 128 that no token reads and whose logits are
+  // masked out of the loss. They stay zero (their gradient is zero), and what describes the
+  // model leaves them out: checkpoints, exports, Model::structure and num_parameters (unpadded).
+  std::int64_t padded_rows = 0;
 };
+
+// The model's part of `t`, a tensor shaped like p's value (its value, gradient or optimizer
+// state): all rows but p's padded ones, as a view (t itself when p has none). Checkpoints store
+// and load this part only, so a file does not depend on the padding of the model that wrote it.
+Tensor unpadded(const Parameter& p, const Tensor& t);
 
 struct Buffer {
   std::string name;
@@ -43,6 +53,15 @@ struct Buffer {
 
 // Called during backward once a parameter's gradient for this backward pass is complete.
 using GradReadyFn = std::function<void(Parameter&)>;
+
+// How a layer that fuses the loss into its own forward computes it (Module::forward_loss): the
+// gradient scale and label smoothing of nn::SoftmaxCrossEntropy, and how many rows of the
+// output to make at a time.
+struct FusedLoss {
+  float grad_scale = 1.0f;  // dL/dy = (softmax - target) * grad_scale, as SoftmaxCrossEntropy's
+  float label_smoothing = 0.0f;
+  std::int64_t chunk_rows = 0;  // 0: all rows at once; -1: nn::loss_chunk_rows of the width
+};
 
 class Module {
  public:
@@ -96,6 +115,18 @@ class Module {
   // (nn::SoftmaxCrossEntropy's Logits::Overwrite): one [N, C] buffer instead of three, 2 x 206 MB
   // less for GPT-2 at 1 x 1024 tokens.
   virtual bool output_overwritable() const { return false; }
+  // Whether this layer, as a model's last, can compute softmax cross-entropy of its output itself
+  // without ever holding the whole output (nn::SoftmaxCrossEntropy's Logits::Fused): the tied LM
+  // head, whose logits [N*T, V] are the largest tensor of a GPT's step.
+  virtual bool fuses_loss() const { return false; }
+  // Where fuses_loss(): the mean loss [1] of the output forward(x) would give against i32 labels
+  // [rows], and with it every gradient backward would compute from dL/dy = (softmax - target) *
+  // loss.grad_scale: this layer's parameter gradients accumulated, and dL/dx kept for the next
+  // backward_loss. The base class throws.
+  virtual Tensor forward_loss(ops::Context& ctx, const Tensor& x, const Tensor& labels,
+                              const FusedLoss& loss);
+  // dL/dx of the last forward_loss (undefined when set_input_grad(false)).
+  virtual Tensor backward_loss(ops::Context& ctx);
 
   // A new module of this one's configuration on `device`: its own parameters, buffers and
   // caches, whose values clone() then copies in (a subclass need not). DataParallel makes its

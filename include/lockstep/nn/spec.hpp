@@ -18,8 +18,10 @@
 //   bottleneck(width[, stride=1])                 ResNet bottleneck block (v1.5: the stride on
 //                                                 the 3x3), 1x1-3x3-1x1, output 4 * width
 //                                                 channels (identity or 1x1 shortcut)
-//   embed(vocab, ctx, dim)                        token + position embedding, i32 [N, T] ->
-//                                                 [N, T, dim]; T > ctx is an error
+//   embed(vocab, ctx, dim[, pad_vocab=128])       token + position embedding, i32 [N, T] ->
+//                                                 [N, T, dim]; T > ctx is an error; the token
+//                                                 table's rows padded to a multiple of pad_vocab
+//                                                 (1: none; nn::kVocabPadding)
 //   block(heads[, depth=1])                       pre-LN transformer block (GPT-2); depth, the
 //                                                 number of blocks, scales the residual init
 //   ln                                            LayerNorm over the last dimension
@@ -40,11 +42,13 @@
 //                     2-4 start with stride 2) of res(w) blocks [2,2,2,2] / [3,4,6,3] or of
 //                     bottleneck(w) blocks [3,4,6,3], then gap-linear(classes). The final maps are
 //                     1/32 of the input (224x224: 7x7; 32x32: 1x1)
-//   gpt(layers, heads, dim[, ctx][, vocab])
+//   gpt(layers, heads, dim[, ctx][, vocab][, pad_vocab=128])
 //                     GPT-2: embed(vocab,ctx,dim)-block(heads,depth=layers) x layers-ln-lmhead,
 //                     GPT-2/llm.c initialisation. The data's sample shape is [T] (i32 tokens):
 //                     ctx defaults to T and must be >= T; vocab defaults to num_classes and must
 //                     equal it. The output is one row of logits per position, [N*T, vocab].
+//                     pad_vocab pads the token table (embed's; written into the expansion only
+//                     when it is not 128): GPT-2's 50257 rows become 50304.
 //   gpt2-124m | gpt2-350m | gpt-mini | gpt-tiny
 //                     gpt(12,12,768,ctx=1024,vocab=50257), gpt(24,16,1024,ctx=1024,vocab=50257),
 //                     gpt(4,4,256,ctx=256), gpt(2,2,128,ctx=128); key=value arguments in

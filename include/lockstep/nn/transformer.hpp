@@ -87,7 +87,24 @@ std::vector<CausalSelfAttention*> attention_layers(Model& model);
 // Logits [N * T, V] = h [N * T, C] wte^T with the embedding's own token table: no parameter of
 // its own (collect_parameters adds nothing), so the table is listed, bucketed and reported ready
 // once, by the embedding. Its backward adds dlogits^T h into the table's gradient before the
-// embedding (earlier in the model, later in backward) adds its scatter.
+// embedding (earlier in the model, later in backward) adds its scatter. forward and backward use
+// the vocabulary's V rows of a padded table only: logits are [N * T, V] whatever the padding.
+//
+// The fused training step (forward_loss; nn::SoftmaxCrossEntropy's Logits::Fused), after
+// Liger-Kernel's FusedLinearCrossEntropy: the rows of h are taken loss.chunk_rows at a time (by
+// default nn::loss_chunk_rows(Vp): 512 for GPT-2), and
+// for each chunk r, in one [rows, Vp] buffer (Vp: the padded table's rows)
+//   logits_r  = h_r wte^T                                      gemm
+//   dlogits_r = (softmax_V(logits_r) - target) * grad_scale    softmax_xent_chunk, in place;
+//                                                              the padded columns get 0
+//   dh_r      = dlogits_r[:, :V] wte[:V]                       gemm_leading
+//   dwte     += dlogits_r^T h_r                                gemm, accumulating
+// and the loss is the mean of the rows' losses (mean_row_loss). No [N * T, V] tensor exists; the
+// gradients are complete when forward_loss returns, so they need the scale then (the engines know
+// it before forward). Against the unfused path: the loss, dh and every row of dwte but the sum over
+// chunks are the same operations on the same rows; dwte's K-sum cut into chunks is bitwise the
+// one GEMM's only where the cuts are the GEMM library's own K blocks (docs/GPT.md, "The chunked
+// classifier and loss"), and at chunk_rows = 0 (one chunk) always.
 class TiedLmHead final : public Module {
  public:
   explicit TiedLmHead(Embedding& embedding);
@@ -99,15 +116,24 @@ class TiedLmHead final : public Module {
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
   double forward_flops(const Shape& input) const override;
   bool output_overwritable() const override { return true; }  // backward reads x and wte only
+  bool fuses_loss() const override { return true; }
+  Tensor forward_loss(ops::Context& ctx, const Tensor& x, const Tensor& labels,
+                      const FusedLoss& loss) override;
+  Tensor backward_loss(ops::Context& ctx) override;
+  void release_buffers() override;
 
   // The table it reads; a Sequential holding both clones the pair (alone, a head cannot be cloned:
   // the default clone_structure throws).
   const Parameter& token_weight() const { return wte_; }
 
  private:
-  Parameter& wte_;  // the embedding's; survives moves of the Model (layers are heap-allocated)
-  Tensor x_;        // [N * T, C], cached for backward
+  Parameter& wte_;      // the embedding's; survives moves of the Model (layers are heap-allocated)
+  std::int64_t vocab_;  // logits per row: the table's rows less its padding
+  Tensor x_;            // [N * T, C], cached for backward
   Tensor y_, dx_;
+  Tensor chunk_, row_loss_, loss_;  // forward_loss: [chunk, Vp] logits, f64 [N * T], [1]
+  Tensor h16_, d16_;                // forward_loss under bf16: h and a chunk's dlogits, rounded
+  Shape loss_input_;                // forward_loss's x shape, for dx; empty when none pending
 };
 
 }  // namespace lockstep::nn

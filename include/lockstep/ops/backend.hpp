@@ -26,6 +26,8 @@ class Backend {
 
   virtual void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                     float beta, Tensor& c) = 0;
+  virtual void gemm_leading(std::int64_t k, float alpha, const Tensor& a, const Tensor& b,
+                            float beta, Tensor& c) = 0;
   virtual void add_row_bias(Tensor& y, const Tensor& bias) = 0;
   virtual void sum_rows(const Tensor& dy, Tensor& db) = 0;
 
@@ -69,6 +71,10 @@ class Backend {
   virtual void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
                                      Tensor& dlogits, float label_smoothing) = 0;
   virtual std::int64_t count_correct(const Tensor& logits, const Tensor& labels) = 0;
+  virtual void softmax_xent_chunk(Tensor& logits, const Tensor& labels, std::int64_t first_row,
+                                  std::int64_t classes, float scale, Tensor& row_loss,
+                                  float label_smoothing) = 0;
+  virtual void mean_row_loss(const Tensor& row_loss, Tensor& loss) = 0;
 
   virtual double sum_squares(const Tensor& x) = 0;
   virtual bool all_finite(const Tensor& x) = 0;

@@ -82,6 +82,13 @@ void cast(Context& ctx, const Tensor& src, Tensor& dst);
 // that the product overwrites (beta = 0: the f32 accumulation rounded once); c is f32 otherwise.
 void gemm(Context& ctx, bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
           float beta, Tensor& c);
+// gemm over the first k of the inner dimension: c = alpha * a[:, :k] @ b[:k, :] + beta * c, for
+// row-major a [m, >= k] and b [>= k, n] (neither transposed). The LM head of a padded vocabulary
+// computes dh = dlogits[:, :V] wte[:V] this way from its [rows, Vp] chunk: a GEMM over all Vp
+// columns would add the padding's zeros in another K blocking, which changes the last bits of the
+// sum (docs/GPT.md, "A padded vocabulary"), where this one is bitwise gemm on the [m, k] matrix.
+void gemm_leading(Context& ctx, std::int64_t k, float alpha, const Tensor& a, const Tensor& b,
+                  float beta, Tensor& c);
 void add_row_bias(Context& ctx, Tensor& y, const Tensor& bias);  // y[n,f] += bias[f]
 // db[f] += sum_n dy[n,f]; dy is an activation (f32, or bf16 on a bf16 context), db f32.
 void sum_rows(Context& ctx, const Tensor& dy, Tensor& db);
@@ -153,6 +160,20 @@ void softmax_xent_backward(Context& ctx, const Tensor& probs, const Tensor& labe
                            Tensor& dlogits, float label_smoothing = 0.0f);
 // Number of rows whose argmax equals the label (synchronises with the device).
 std::int64_t count_correct(Context& ctx, const Tensor& logits, const Tensor& labels);
+// The classifier and its loss fused chunk by chunk (nn::TiedLmHead::forward_loss): one chunk of
+// rows [first_row, first_row + R) of a batch of N. logits [R, P] holds the chunk's logits, of
+// which the first `classes` columns are real (P > classes: a padded vocabulary, whose columns are
+// masked out: no probability, no gradient). In one pass per row it writes over the logits
+//   dlogits = (softmax over the first `classes` columns - (1 - eps) onehot - eps / classes) * scale
+// and 0 in the padded columns, and row_loss[first_row + r] (f64 [N]) = that row's loss, as
+// softmax_xent_forward computes it; labels are the batch's i32 [N]. Bitwise what
+// softmax_xent_forward then softmax_xent_backward give on the [R, classes] logits.
+void softmax_xent_chunk(Context& ctx, Tensor& logits, const Tensor& labels, std::int64_t first_row,
+                        std::int64_t classes, float scale, Tensor& row_loss,
+                        float label_smoothing = 0.0f);
+// loss [1] (f32) = the mean of row_loss (f64 [N]), summed as softmax_xent_forward sums its rows
+// (in fixed blocks of rows, in order), so the chunked loss is bitwise the whole one.
+void mean_row_loss(Context& ctx, const Tensor& row_loss, Tensor& loss);
 
 // ---- reductions (synchronise with the device)
 double sum_squares(Context& ctx, const Tensor& x);  // f32 in, accumulated in double

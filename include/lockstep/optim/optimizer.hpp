@@ -2,8 +2,9 @@
 // training step, with one fused op over the whole flat layout (optim/flat.hpp). Its state
 // (momentum, Adam moments) lives in flat buffers of the same layout; state() lists it per
 // parameter as views named "<parameter name>.<state>", so checkpoints save and restore it in
-// place; the step count is the only other state. The learning rate is set by the caller (from an
-// LrSchedule) before each step.
+// place (a padded table's view leaves its padding out, nn::unpadded: that state stays zero, as
+// the padding's gradient is); the step count is the only other state. The learning rate is set by
+// the caller (from an LrSchedule) before each step.
 //
 // ZeRO-1: an optimizer made with a FlatShard keeps state for that shard only (1/world of it) and
 // step(ctx) updates only the shard's parameters; state() then cannot list whole tensors, so

@@ -87,8 +87,18 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
 
 void CpuBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                       float beta, Tensor& c) {
+  gemm_k(trans_a, trans_b, trans_a ? a.dim(0) : a.dim(1), alpha, a, b, beta, c);
+}
+
+// The sgemm reads a and b through their own row lengths (lda, ldb), so k may stop short of them.
+void CpuBackend::gemm_leading(std::int64_t k, float alpha, const Tensor& a, const Tensor& b,
+                              float beta, Tensor& c) {
+  gemm_k(false, false, k, alpha, a, b, beta, c);
+}
+
+void CpuBackend::gemm_k(bool trans_a, bool trans_b, std::int64_t k, float alpha, const Tensor& a,
+                        const Tensor& b, float beta, Tensor& c) {
   const std::int64_t m = c.dim(0), n = c.dim(1);
-  const std::int64_t k = trans_a ? a.dim(0) : a.dim(1);
   if (m == 0 || n == 0) return;
   if (k == 0 && c.dtype() == DType::BF16) {  // beta is 0 (ops.cpp): +0.0 is all zero bits
     std::memset(c.raw_data(), 0, c.nbytes());
@@ -101,7 +111,7 @@ void CpuBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, 
     return;
   }
   if (ctx_.precision() == Precision::BF16) {
-    gemm_bf16(trans_a, trans_b, alpha, a, b, beta, c);
+    gemm_bf16(trans_a, trans_b, k, alpha, a, b, beta, c);
     return;
   }
   float* pc = c.data<float>();

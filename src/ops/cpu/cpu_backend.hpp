@@ -41,6 +41,8 @@ class CpuBackend final : public Backend {
 
   void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
             Tensor& c) override;
+  void gemm_leading(std::int64_t k, float alpha, const Tensor& a, const Tensor& b, float beta,
+                    Tensor& c) override;
   void add_row_bias(Tensor& y, const Tensor& bias) override;
   void sum_rows(const Tensor& dy, Tensor& db) override;
 
@@ -83,6 +85,10 @@ class CpuBackend final : public Backend {
   void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
                              Tensor& dlogits, float label_smoothing) override;
   std::int64_t count_correct(const Tensor& logits, const Tensor& labels) override;
+  void softmax_xent_chunk(Tensor& logits, const Tensor& labels, std::int64_t first_row,
+                          std::int64_t classes, float scale, Tensor& row_loss,
+                          float label_smoothing) override;
+  void mean_row_loss(const Tensor& row_loss, Tensor& loss) override;
 
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;
@@ -137,9 +143,13 @@ class CpuBackend final : public Backend {
                       Tensor& pre_act) override;
 
  private:
+  // c = alpha op(a) op(b) + beta c over the first k of the inner dimension (gemm: all of it;
+  // gemm_leading: fewer, a and b not transposed, a read with its own row length).
+  void gemm_k(bool trans_a, bool trans_b, std::int64_t k, float alpha, const Tensor& a,
+              const Tensor& b, float beta, Tensor& c);
   // c f32, or bf16 with beta 0; bias [c.dim(1)] f32 added before c is written, or undefined.
-  void gemm_bf16(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
-                 float beta, Tensor& c, const Tensor& bias = Tensor());
+  void gemm_bf16(bool trans_a, bool trans_b, std::int64_t k, float alpha, const Tensor& a,
+                 const Tensor& b, float beta, Tensor& c, const Tensor& bias = Tensor());
 
   // Scratch that grows to the largest request and is then reused (no allocation per call).
   double* scratch_doubles(std::size_t n);

@@ -18,11 +18,12 @@ constexpr std::int64_t kLossRows = 64;
 
 // Labels are read on the host once, before any parallel work, so the error names the first bad
 // row whatever the thread count.
-void check_labels(const char* op, const std::int32_t* labels, std::int64_t n,
-                  std::int64_t classes) {
+// `first_row`: the batch row of labels[0], which the error names.
+void check_labels(const char* op, const std::int32_t* labels, std::int64_t n, std::int64_t classes,
+                  std::int64_t first_row = 0) {
   for (std::int64_t i = 0; i < n; ++i) {
     LOCKSTEP_CHECK_HINT(labels[i] >= 0 && labels[i] < classes, kBadLabelHint,
-                        bad_label_message(op, labels[i], i, classes));
+                        bad_label_message(op, labels[i], first_row + i, classes));
   }
 }
 
@@ -124,6 +125,53 @@ void CpuBackend::softmax_xent_backward(const Tensor& probs, const Tensor& labels
                      drow[pl[i]] = (p_label - hit - off) * scale;
                    }
                  });
+}
+
+// Per row, softmax_xent_forward's loss and softmax_xent_backward's dlogits with the same
+// expressions in the same order (so the same bits), the second written over the first.
+void CpuBackend::softmax_xent_chunk(Tensor& logits, const Tensor& labels, std::int64_t first_row,
+                                    std::int64_t classes, float scale, Tensor& row_loss,
+                                    float label_smoothing) {
+  const std::int64_t rows = logits.dim(0), width = logits.dim(1), c = classes;
+  float* px = logits.data<float>();
+  const std::int32_t* pl = labels.data<std::int32_t>() + first_row;
+  double* pr = row_loss.data<double>() + first_row;
+  check_labels("softmax_xent_chunk", pl, rows, c, first_row);
+  const float off = label_smoothing / static_cast<float>(c);
+  const float hit = 1.0f - label_smoothing;
+  parallel_range(ctx_.pool(), rows, std::max<std::int64_t>(1, kParallelGrain / width),
+                 [&](std::int64_t r0, std::int64_t r1) {
+                   for (std::int64_t i = r0; i < r1; ++i) {
+                     float* row = px + i * width;
+                     double smoothing = 0.0;
+                     if (label_smoothing > 0.0f) {
+                       double sum_x = 0.0;
+                       for (std::int64_t j = 0; j < c; ++j)
+                         sum_x += row[j];
+                       smoothing = label_smoothing * (row[pl[i]] - sum_x / static_cast<double>(c));
+                     }
+                     pr[i] = softmax_row(row, row, c, pl[i]) + smoothing;
+                     const float p_label = row[pl[i]];
+                     LOCKSTEP_IVDEP
+                     for (std::int64_t j = 0; j < c; ++j)
+                       row[j] = (row[j] - off) * scale;
+                     row[pl[i]] = (p_label - hit - off) * scale;
+                     std::fill(row + c, row + width, 0.0f);  // the padded columns: no gradient
+                   }
+                 });
+}
+
+void CpuBackend::mean_row_loss(const Tensor& row_loss, Tensor& loss) {
+  const std::int64_t n = row_loss.dim(0);
+  const double* pr = row_loss.data<double>();
+  double total = 0.0;
+  for (std::int64_t b0 = 0; b0 < n; b0 += kLossRows) {
+    double block_loss = 0.0;
+    for (std::int64_t i = b0; i < std::min(n, b0 + kLossRows); ++i)
+      block_loss += pr[i];
+    total += block_loss;
+  }
+  loss.data<float>()[0] = n ? static_cast<float>(total / static_cast<double>(n)) : 0.0f;
 }
 
 std::int64_t CpuBackend::count_correct(const Tensor& logits, const Tensor& labels) {

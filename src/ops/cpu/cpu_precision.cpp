@@ -128,38 +128,33 @@ float* thread_scratch(std::size_t n, int slot) {
 }
 
 // One cached matmul: C[m, n] = alpha * op(A)[m, k] op(B)[k, n] (bf16) (+ bias[n]) + beta * C,
-// C f32, or a bf16 activation (beta 0) that oneDNN writes from its f32 accumulator plus the f32
-// bias, rounded once to nearest even: the bits of the f32 C, add_row_bias and cast
-// (tests/ops/test_fused_ops.cpp), with no pass of its own.
+// with rows of lda and ldb elements (k and n, or m and k transposed, unless a longer row is read
+// only up to k: ops::gemm_leading). C is f32, or a bf16 activation (beta 0) that oneDNN writes
+// from its f32 accumulator plus the f32 bias, rounded once to nearest even: the bits of the f32 C,
+// add_row_bias and cast (tests/ops/test_fused_ops.cpp), with no pass of its own.
 struct Bf16Gemm {
   struct Prim {
     dnnl::matmul prim;
     dnnl::memory a, b, c, bias, scratchpad;
   };
-  using Key = std::array<std::int64_t, 9>;
+  using Key = std::array<std::int64_t, 11>;
 
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<Key, Prim> cache;
 
-  Prim& get(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-            float beta, bool c_bf16, bool bias) {
-    const Key key{m,
-                  n,
-                  k,
-                  ta,
-                  tb,
-                  std::bit_cast<std::int32_t>(alpha),
-                  std::bit_cast<std::int32_t>(beta),
-                  c_bf16,
-                  bias};
+  Prim& get(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda,
+            std::int64_t ldb, float alpha, float beta, bool c_bf16, bool bias) {
+    const std::int64_t alpha_bits = std::bit_cast<std::int32_t>(alpha);
+    const std::int64_t beta_bits = std::bit_cast<std::int32_t>(beta);
+    const Key key{m, n, k, ta, tb, lda, ldb, alpha_bits, beta_bits, c_bf16, bias};
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     using dnnl::memory;
     using Dt = memory::data_type;
     // Row-major operands; a transposed one is the same buffer read with swapped strides.
-    memory::desc a({m, k}, Dt::bf16, ta ? memory::dims{1, m} : memory::dims{k, 1});
-    memory::desc b({k, n}, Dt::bf16, tb ? memory::dims{1, k} : memory::dims{n, 1});
+    memory::desc a({m, k}, Dt::bf16, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+    memory::desc b({k, n}, Dt::bf16, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
     memory::desc c({m, n}, c_bf16 ? Dt::bf16 : Dt::f32, memory::dims{n, 1});
     memory::desc bias_md({1, n}, Dt::f32, memory::dims{n, 1});
     dnnl::primitive_attr attr;
@@ -219,15 +214,14 @@ std::string CpuBackend::precision_info(Precision p) {
   return "?";
 }
 
-void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, float alpha, const Tensor& a,
+void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, std::int64_t k, float alpha, const Tensor& a,
                            const Tensor& b, float beta, Tensor& c, const Tensor& bias) {
   if (!bf16_) bf16_.reset(new Bf16Gemm);
   auto convert = [&](const Tensor& src, Tensor& dst) { cast(src, dst); };
   Tensor a16 = casts_.get(ctx_, a, 0, convert);
   Tensor b16 = casts_.get(ctx_, b, 1, convert);
-  const std::int64_t k = trans_a ? a.dim(0) : a.dim(1);
-  Bf16Gemm::Prim& p = bf16_->get(trans_a, trans_b, c.dim(0), c.dim(1), k, alpha, beta,
-                                 c.dtype() == DType::BF16, bias.defined());
+  Bf16Gemm::Prim& p = bf16_->get(trans_a, trans_b, c.dim(0), c.dim(1), k, a.dim(1), b.dim(1), alpha,
+                                 beta, c.dtype() == DType::BF16, bias.defined());
   p.a.set_data_handle(a16.raw_data());
   p.b.set_data_handle(b16.raw_data());
   p.c.set_data_handle(c.raw_data());
@@ -255,7 +249,7 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
     return;
   }
   Tensor& z = act == Activation::None ? y : pre_act;
-  gemm_bf16(false, true, 1.0f, x, w, 0.0f, z, b);
+  gemm_bf16(false, true, k, 1.0f, x, w, 0.0f, z, b);
   if (act == Activation::GeluTanh) gelu_tanh_forward(pre_act, y);
 }
 

@@ -139,6 +139,8 @@ class CudaBackend final : public Backend {
   // ---- dense linear algebra: cuda_gemm.cpp (gemm), cuda_elementwise.cu (bias)
   void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
             Tensor& c) override;
+  void gemm_leading(std::int64_t k, float alpha, const Tensor& a, const Tensor& b, float beta,
+                    Tensor& c) override;
   void add_row_bias(Tensor& y, const Tensor& bias) override;
   void sum_rows(const Tensor& dy, Tensor& db) override;
 
@@ -187,6 +189,10 @@ class CudaBackend final : public Backend {
   void softmax_xent_backward(const Tensor& probs, const Tensor& labels, float scale,
                              Tensor& dlogits, float label_smoothing) override;
   std::int64_t count_correct(const Tensor& logits, const Tensor& labels) override;
+  void softmax_xent_chunk(Tensor& logits, const Tensor& labels, std::int64_t first_row,
+                          std::int64_t classes, float scale, Tensor& row_loss,
+                          float label_smoothing) override;
+  void mean_row_loss(const Tensor& row_loss, Tensor& loss) override;
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;
 

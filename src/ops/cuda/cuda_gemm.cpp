@@ -398,4 +398,37 @@ void CudaBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor
   compose_linear_dx(w, d16, dx, p);
 }
 
+// gemm over the first k of the inner dimension (ops::gemm_leading): the same calls as gemm, told
+// k and the operands' real row lengths. Under bf16 through cublasGemmEx, which takes any leading
+// dimension (LtGemm's layouts assume rows of exactly k).
+void CudaBackend::gemm_leading(std::int64_t k64, float alpha, const Tensor& a, const Tensor& b,
+                               float beta, Tensor& c) {
+  activate();
+  const int m = as_int(c.dim(0), "M"), n = as_int(c.dim(1), "N"), k = as_int(k64, "K");
+  const int lda = as_int(a.dim(1), "lda"), ldb = as_int(b.dim(1), "ldb");
+  if (m == 0 || n == 0) return;
+  switch (ctx_.precision()) {
+    case Precision::FP32:
+      LOCKSTEP_CHECK_CUBLAS(dyn::cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha,
+                                             b.data<float>(), ldb, a.data<float>(), lda, &beta,
+                                             c.data<float>(), n));
+      return;
+    case Precision::TF32:
+      LOCKSTEP_CHECK_CUBLAS(dyn::cublasGemmEx(
+          cublas_, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, b.data<float>(), CUDA_R_32F, ldb,
+          a.data<float>(), CUDA_R_32F, lda, &beta, c.data<float>(), CUDA_R_32F, n,
+          CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+      return;
+    case Precision::BF16: {
+      Tensor a16 = casts_.get(ctx_, a, 0, to_bf16());
+      Tensor b16 = casts_.get(ctx_, b, 1, to_bf16());
+      LOCKSTEP_CHECK_CUBLAS(dyn::cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha,
+                                              b16.raw_data(), CUDA_R_16BF, ldb, a16.raw_data(),
+                                              CUDA_R_16BF, lda, &beta, c.data<float>(), CUDA_R_32F,
+                                              n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      return;
+    }
+  }
+}
+
 }  // namespace lockstep::ops::cuda

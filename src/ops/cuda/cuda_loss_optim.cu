@@ -95,6 +95,62 @@ __global__ void softmax_xent_backward_kernel(const float* probs, const std::int3
   }
 }
 
+// The classifier's fused loss over one chunk of rows (ops::softmax_xent_chunk), one warp per row:
+// the forward kernel's max, sums and -log p[label] over the first `classes` of `width` columns,
+// then dlogits written over the logits (the backward kernel's formula) and zeros in the padded
+// columns. Every lane reads its columns for the reductions before the shuffles that end them,
+// and writes only its own columns after: in place is safe. labels and row_loss start at the
+// chunk's first row (first_row, for the error).
+__global__ void softmax_xent_chunk_kernel(float* logits, const std::int32_t* labels, i64 rows,
+                                          i64 width, i64 classes, float scale, float hit, float off,
+                                          float label_smoothing, double* row_loss, i64 first_row,
+                                          unsigned long long* bad) {
+  i64 row = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  float* x = logits + row * width;
+  const std::int32_t label = labels[row];
+  const bool label_ok = label >= 0 && label < classes;
+  const float x_label = label_ok ? x[label] : 0.0f;
+  float mx = -INFINITY, sum_x = 0.0f;
+  for (i64 j = lane; j < classes; j += 32) {
+    mx = fmaxf(mx, x[j]);
+    sum_x += x[j];
+  }
+  mx = warp_max(mx);
+  sum_x = warp_sum(sum_x);  // lane 0 holds the row's sum
+  float sum = 0.0f;
+  for (i64 j = lane; j < classes; j += 32)
+    sum += expf(x[j] - mx);
+  sum = warp_sum(sum);
+  sum = __shfl_sync(0xffffffffu, sum, 0);
+  const float inv = 1.0f / sum;
+  for (i64 j = lane; j < classes; j += 32)
+    x[j] = (expf(x[j] - mx) * inv - (j == label ? hit : 0.0f) - off) * scale;
+  for (i64 j = classes + lane; j < width; j += 32)
+    x[j] = 0.0f;
+  if (lane == 0) {
+    if (!label_ok) {
+      record_bad_label(bad, first_row + row, label);
+      row_loss[row] = NAN;
+    } else {
+      float loss = logf(sum) - (x_label - mx);
+      if (label_smoothing > 0.0f)
+        loss += label_smoothing * (x_label - sum_x / static_cast<float>(classes));
+      row_loss[row] = loss;
+    }
+  }
+}
+
+// The mean of the f64 row losses in one block (a batch has at most some ten thousand rows).
+__global__ void mean_row_loss_kernel(const double* row_loss, i64 n, float* out) {
+  double acc = 0.0;
+  for (i64 i = threadIdx.x; i < n; i += blockDim.x)
+    acc += row_loss[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) *out = n > 0 ? static_cast<float>(acc / static_cast<double>(n)) : 0.0f;
+}
+
 // One warp per row; ties go to the lowest index (std::max_element's rule).
 __global__ void count_correct_kernel(const float* logits, const std::int32_t* labels, i64 rows,
                                      i64 classes, unsigned long long* count) {
@@ -198,6 +254,25 @@ void softmax_xent_backward(const float* probs, const std::int32_t* labels, float
                   dlogits, rows, classes, bad_label);
 }
 
+void softmax_xent_chunk(float* logits, const std::int32_t* labels, i64 rows, i64 width, i64 classes,
+                        float scale, float label_smoothing, double* row_loss, i64 first_row,
+                        unsigned long long* bad_label, cudaStream_t s) {
+  if (rows == 0) return;
+  const float hit = 1.0f - label_smoothing;
+  const float off = label_smoothing / static_cast<float>(classes);
+  constexpr int kRowsPerBlock = kThreads / 32;
+  unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  softmax_xent_chunk_kernel<<<blocks, kThreads, 0, s>>>(logits, labels, rows, width, classes, scale,
+                                                        hit, off, label_smoothing, row_loss,
+                                                        first_row, bad_label);
+  LOCKSTEP_CHECK_LAUNCH();
+}
+
+void mean_row_loss(const double* row_loss, i64 n, float* loss, cudaStream_t s) {
+  mean_row_loss_kernel<<<1, kThreads, 0, s>>>(row_loss, n, loss);
+  LOCKSTEP_CHECK_LAUNCH();
+}
+
 // *count = number of rows whose (first) argmax equals the label.
 void count_correct(const float* logits, const std::int32_t* labels, i64 rows, i64 classes,
                    unsigned long long* count, cudaStream_t s) {
@@ -266,6 +341,21 @@ void CudaBackend::softmax_xent_backward(const Tensor& probs, const Tensor& label
   cuda::softmax_xent_backward(probs.data<float>(), labels.data<std::int32_t>(), scale,
                               label_smoothing, dlogits.data<float>(), probs.dim(0), probs.dim(1),
                               &results()->bad_label, stream_);
+}
+void CudaBackend::softmax_xent_chunk(Tensor& logits, const Tensor& labels, std::int64_t first_row,
+                                     std::int64_t classes, float scale, Tensor& row_loss,
+                                     float label_smoothing) {
+  activate();
+  label_classes_ = classes;
+  note_label_op("softmax_xent_chunk");
+  cuda::softmax_xent_chunk(logits.data<float>(), labels.data<std::int32_t>() + first_row,
+                           logits.dim(0), logits.dim(1), classes, scale, label_smoothing,
+                           row_loss.data<double>() + first_row, first_row, &results()->bad_label,
+                           stream_);
+}
+void CudaBackend::mean_row_loss(const Tensor& row_loss, Tensor& loss) {
+  activate();
+  cuda::mean_row_loss(row_loss.data<double>(), row_loss.dim(0), loss.data<float>(), stream_);
 }
 std::int64_t CudaBackend::count_correct(const Tensor& logits, const Tensor& labels) {
   activate();

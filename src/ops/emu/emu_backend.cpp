@@ -83,6 +83,12 @@ class EmuBackend final : public Backend {
       k.gemm(trans_a, trans_b, alpha, a, b, beta, c);
     });
   }
+  void gemm_leading(std::int64_t k, float alpha, const Tensor& a, const Tensor& b, float beta,
+                    Tensor& c) override {
+    launch([=, a = view(a), b = view(b), c = view(c)](Backend& kernels) mutable {
+      kernels.gemm_leading(k, alpha, a, b, beta, c);
+    });
+  }
   void add_row_bias(Tensor& y, const Tensor& bias) override {
     launch([y = view(y), bias = view(bias)](Backend& b) mutable { b.add_row_bias(y, bias); });
   }
@@ -211,6 +217,19 @@ class EmuBackend final : public Backend {
     launch([probs = view(probs), labels = view(labels), scale, dlogits = view(dlogits),
             label_smoothing](Backend& b) mutable {
       b.softmax_xent_backward(probs, labels, scale, dlogits, label_smoothing);
+    });
+  }
+  void softmax_xent_chunk(Tensor& logits, const Tensor& labels, std::int64_t first_row,
+                          std::int64_t classes, float scale, Tensor& row_loss,
+                          float label_smoothing) override {
+    launch([=, logits = view(logits), labels = view(labels),
+            row_loss = view(row_loss)](Backend& b) mutable {
+      b.softmax_xent_chunk(logits, labels, first_row, classes, scale, row_loss, label_smoothing);
+    });
+  }
+  void mean_row_loss(const Tensor& row_loss, Tensor& loss) override {
+    launch([row_loss = view(row_loss), loss = view(loss)](Backend& b) mutable {
+      b.mean_row_loss(row_loss, loss);
     });
   }
   std::int64_t count_correct(const Tensor& logits, const Tensor& labels) override {

@@ -267,6 +267,16 @@ std::vector<Row> rows() {
                    io.out(io.in(2));
                  }});
   }
+  // The first 129 of a's 150 columns and b's 140 rows: rows read with their own length.
+  r.push_back({"gemm_leading", 1e-5,
+               [] {
+                 return std::vector<Tensor>{uniform({67, 150}, 14), uniform({140, 45}, 24),
+                                            uniform({67, 45}, 31)};
+               },
+               [](Io& io) {
+                 ops::gemm_leading(io.ctx(), 129, 0.7f, io.in(0), io.in(1), 0.3f, io.in(2));
+                 io.out(io.in(2));
+               }});
   r.push_back({"row_bias_and_sum_rows", 1e-6,
                [] {
                  return std::vector<Tensor>{uniform({37, 19}, 3), uniform({19}, 4)};
@@ -419,6 +429,31 @@ std::vector<Row> rows() {
          io.out(loss);
          io.out(dlogits);
        }});
+  // The fused loss over a chunk: rows 7..39 of a batch of 50, 10 classes padded to 16 columns
+  // (whose values must not matter), with and without label smoothing; then the batch's mean.
+  for (float smoothing : {0.0f, 0.1f}) {
+    r.push_back(
+        {smoothing > 0 ? "softmax_xent_chunk_smoothing" : "softmax_xent_chunk", 1e-6,
+         [] {
+           return std::vector<Tensor>{uniform({33, 16}, 28, -4, 4), random_labels(50, 10, 29)};
+         },
+         [smoothing](Io& io) {
+           Tensor row_loss =
+               Tensor::from_vector(std::vector<double>(50, 0.0), {50}).to(io.ctx().device());
+           Tensor loss = io.empty({1});
+           ops::softmax_xent_chunk(io.ctx(), io.in(0), io.in(1), 7, 10, 1.0f / 50, row_loss,
+                                   smoothing);
+           ops::mean_row_loss(io.ctx(), row_loss, loss);
+           io.out(io.in(0));  // dlogits, zero in the padded columns
+           // f64 outputs compare bitwise; the CUDA kernel's row loss is f32 arithmetic, so
+           // compare it rounded to f32 within the bound.
+           std::vector<float> rows;
+           for (double v : row_loss.to(Device::cpu()).to_vector<double>())
+             rows.push_back(static_cast<float>(v));
+           io.out(Tensor::from_vector(rows, {50}));
+           io.out(loss);
+         }});
+  }
   r.push_back({"reductions", 1e-6, [] { return std::vector<Tensor>{uniform({100003}, 25)}; },
                [](Io& io) {
                  io.out_value(ops::sum_squares(io.ctx(), io.in(0)));
