@@ -108,6 +108,21 @@ void cast(Context& ctx, const Tensor& src, Tensor& dst) {
   ctx.backend().cast(src, dst);
 }
 
+void batch_transpose(Context& ctx, const Tensor& x, Tensor& y) {
+  check_f32(ctx, "batch_transpose", "x", x);
+  check_f32(ctx, "batch_transpose", "y", y);
+  check_ndim("batch_transpose", "x", x, 3);
+  check_ndim("batch_transpose", "y", y, 3);
+  LOCKSTEP_CHECK(y.shape() == Shape({x.dim(0), x.dim(2), x.dim(1)}), "batch_transpose: x is ",
+                 x.describe(), " so y must be [", x.dim(0), ", ", x.dim(2), ", ", x.dim(1),
+                 "], got ", y.describe());
+  const bool overlap = x.shares_storage(y) && x.offset() < y.offset() + y.numel() &&
+                       y.offset() < x.offset() + x.numel();
+  LOCKSTEP_CHECK(!overlap, "batch_transpose: x ", x.describe(), " and y ", y.describe(),
+                 " overlap in memory; the transposition cannot run in place");
+  ctx.backend().batch_transpose(x, y);
+}
+
 // ---- dense linear algebra
 
 void gemm(Context& ctx, bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
