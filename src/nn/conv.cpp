@@ -49,6 +49,11 @@ Tensor Conv2d::backward(ops::Context& ctx, const Tensor& dy) {
   return dx;
 }
 
+void Conv2d::set_channels_last(bool on) {
+  Module::set_channels_last(on);
+  params_.layout = image_layout();
+}
+
 void Conv2d::reset_parameters(std::uint64_t seed, const std::string& prefix) {
   float bound = default_init_bound(in_ * kernel_ * kernel_);
   init_uniform(weight_.value, bound, seed, prefix + "weight");

@@ -35,6 +35,11 @@ Shape Pool2d::output_shape(const Shape& input) const {
   return {input[0], input[1], h, w};
 }
 
+void Pool2d::set_channels_last(bool on) {
+  Module::set_channels_last(on);
+  params_.layout = image_layout();
+}
+
 Tensor Pool2d::forward(ops::Context& ctx, const Tensor& x) {
   Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device());
   ops::pool2d_forward(ctx, kind_, x, y, workspace_, params_);
@@ -55,6 +60,7 @@ ops::Pool2dParams GlobalAvgPool::params_for(const Shape& input) const {
   p.kernel_h = p.stride_h = static_cast<int>(input[2]);
   p.kernel_w = p.stride_w = static_cast<int>(input[3]);
   p.pad_h = p.pad_w = 0;
+  p.layout = image_layout();
   return p;
 }
 

@@ -101,6 +101,23 @@ void ResidualBlock::set_input_grad(bool needed) {
   if (has_downsample()) downsample_conv_->set_input_grad(needed);
 }
 
+bool ResidualBlock::supports_channels_last() const {
+  for (const Named& layer : branch_)
+    if (!layer.module->supports_channels_last()) return false;
+  return true;
+}
+
+void ResidualBlock::set_channels_last(bool on) {
+  Module::set_channels_last(on);
+  for (Named& layer : branch_)
+    layer.module->set_channels_last(on);
+  relu_out_.set_channels_last(on);
+  if (has_downsample()) {
+    downsample_conv_->set_channels_last(on);
+    downsample_bn_->set_channels_last(on);
+  }
+}
+
 double ResidualBlock::forward_flops(const Shape& input) const {
   // Convolutions only, as for a plain conv layer (BatchNorm, the ReLUs and the sum are O(1) per
   // element against O(k^2 C) per output for the convolutions).

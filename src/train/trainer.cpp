@@ -129,6 +129,9 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
                 plan.total_steps, " steps"));
   if (run->ctx->precision() != ops::Precision::FP32)
     run->line("precision " + run->ctx->precision_info());
+  if (run->model->channels_last())
+    run->line("activations channels-last (NHWC): model.channels_last = " +
+              run->config.model_channels_last);
   run->record(JsonRecord()
                   .add("event", "start")
                   .add("world_size", run->world)

@@ -18,6 +18,7 @@
 
 #include "lockstep/core/tensor.hpp"
 #include "lockstep/ops/context.hpp"
+#include "lockstep/ops/ops.hpp"
 
 namespace lockstep::nn {
 
@@ -80,6 +81,13 @@ class Module {
   // then returns an undefined Tensor.
   virtual void set_input_grad(bool needed) { input_grad_ = needed; }
   bool input_grad() const { return input_grad_; }
+  // Channels-last activations (ops::ImageLayout::NHWC), decided once per model
+  // (Model::set_channels_last): a module that can take its 4-D input and return its 4-D output
+  // channels-last says so, and the model tells it when to. Shapes stay [N, C, H, W] either way;
+  // only the memory order changes. A composite supports it when all of its children do.
+  virtual bool supports_channels_last() const { return false; }
+  virtual void set_channels_last(bool on);
+  bool channels_last() const { return channels_last_; }
   // Forward FLOPs for one sample of the given input shape (multiply-add = 2); for benchmarks.
   virtual double forward_flops(const Shape& input) const {
     (void)input;
@@ -108,8 +116,14 @@ class Module {
   std::unique_ptr<Module> clone(Device device) const;
 
  protected:
+  // The layout of this module's 4-D activations, for the ops that take one.
+  ops::ImageLayout image_layout() const {
+    return channels_last_ ? ops::ImageLayout::NHWC : ops::ImageLayout::NCHW;
+  }
+
   bool training_ = true;
   bool input_grad_ = true;
+  bool channels_last_ = false;
 };
 
 }  // namespace lockstep::nn

@@ -35,6 +35,8 @@ class ResidualBlock : public Module {
   void set_training(bool training) override;
   void set_input_grad(bool needed) override;
   double forward_flops(const Shape& input) const override;
+  bool supports_channels_last() const override;  // its layers do; the sum is elementwise
+  void set_channels_last(bool on) override;
 
   bool has_downsample() const { return downsample_conv_ != nullptr; }
   // The BatchNorm that closes the branch: with its scale 0 the block starts as
