@@ -48,7 +48,7 @@ Tensor BatchNorm::as_ops_input(const Tensor& t) const {
 }
 
 Tensor BatchNorm::forward(ops::Context& ctx, const Tensor& x) {
-  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device());
+  Tensor y = ctx.transient(output_shape(x.shape()));
   Tensor xo = as_ops_input(x), yo = as_ops_input(y);
   if (training_) {
     ops::batchnorm_forward_train(ctx, xo, gamma_.value, beta_.value, yo, save_mean_, save_invstd_,
@@ -64,7 +64,7 @@ Tensor BatchNorm::forward(ops::Context& ctx, const Tensor& x) {
 
 Tensor BatchNorm::backward(ops::Context& ctx, const Tensor& dy) {
   Tensor x = detail::take_cached(x_, type().c_str());
-  Tensor& dx = detail::reuse_buffer(dx_, x.shape(), x.device());
+  Tensor dx = ctx.transient(x.shape());
   if (!forward_was_training_) return backward_eval(ctx, as_ops_input(x), as_ops_input(dy), dx);
   Tensor dxo = as_ops_input(dx);
   ops::batchnorm_backward(ctx, as_ops_input(x), as_ops_input(dy), gamma_.value, save_mean_,

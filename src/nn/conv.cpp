@@ -33,7 +33,7 @@ Shape Conv2d::output_shape(const Shape& input) const {
 }
 
 Tensor Conv2d::forward(ops::Context& ctx, const Tensor& x) {
-  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device());
+  Tensor y = ctx.transient(output_shape(x.shape()));
   ops::conv2d_forward(ctx, x, weight_.value, has_bias_ ? bias_.value : Tensor(), y, params_);
   x_ = x;
   return y;
@@ -44,7 +44,7 @@ Tensor Conv2d::backward(ops::Context& ctx, const Tensor& dy) {
   Tensor no_bias;
   ops::conv2d_backward_weights(ctx, x, dy, weight_.grad, has_bias_ ? bias_.grad : no_bias, params_);
   if (!input_grad_) return Tensor();
-  Tensor& dx = detail::reuse_buffer(dx_, x.shape(), x.device());
+  Tensor dx = ctx.transient(x.shape());
   ops::conv2d_backward_data(ctx, dy, weight_.value, dx, params_);
   return dx;
 }

@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "batch_shape.hpp"
-#include "buffers.hpp"
 #include "lockstep/core/trace.hpp"
 #include "lockstep/nn/conv.hpp"
 #include "lockstep/nn/dropout.hpp"
@@ -85,8 +84,6 @@ Model::Model(Sequential modules, const Shape& sample_shape, std::int64_t num_cla
     parameters_.insert(parameters_.end(), layer_params_.back().begin(), layer_params_.back().end());
   }
   nhwc_input_.assign(layers_.size(), 0);
-  converted_.resize(layers_.size());
-  converted_grad_.resize(layers_.size());
   // Nothing upstream of the first layer with parameters needs a gradient.
   for (std::size_t k = 0; k < layers_.size(); ++k) {
     layers_.at(k).set_input_grad(false);
@@ -116,10 +113,10 @@ Model::~Model() = default;
 
 namespace {
 
-// x [N, C, H, W] in one layout into `slot` in the other: NCHW is [N, C, H*W], NHWC [N, H*W, C].
-Tensor convert_layout(ops::Context& ctx, const Tensor& x, bool to_nhwc, Tensor& slot) {
+// x [N, C, H, W] in one layout, into the other: NCHW is [N, C, H*W], NHWC [N, H*W, C].
+Tensor convert_layout(ops::Context& ctx, const Tensor& x, bool to_nhwc) {
   const std::int64_t n = x.dim(0), c = x.dim(1), hw = x.dim(2) * x.dim(3);
-  Tensor& y = detail::reuse_buffer(slot, x.shape(), x.device());
+  Tensor y = ctx.transient(x.shape());
   Tensor yv = to_nhwc ? y.view({n, hw, c}) : y.view({n, c, hw});
   ops::batch_transpose(ctx, to_nhwc ? x.view({n, c, hw}) : x.view({n, hw, c}), yv);
   return y;
@@ -140,10 +137,6 @@ std::int64_t Model::set_channels_last(bool on) {
     layers += nhwc;
     shape = out_shapes_[k];
   }
-  for (Tensor& t : converted_)
-    t = Tensor();
-  for (Tensor& t : converted_grad_)
-    t = Tensor();
   return layers;
 }
 
@@ -169,7 +162,7 @@ Tensor Model::forward(ops::Context& ctx, const Tensor& x) {
     trace::Span span("compute",
                      trace::on() ? str("forward ", k, ": ", layers_.at(k).describe()) : "");
     if (h.ndim() == 4 && nhwc != static_cast<bool>(nhwc_input_[k]))
-      h = convert_layout(ctx, h, nhwc_input_[k], converted_[k]);
+      h = convert_layout(ctx, h, nhwc_input_[k]);
     nhwc = nhwc_input_[k];
     try {
       h = layers_.at(k).forward(ctx, h);
@@ -199,7 +192,7 @@ void Model::backward(ops::Context& ctx, const Tensor& dlogits) {
     // The gradient goes back in the layout of the forward's tensor in front of this layer.
     const bool before = k > 0 && nhwc_input_[k - 1];
     if (d.defined() && d.ndim() == 4 && before != static_cast<bool>(nhwc_input_[k]))
-      d = convert_layout(ctx, d, before, converted_grad_[k]);
+      d = convert_layout(ctx, d, before);
     // A layer's gradients are complete here: none may stay stale (a layer that overwrites a
     // stale gradient did so; anything else left one zero_grad did not fill), so fill those.
     settle_stale_grads(ctx, layer_params_[k]);

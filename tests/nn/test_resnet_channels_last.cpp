@@ -212,3 +212,35 @@ TEST(ChannelsLastSetting, AModuleThatCannotRunItRefusesToBeTold) {
   EXPECT_NO_THROW(flatten.set_channels_last(false));
   EXPECT_THROW(flatten.set_channels_last(true), Error);
 }
+
+TEST(ConvNetMemory, AStepHoldsOnlyItsLiveActivationsAndStopsAllocatingAfterTheFirst) {
+  // The conv-net layers take their outputs and gradients from the context's transients: after a
+  // step the context holds the activations that were live at once (those a backward reads, and the
+  // gradients in flight) where buffers kept per layer held every layer's output and its gradient,
+  // about twice the outputs; later steps reuse them. Here it is about the outputs once (a little
+  // more channels-last, with the input's conversion), so 1.5 times bounds it. A flat net, so that
+  // the top-level layers' outputs are all the outputs there are.
+  const char* spec =
+      "conv(8,3,pad=1)-bn-relu-conv(8,3,pad=1)-bn-relu-maxpool(2)-conv(16,3,pad=1)-bn-relu-gap-"
+      "linear(5)";
+  for (bool channels_last : {false, true}) {
+    SCOPED_TRACE(channels_last ? "channels-last" : "NCHW");
+    ops::Context ctx;
+    Model model = Model::build(spec, {3, 16, 16}, 5, 4);
+    model.set_channels_last(channels_last);
+    Tensor x = random_tensor({4, 3, 16, 16}, 70);
+    Tensor labels = labels_for(4, 5);
+    train_step(ctx, model, x, labels);
+    const std::size_t after_one = ctx.transient_bytes();
+    for (int step = 0; step < 3; ++step)
+      train_step(ctx, model, x, labels);
+    EXPECT_EQ(ctx.transient_bytes(), after_one);
+    std::int64_t every_output = 0;
+    Shape shape{4, 3, 16, 16};
+    for (std::size_t k = 0; k < model.num_layers(); ++k) {
+      shape = model.layer(k).output_shape(shape);
+      every_output += shape_numel(shape);
+    }
+    EXPECT_LT(after_one, static_cast<std::size_t>(every_output) * sizeof(float) * 3 / 2);
+  }
+}

@@ -20,8 +20,7 @@ class ReLU final : public Module {
   }
 
  private:
-  Tensor y_, dx_;
-  bool have_output_ = false;
+  Tensor y_;  // forward's output, for backward
 };
 
 class GELU final : public Module {
@@ -38,7 +37,6 @@ class GELU final : public Module {
 
  private:
   Tensor x_;
-  Tensor y_, dx_;
 };
 
 }  // namespace lockstep::nn

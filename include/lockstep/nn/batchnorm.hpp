@@ -50,7 +50,6 @@ class BatchNorm : public Module {
   bool forward_was_training_ = true;
   Tensor x_;
   Tensor save_mean_, save_invstd_;
-  Tensor y_, dx_;
   Tensor zeros_, ones_, scratch_;  // evaluation-mode backward only
 };
 

@@ -40,7 +40,6 @@ class Conv2d final : public Module {
   bool has_bias_;
   Parameter weight_, bias_;
   Tensor x_;
-  Tensor y_, dx_;
 };
 
 }  // namespace lockstep::nn

@@ -120,11 +120,9 @@ class Model {
   std::vector<Buffer*> buffers_;
   GradReadyFn grad_ready_;
   bool training_ = true;
-  // Channels-last (set_channels_last): per top-level layer, whether its input is NHWC, and the
-  // buffers of the conversions in front of it (forward, backward).
+  // Channels-last (set_channels_last): per top-level layer, whether its input is NHWC.
   bool channels_last_ = false;
   std::vector<char> nhwc_input_;
-  std::vector<Tensor> converted_, converted_grad_;
 };
 
 // Calls fn on every module of the model, depth first: each layer, and the modules inside a

@@ -2,12 +2,13 @@
 // backward takes dL/dy, accumulates dL/dparam into each Parameter's grad (+=) and returns dL/dx.
 // Parameters and buffers have stable dotted names ("3.weight", "5.bn1.running_mean") by which
 // checkpoints, the reducer and the DataParallel baseline address them.
-// Tensors a module returns (outputs, dL/dx) live in buffers the module reuses on its next call
-// when nobody else still holds them (see src/nn/buffers.hpp), so holding on to one is safe but
-// costs a fresh allocation. backward consumes the input cached by forward: one backward per
-// forward, in training and evaluation mode alike.
-// A layer of one's own is a subclass (see docs/ARCHITECTURE.md, "How to add a layer"); it trains
-// under DDP and ZeRO-1 as it is, and under DataParallel once it implements clone_structure.
+// Tensors a module returns (outputs, dL/dx) live in buffers that are reused once nobody holds
+// them: the context's transients (ops::Context::transient, shared by all layers, so a step holds
+// only what is live at once) or buffers of the module's own (src/nn/buffers.hpp). Holding on to
+// one is safe but costs a fresh allocation. backward consumes the input cached by forward: one
+// backward per forward, in training and evaluation mode alike. A layer of one's own is a subclass
+// (see docs/ARCHITECTURE.md, "How to add a layer"); it trains under DDP and ZeRO-1 as it is, and
+// under DataParallel once it implements clone_structure.
 #pragma once
 
 #include <cstdint>

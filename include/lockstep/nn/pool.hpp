@@ -29,7 +29,6 @@ class Pool2d : public Module {
   ops::Pool2dParams params_;
   Tensor workspace_;  // backend state for backward (argmax for max pooling)
   Shape x_shape_;
-  Tensor y_, dx_;
 };
 
 class MaxPool2d final : public Pool2d {
@@ -60,7 +59,6 @@ class GlobalAvgPool final : public Module {
   ops::Pool2dParams params_for(const Shape& input) const;
   Tensor workspace_;
   Shape x_shape_;
-  Tensor y_, dx_;
 };
 
 }  // namespace lockstep::nn

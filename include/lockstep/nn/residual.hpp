@@ -69,7 +69,6 @@ class ResidualBlock : public Module {
   std::unique_ptr<Conv2d> downsample_conv_;  // null for the identity shortcut
   std::unique_ptr<BatchNorm2d> downsample_bn_;
   ReLU relu_out_;
-  Tensor sum_, dx_;
 };
 
 // The basic block: two 3x3 convolutions, the first with the block's stride (spec token `res`).
