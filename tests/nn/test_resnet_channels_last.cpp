@@ -100,6 +100,19 @@ void expect_layouts_agree(const std::string& spec, const Shape& sample, std::int
     for (std::size_t k = 0; k < want.buffers.size(); ++k)
       EXPECT_TRUE(close_to(got.buffers[k], want.buffers[k], tol)) << nchw.buffers()[k]->name;
   }
+  // Evaluation mode (running statistics; BatchNorm's fixed-affine backward, as when fine-tuning
+  // with frozen statistics) agrees too.
+  nchw.set_training(false);
+  nhwc.set_training(false);
+  {
+    SCOPED_TRACE(spec + ", evaluation mode");
+    Tensor x = random_tensor(shape, 45);
+    StepResult want = train_step(ctx, nchw, x, labels_for(batch, classes));
+    StepResult got = train_step(ctx, nhwc, x, labels_for(batch, classes));
+    EXPECT_TRUE(close_to(got.logits, want.logits, tol)) << "logits";
+    for (std::size_t k = 0; k < want.grads.size(); ++k)
+      EXPECT_TRUE(close_to(got.grads[k], want.grads[k], tol)) << nchw.parameters()[k]->name;
+  }
   // The input keeps its own layout: what the caller passed is never changed.
   Tensor x = random_tensor(shape, 50);
   std::vector<float> before = x.to_vector<float>();

@@ -107,8 +107,10 @@ void normalize_input(Context& ctx, const Tensor& x, const std::vector<float>& me
                      const std::vector<float>& stddev, Tensor& y);
 
 // ---- convolution and pooling (f32 [N, C, H, W] in the params' layout); w is [O, I, KH, KW], b is
-// [O] or undefined. Convolutions compute in the context's precision (ops/precision.hpp); tensors
-// stay f32.
+// [O] or undefined. Convolutions compute in the context's precision (ops/precision.hpp); outputs
+// stay f32. On a bf16 context the activation inputs (x of forward and backward-weights, dy of
+// backward-data and backward-weights) may also be bf16 tensors, used as they are (f32 ones are
+// rounded to bf16 first), as gemm's operands: a layer rounds what two ops read only once.
 void conv2d_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                     const Conv2dParams& p);
 void conv2d_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, Tensor& dx,

@@ -23,9 +23,10 @@
 // arena, which are then added into dw/db.
 // Precision bf16 (ops/precision.hpp): the same primitives with bf16 inputs (src, weights,
 // diff_dst) and f32 outputs (dst, diff_src, diff_weights, bias), accumulating in f32; the input
-// reorders above then also convert f32 -> bf16, so a bf16 convolution costs no extra pass. The
-// weights are converted per call: convolution weights are small next to the activations (18K
-// elements against 1.6M for fashion_cnn's second layer at batch 256).
+// reorders above then also convert f32 -> bf16, so a bf16 convolution costs no extra pass, and an
+// input already in bf16 (a layer that passes the same activation to two ops rounds it once)
+// needs none at all in NHWC. The weights are converted per call: convolution weights are small
+// next to the activations (18K elements against 1.6M for fashion_cnn's second layer at batch 256).
 #include <omp.h>
 
 #include <array>
@@ -88,8 +89,12 @@ struct Prim {
   std::size_t arena_bytes = 0;     // this primitive's share of the arena, all slots together
 };
 
-memory::desc plain(const memory::dims& d, Tag tag) {
-  return memory::desc(d, Dt::f32, tag);
+memory::desc plain(const memory::dims& d, Tag tag, Dt dt = Dt::f32) {
+  return memory::desc(d, dt, tag);
+}
+// A tensor's element type for oneDNN (f32, or bf16 for bf16 activation inputs).
+Dt dt_of(const Tensor& t) {
+  return t.dtype() == DType::BF16 ? Dt::bf16 : Dt::f32;
 }
 // Below this many input channels NCHW forward and backward-data use plain NCHW (see the top).
 constexpr std::int64_t kBlockedMinChannels = 8;
@@ -258,8 +263,9 @@ ConvGeom conv_geom(const Shape& x, const Shape& w, const Shape& y, const Conv2dP
              pad_right(x[3], y[3], static_cast<int>(w[3]), p.stride_w, p.pad_w)};
   return g;
 }
+// bf16_inputs: which activation inputs arrive as bf16 tensors (bit 0: x, bit 1: dy).
 Key conv_key(PrimKind kind, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias,
-             bool bf16) {
+             bool bf16, int bf16_inputs = 0) {
   return {static_cast<std::int64_t>(kind),
           x[0],
           x[1],
@@ -275,7 +281,7 @@ Key conv_key(PrimKind kind, const Shape& x, const Shape& w, const Conv2dParams& 
           bias ? 1 : 0,
           bf16 ? 1 : 0,
           static_cast<std::int64_t>(p.layout),
-          0};
+          bf16_inputs};
 }
 // Inputs (src, weights) are bf16 when `in` is; dst and bias stay f32.
 dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, ImageLayout layout,
@@ -299,19 +305,21 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
   const bool bias = b.defined();
   DnnlState& s = *dnnl_;
   const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
+  const bool x16 = x.dtype() == DType::BF16;
   Prim& prim = s.get(
-      conv_key(PrimKind::ConvFwd, x.shape(), w.shape(), p, bias, in == Dt::bf16), [&](Prim& e) {
+      conv_key(PrimKind::ConvFwd, x.shape(), w.shape(), p, bias, in == Dt::bf16, x16 ? 1 : 0),
+      [&](Prim& e) {
         ConvGeom g = conv_geom(x.shape(), w.shape(), y.shape(), p);
         const Tag act = user_tag(p.layout);
         auto pd = conv_fwd_pd(g, p.layout, bias, g.src[1] >= kBlockedMinChannels, in, s.engine);
         e.prim = dnnl::convolution_forward(pd);
-        s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, act), pd.src_desc());
+        s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, act, dt_of(x)), pd.src_desc());
         s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
         if (bias) s.add_port(e, DNNL_ARG_BIAS, false, plain(g.bias, Tag::x), pd.bias_desc());
         s.add_port(e, DNNL_ARG_DST, true, plain(g.dst, act), pd.dst_desc());
         s.add_scratchpad(e, pd);
       });
-  s.set(prim, DNNL_ARG_SRC, x.data<float>());
+  s.set(prim, DNNL_ARG_SRC, x.raw_data());
   s.set(prim, DNNL_ARG_WEIGHTS, w.data<float>());
   if (bias) s.set(prim, DNNL_ARG_BIAS, b.data<float>());
   s.set(prim, DNNL_ARG_DST, y.data<float>());
@@ -322,25 +330,27 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor&
                                       const Conv2dParams& p) {
   DnnlState& s = *dnnl_;
   const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
-  Prim& prim =
-      s.get(conv_key(PrimKind::ConvBwdData, dx.shape(), w.shape(), p, false, in == Dt::bf16),
-            [&](Prim& e) {
-              ConvGeom g = conv_geom(dx.shape(), w.shape(), dy.shape(), p);
-              const bool blocked = g.src[1] >= kBlockedMinChannels;
-              const Tag act = user_tag(p.layout);
-              auto fwd = conv_fwd_pd(g, p.layout, false, blocked, in, s.engine);
-              using CB = dnnl::convolution_backward_data;
-              CB::desc d(dnnl::algorithm::convolution_direct, activation(g.src, p.layout, blocked),
-                         weights(g.wei, p.layout, blocked, in),
-                         activation(g.dst, p.layout, blocked, in), g.strides, g.pad_l, g.pad_r);
-              CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
-              e.prim = CB(pd);
-              s.add_port(e, DNNL_ARG_DIFF_DST, false, plain(g.dst, act), pd.diff_dst_desc());
-              s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
-              s.add_port(e, DNNL_ARG_DIFF_SRC, true, plain(g.src, act), pd.diff_src_desc());
-              s.add_scratchpad(e, pd);
-            });
-  s.set(prim, DNNL_ARG_DIFF_DST, dy.data<float>());
+  const bool dy16 = dy.dtype() == DType::BF16;
+  Prim& prim = s.get(
+      conv_key(PrimKind::ConvBwdData, dx.shape(), w.shape(), p, false, in == Dt::bf16,
+               dy16 ? 2 : 0),
+      [&](Prim& e) {
+        ConvGeom g = conv_geom(dx.shape(), w.shape(), dy.shape(), p);
+        const bool blocked = g.src[1] >= kBlockedMinChannels;
+        const Tag act = user_tag(p.layout);
+        auto fwd = conv_fwd_pd(g, p.layout, false, blocked, in, s.engine);
+        using CB = dnnl::convolution_backward_data;
+        CB::desc d(dnnl::algorithm::convolution_direct, activation(g.src, p.layout, blocked),
+                   weights(g.wei, p.layout, blocked, in), activation(g.dst, p.layout, blocked, in),
+                   g.strides, g.pad_l, g.pad_r);
+        CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
+        e.prim = CB(pd);
+        s.add_port(e, DNNL_ARG_DIFF_DST, false, plain(g.dst, act, dt_of(dy)), pd.diff_dst_desc());
+        s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
+        s.add_port(e, DNNL_ARG_DIFF_SRC, true, plain(g.src, act), pd.diff_src_desc());
+        s.add_scratchpad(e, pd);
+      });
+  s.set(prim, DNNL_ARG_DIFF_DST, dy.raw_data());
   s.set(prim, DNNL_ARG_WEIGHTS, w.data<float>());
   s.set(prim, DNNL_ARG_DIFF_SRC, dx.data<float>());
   s.execute(prim, ctx_.threads());
@@ -351,35 +361,36 @@ void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tens
   const bool bias = db.defined();
   DnnlState& s = *dnnl_;
   const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
-  Prim& prim =
-      s.get(conv_key(PrimKind::ConvBwdWeights, x.shape(), dw.shape(), p, bias, in == Dt::bf16),
-            [&](Prim& e) {
-              ConvGeom g = conv_geom(x.shape(), dw.shape(), dy.shape(), p);
-              const bool blocked = true;  // fastest for every shape measured
-              const Tag act = user_tag(p.layout);
-              auto fwd = conv_fwd_pd(g, p.layout, bias, blocked, in, s.engine);
-              using CB = dnnl::convolution_backward_weights;
-              const auto src = activation(g.src, p.layout, blocked, in);
-              const auto ddst = activation(g.dst, p.layout, blocked, in);
-              const auto dwei = weights(g.wei, p.layout, blocked);
-              auto d = bias ? CB::desc(dnnl::algorithm::convolution_direct, src, dwei,
-                                       plain(g.bias, Tag::x), ddst, g.strides, g.pad_l, g.pad_r)
-                            : CB::desc(dnnl::algorithm::convolution_direct, src, dwei, ddst,
-                                       g.strides, g.pad_l, g.pad_r);
-              CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
-              e.prim = CB(pd);
-              s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, act), pd.src_desc());
-              s.add_port(e, DNNL_ARG_DIFF_DST, false, plain(g.dst, act), pd.diff_dst_desc());
-              e.diff_weights = s.add_port(e, DNNL_ARG_DIFF_WEIGHTS, true, plain(g.wei, Tag::oihw),
-                                          pd.diff_weights_desc(), /*in_arena=*/true);
-              if (bias) {
-                e.diff_bias = s.add_port(e, DNNL_ARG_DIFF_BIAS, true, plain(g.bias, Tag::x),
-                                         pd.diff_bias_desc(), /*in_arena=*/true);
-              }
-              s.add_scratchpad(e, pd);
-            });
-  s.set(prim, DNNL_ARG_SRC, x.data<float>());
-  s.set(prim, DNNL_ARG_DIFF_DST, dy.data<float>());
+  const int inputs16 = (x.dtype() == DType::BF16 ? 1 : 0) | (dy.dtype() == DType::BF16 ? 2 : 0);
+  Prim& prim = s.get(
+      conv_key(PrimKind::ConvBwdWeights, x.shape(), dw.shape(), p, bias, in == Dt::bf16, inputs16),
+      [&](Prim& e) {
+        ConvGeom g = conv_geom(x.shape(), dw.shape(), dy.shape(), p);
+        const bool blocked = true;  // fastest for every shape measured
+        const Tag act = user_tag(p.layout);
+        auto fwd = conv_fwd_pd(g, p.layout, bias, blocked, in, s.engine);
+        using CB = dnnl::convolution_backward_weights;
+        const auto src = activation(g.src, p.layout, blocked, in);
+        const auto ddst = activation(g.dst, p.layout, blocked, in);
+        const auto dwei = weights(g.wei, p.layout, blocked);
+        auto d = bias ? CB::desc(dnnl::algorithm::convolution_direct, src, dwei,
+                                 plain(g.bias, Tag::x), ddst, g.strides, g.pad_l, g.pad_r)
+                      : CB::desc(dnnl::algorithm::convolution_direct, src, dwei, ddst, g.strides,
+                                 g.pad_l, g.pad_r);
+        CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
+        e.prim = CB(pd);
+        s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, act, dt_of(x)), pd.src_desc());
+        s.add_port(e, DNNL_ARG_DIFF_DST, false, plain(g.dst, act, dt_of(dy)), pd.diff_dst_desc());
+        e.diff_weights = s.add_port(e, DNNL_ARG_DIFF_WEIGHTS, true, plain(g.wei, Tag::oihw),
+                                    pd.diff_weights_desc(), /*in_arena=*/true);
+        if (bias) {
+          e.diff_bias = s.add_port(e, DNNL_ARG_DIFF_BIAS, true, plain(g.bias, Tag::x),
+                                   pd.diff_bias_desc(), /*in_arena=*/true);
+        }
+        s.add_scratchpad(e, pd);
+      });
+  s.set(prim, DNNL_ARG_SRC, x.raw_data());
+  s.set(prim, DNNL_ARG_DIFF_DST, dy.raw_data());
   s.execute(prim, ctx_.threads());
   accumulate(ctx_.pool(), dw.data<float>(), prim.diff_weights, dw.numel());
   if (bias) accumulate(ctx_.pool(), db.data<float>(), prim.diff_bias, db.numel());
