@@ -242,12 +242,11 @@ bool has_convolution(const Module& m) {
 }  // namespace
 
 bool resolve_channels_last(ChannelsLast setting, const Model& model, const ops::Context& ctx) {
-  (void)ctx;
+  (void)ctx;  // the same rule on every device so far (see model.hpp)
   if (setting != ChannelsLast::Auto) return setting == ChannelsLast::On;
-  // Auto: on for a model whose convolutions see its image input in NHWC, the layout that measured
-  // faster (docs/IMAGES.md, "Channels-last").
+  if (model.sample_shape().size() != 3) return false;  // not images
   for (std::size_t k = 0; k < model.num_layers(); ++k)
-    if (has_convolution(model.layer(k))) return model.sample_shape().size() == 3;
+    if (has_convolution(model.layer(k))) return true;
   return false;
 }
 

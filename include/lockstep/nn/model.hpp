@@ -130,12 +130,14 @@ class Model {
 // (zero_init_residual, set_recompute).
 void for_each_module(Model& model, const std::function<void(Module&)>& fn);
 
-// model.channels_last: on, off, or auto (Model::set_channels_last where measured faster; see
-// resolve_channels_last).
+// model.channels_last: on, off, or auto (Model::set_channels_last where measured faster).
 enum class ChannelsLast { Auto, On, Off };
 // "auto", "on" or "off"; anything else is an error naming the value.
 ChannelsLast channels_last_from_name(const std::string& name);
-// Whether `setting` runs `model` channels-last on ctx's device and precision.
+// Whether `setting` runs `model` channels-last on ctx's device and precision. Auto: on for image
+// models with convolutions, on every device. Measured faster on the CPU (docs/PERFORMANCE.md,
+// "ResNet-50 on the CPU"); on CUDA it is cuDNN's tensor-core layout, and bench/gpu-check.sh
+// measures both (resnet, resnet-nchw) for the GPU's rule, not yet measured.
 bool resolve_channels_last(ChannelsLast setting, const Model& model, const ops::Context& ctx);
 
 // Fills every gradient of `params` still marked stale (Parameter::grad_stale) with zeros and
