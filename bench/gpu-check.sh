@@ -21,7 +21,8 @@
 #                     lockstep vs PyTorch and cuDNN's attention vs the reference kernels
 #    test_cuda        every CUDA test, pass/fail/skip by name (90)
 #    resnet, torch-resnet  ResNet-50 bf16 on 3x224x224, batch 64: lockstep-bench gpu-step against
-#                     torchvision's in PyTorch (channels_last, autocast) (45, 60)
+#                     torchvision's in PyTorch (channels_last, autocast) (45, 60); lockstep in both
+#                     of its layouts (model.channels_last = auto, i.e. NHWC, and off) (45 each)
 #    memcheck, racecheck  compute-sanitizer on the named subsets below (90, 45); a sanitizer the
 #                     sandbox refuses is SKIP with its reason, a finding is FAIL
 #    nccl             test_mpi's NCCL tests on 1 rank, the watchdog among them (90)
@@ -472,6 +473,10 @@ main() {
       run_step resnet 45 lockstep-bench gpu-step --models=resnet50 --precision=bf16 --cpu=0 \
         --resnet50-batch=64 --reps=10 --warmup=3 --out="$W/logs/resnet.json"
       record resnet "$(status_of)" "$DUR" "$(why "lockstep ResNet-50 bf16 b64: $(step_figures "$W/logs/resnet.json")" resnet)"
+      # The same in NCHW, for the ratio that decides model.channels_last = auto on a GPU.
+      run_step resnet-nchw 45 lockstep-bench gpu-step --models=resnet50 --precision=bf16 --cpu=0 \
+        --resnet50-batch=64 --reps=10 --warmup=3 --channels-last=off --out="$W/logs/resnet-nchw.json"
+      record resnet-nchw "$(status_of)" "$DUR" "$(why "lockstep ResNet-50 bf16 b64, NCHW (model.channels_last = off): $(step_figures "$W/logs/resnet-nchw.json")" resnet-nchw)"
     else
       run_step resnet 45 lockstep-bench gpu-step --models=resnet50 --gpu=0 --resnet50-batch=1 \
         --reps=3 --warmup=0 --cpu-threads="$(nproc)" --out="$W/logs/resnet.json"
@@ -766,7 +771,7 @@ for p in glob.glob(os.path.join(w, "logs", "test_*.json")):
 bench = {"train": jsonl(os.path.join(w, "figures.jsonl")), "lockstep_gpu_step": [],
          "torch_step": jsonl(os.path.join(w, "logs", "torch-step.jsonl")) +
                        jsonl(os.path.join(w, "logs", "torch-resnet.jsonl")), "gpt": {}}
-for p in sorted(glob.glob(os.path.join(w, "logs", "gpu-step*.json"))) + [os.path.join(w, "logs", "resnet.json")]:
+for p in sorted(glob.glob(os.path.join(w, "logs", "gpu-step*.json"))) + [os.path.join(w, "logs", f) for f in ("resnet.json", "resnet-nchw.json")]:
     d = load(p)
     if d: bench["lockstep_gpu_step"] += [dict(r, precision=d.get("precision")) for r in d["results"]]
 for p in sorted(glob.glob(os.path.join(w, "logs", "*gpt-*.json"))):
@@ -816,12 +821,18 @@ for f in bench["train"]:
 side = []
 for r in bench["lockstep_gpu_step"]:
     prec = r["precision"] if "cuda" in r["device"] else "cpu"
-    side.append((r["model"], prec, 0, f"{'lockstep gpu-step ' + r['model'].split('-')[0]:34} {prec:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}"))
+    layout = " nchw" if r.get("channels_last") is False and r["model"].startswith("resnet") else ""
+    side.append((r["model"], prec, 0, f"{'lockstep gpu-step ' + r['model'].split('-')[0] + layout:34} {prec:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}"))
 for r in bench["torch_step"]:
     side.append((r["model"], r["precision"], 1, f"{'torch ' + r['torch'].split('+')[0] + ' step ' + r['model'].split('-')[0]:34} {r['precision']:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}"))
 L += [x[3] for x in sorted(side)]
 # ResNet-50 bf16 (issue 27's GPU target: at least 1.0x PyTorch's AMP in channels_last).
 ours = [r for r in bench["lockstep_gpu_step"] if r["model"].startswith("resnet50") and "cuda" in r["device"]]
+nchw = [r for r in ours if r.get("channels_last") is False]
+ours = [r for r in ours if r.get("channels_last") is not False]
+if ours and nchw:
+    L.append(f"ResNet-50 bf16 b{ours[0]['batch']}: lockstep channels-last {ours[0]['samples_per_s']:.0f} images/s, "
+             f"NCHW {nchw[0]['samples_per_s']:.0f}: {ours[0]['samples_per_s'] / nchw[0]['samples_per_s']:.2f}x")
 theirs = [r for r in bench["torch_step"] if r["model"].startswith("resnet50")]
 if ours and theirs:
     L.append(f"ResNet-50 bf16 b{ours[0]['batch']}: lockstep {ours[0]['samples_per_s']:.0f} images/s, PyTorch "

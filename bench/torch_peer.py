@@ -2,7 +2,7 @@
 """The PyTorch peer of bench/vs-torch.sh (bench-only: PyTorch is never a lockstep dependency).
 
   torch_peer.py MODEL --threads T --precision fp32|bf16 [--mode eager|compile] [--ranks N]
-                [--batch B] [--steps S] [--reps R]
+                [--batch B] [--steps S] [--reps R] [--channels-last]
 
 MODEL is one of the models lockstep-bench times, built the same way:
   mlp       784-1024-1024-10 (lockstep's mlp:1024,1024), input [B,1,28,28], batch 256
@@ -25,6 +25,9 @@ PyTorch's best CPU settings, each recorded in the JSON line:
   - malloc: glibc's mmap and trim thresholds raised to 1 GiB (TORCH_MALLOC=tuned, the default),
     so temporaries are not faulted in again each step (PyTorch's tuning guide gets the same from
     jemalloc/tcmalloc; see bench/precision_torch.py for the measured effect);
+  - --channels-last (convolutional models): the model and its input in torch.channels_last
+    (NHWC), the layout PyTorch's performance guide recommends for convolutions with oneDNN and
+    cuDNN, and what lockstep's model.channels_last = auto runs them in;
   - --mode compile: torch.compile(model) with the default inductor backend (C++/OpenMP kernels;
     forward and backward through AOTAutograd; for --ranks > 1 the DDP-wrapped module is compiled,
     which DDPOptimizer splits at bucket boundaries); the optimizer runs eagerly (fused).
@@ -96,6 +99,8 @@ def run(rank, a):
     torch.manual_seed(1)
     model, source = build(a.model)
     model.train()
+    memory_format = torch.channels_last if a.channels_last else torch.contiguous_format
+    model = model.to(memory_format=memory_format)
     opt, opt_kind = optimizer_for(a.model, model)
     net = model
     if a.ranks > 1:
@@ -112,7 +117,7 @@ def run(rank, a):
     else:
         shape = {"resnet18": (batch, 3, 32, 32), "resnet50": (batch, 3, 224, 224)}.get(
             a.model, (batch, 1, 28, 28))
-        x = torch.rand(shape, generator=g) * 2 - 1
+        x = (torch.rand(shape, generator=g) * 2 - 1).contiguous(memory_format=memory_format)
         y = torch.arange(batch) % (1000 if a.model == "resnet50" else 10)
         loss_fn = nn.CrossEntropyLoss()
         loss_of = lambda: loss_fn(net(x), y)  # noqa: E731
@@ -150,7 +155,8 @@ def run(rank, a):
            "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
            "cpu_capability": torch.backends.cpu.get_cpu_capability()
            if hasattr(torch.backends, "cpu") else "?",
-           "ddp": "DistributedDataParallel, gloo, default buckets" if a.ranks > 1 else ""}
+           "ddp": "DistributedDataParallel, gloo, default buckets" if a.ranks > 1 else "",
+           "channels_last": a.channels_last}
     if a.mode == "compile":
         try:  # what dynamo compiled: graphs, and graph breaks (0 for a whole-model capture)
             from torch._dynamo.utils import counters
@@ -174,7 +180,11 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--channels-last", action="store_true",
+                   help="model and input in torch.channels_last (convolutional models)")
     a = p.parse_args()
+    if a.channels_last and a.model in ("mlp", "gpt-mini"):
+        sys.exit(f"torch_peer.py: --channels-last is for convolutional models, not {a.model}")
     if a.mode == "compile" and not hasattr(torch, "compile"):
         sys.exit(f"torch_peer.py: torch.compile needs PyTorch 2.0 or later; this is "
                  f"{torch.__version__} (MODES=eager)")

@@ -14,7 +14,9 @@
 #            timed step on both sides
 #   peak RSS of the largest process of each run (lockstep's ranks, PyTorch's ranks), per cell.
 # PyTorch's settings are bench/torch_peer.py's (threads capped, fused optimizers, autocast bf16,
-# glibc malloc thresholds raised); TORCH=pip (default, 2.15 from PyPI) or TORCH=debian (1.13,
+# glibc malloc thresholds raised); MODES may add eager-cl and compile-cl: the convolutional models
+# (cnn, resnet18, resnet50) in torch.channels_last, as lockstep's model.channels_last = auto runs
+# them (PyTorch's default is NCHW); TORCH=pip (default, 2.15 from PyPI) or TORCH=debian (1.13,
 # no torch.compile on the CPU worth measuring: MODES=eager), see bench/torch-peer-env.sh.
 #   bench/vs-torch.sh                                   everything, REPS=3
 #   MODELS="mlp gpt-mini" LAYOUTS="1x1 2x1" PRECISIONS=bf16 MODES=eager REPS=5 bench/vs-torch.sh
@@ -157,10 +159,13 @@ lockstep_run() {  # MODEL PREC LAYOUT REP
   fi
 }
 torch_run() {  # MODEL PREC LAYOUT MODE REP
-  local m=$1 p=$2 l=$3 mode=$4 rep=$5 ranks=1 t=${3#1x} rss
+  local m=$1 p=$2 l=$3 mode=$4 rep=$5 ranks=1 t=${3#1x} rss cl=()
   [ "$l" = 2x1 ] && ranks=2 t=1
+  if [ "${mode%-cl}" != "$mode" ]; then  # eager-cl, compile-cl: channels_last, conv models only
+    case $m in cnn | resnet*) cl=(--channels-last) ;; *) return 0 ;; esac
+  fi
   rss=$(run_rss "$OUT/one.json" "$PYTHON" bench/torch_peer.py "$m" --threads "$t" --precision "$p" \
-    --mode "$mode" --ranks "$ranks" --steps "$STEPS" --reps 3 --warmup 3)
+    --mode "${mode%-cl}" "${cl[@]}" --ranks "$ranks" --steps "$STEPS" --reps 3 --warmup 3)
   record "$m" "$p" "$l" "torch-$mode" "$rep" "$rss" "$OUT/one.json"
 }
 
@@ -218,7 +223,8 @@ for key in order:
 json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
 def f(x, fmt="{:.0f}"):
     return "-" if x is None else fmt.format(x)
-modes = [k for k in ("torch-eager", "torch-compile") if any(k in r for r in summary["cells"])]
+modes = [k for k in ("torch-eager", "torch-eager-cl", "torch-compile", "torch-compile-cl")
+         if any(k in r for r in summary["cells"])]
 with open(f"{out}/summary.md", "w") as o:
     o.write(f"lockstep vs {peer}, {cpu}, {os.cpu_count()} cores, {summary['machine']['date']}; "
             f"load {load_start} at start, {load_end} at end; medians of "

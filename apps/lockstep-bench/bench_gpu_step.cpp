@@ -6,6 +6,7 @@
 // classes at --resnet50-batch (64), the model bench/gpu_torch.py times in PyTorch.
 // Step time is the median over --reps timed steps after --warmup steps, each ending in
 // Context::synchronize(). Input batches are copied from the host every step, as in training.
+// --channels-last=auto|on|off is model.channels_last (auto: the convolutional models in NHWC).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,10 +37,14 @@ namespace {
 // weight decay) over the flat parameter buffers of optim.
 class StepModel {
  public:
-  StepModel(ops::Context& ctx, const std::string& spec, const Shape& sample, std::int64_t classes)
+  StepModel(ops::Context& ctx, const std::string& spec, const Shape& sample, std::int64_t classes,
+            nn::ChannelsLast layout)
       : ctx_(ctx),
         model_(nn::Model::build(spec, sample, classes, /*seed=*/1, ctx.device())),
-        sgd_(model_.parameters(), {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f}) {}
+        sgd_(model_.parameters(), {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f}) {
+    model_.set_channels_last(nn::resolve_channels_last(layout, model_, ctx));
+  }
+  bool channels_last() const { return model_.channels_last(); }
 
   void step(const Tensor& x_host, const Tensor& labels_host) {
     Tensor x = Tensor::empty(x_host.shape(), DType::F32, ctx_.device());
@@ -84,6 +89,7 @@ struct Timing {
   std::string model, device;
   std::int64_t batch;
   double median_ms, min_ms;
+  bool channels_last = false;
 };
 
 Timing time_steps(const std::string& model_name, const std::string& device_name, ops::Context& ctx,
@@ -134,6 +140,7 @@ int run(const Args& args) {
       args.get("precision", args.get_int("tf32", 0) != 0 ? "tf32" : "fp32"));
   const bool tf32 = precision == ops::Precision::TF32;
   const bool with_gpu = args.get_int("gpu", 1) != 0;
+  const nn::ChannelsLast layout = nn::channels_last_from_name(args.get("channels-last", "auto"));
   LOCKSTEP_CHECK_HINT(!with_gpu || cuda_available(),
                       "run on a machine with a GPU, or --gpu=0 for the CPU half alone",
                       "gpu-step needs a GPU, and none answers here");
@@ -146,10 +153,11 @@ int run(const Args& args) {
   std::vector<Timing> rows;
   auto measure = [&](ops::Context& ctx, const std::string& dev, int reps_here) {
     for (const BenchModel* m : models) {
-      StepModel model(ctx, m->spec, m->sample, m->classes);
+      StepModel model(ctx, m->spec, m->sample, m->classes, layout);
       Shape x_shape{args.get_int(m->batch_flag, m->default_batch)};
       x_shape.insert(x_shape.end(), m->sample.begin(), m->sample.end());
       rows.push_back(time_steps(m->name, dev, ctx, model, x_shape, warmup, reps_here));
+      rows.back().channels_last = model.channels_last();
     }
   };
   if (with_gpu) {
@@ -174,10 +182,11 @@ int run(const Args& args) {
           ops::precision_name(precision), "\", \"warmup\": ", warmup, ", \"results\": [");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Timing& t = rows[i];
-    json += str(i ? ", " : "", "{\"model\": \"", t.model, "\", \"device\": \"", t.device,
-                "\", \"batch\": ", t.batch, ", \"median_ms\": ", t.median_ms,
-                ", \"min_ms\": ", t.min_ms,
-                ", \"samples_per_s\": ", 1000.0 * static_cast<double>(t.batch) / t.median_ms, "}");
+    json +=
+        str(i ? ", " : "", "{\"model\": \"", t.model, "\", \"device\": \"", t.device,
+            "\", \"batch\": ", t.batch, ", \"median_ms\": ", t.median_ms,
+            ", \"min_ms\": ", t.min_ms, ", \"channels_last\": ", t.channels_last ? "true" : "false",
+            ", \"samples_per_s\": ", 1000.0 * static_cast<double>(t.batch) / t.median_ms, "}");
   }
   json += "]}\n";
   write_output(args, json);
@@ -198,9 +207,10 @@ int run(const Args& args) {
 
 LOCKSTEP_BENCH("gpu-step",
                "training-step time of an MLP 784-1024-1024-10 and a small CNN (--models=, also "
-               "resnet50-224), GPU vs CPU (--precision=fp32|tf32|bf16 for the GPU)",
-               "cnn-batch cpu cpu-threads gpu mlp-batch models precision reps resnet50-batch tf32 "
-               "warmup",
+               "resnet50-224), GPU vs CPU (--precision=fp32|tf32|bf16 for the GPU, "
+               "--channels-last=auto|on|off)",
+               "channels-last cnn-batch cpu cpu-threads gpu mlp-batch models precision reps "
+               "resnet50-batch tf32 warmup",
                run);
 
 }  // namespace

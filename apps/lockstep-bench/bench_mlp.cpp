@@ -93,6 +93,12 @@ int run(const Args& args) {
   ops::Context ctx(Device::cpu(), threads);
   ctx.set_precision(ops::precision_from_name(args.get("precision", "fp32")));
   nn::Model model = nn::Model::build(spec, sample, classes, 1);
+  const std::string layout = args.get("channels-last", "auto");
+  const bool nhwc = nn::resolve_channels_last(nn::channels_last_from_name(layout), model, ctx);
+  model.set_channels_last(nhwc);
+  LOCKSTEP_CHECK(reuse || !nhwc,
+                 "--reuse=0 runs the layers without the model's layout conversions: add "
+                 "--channels-last=off");
   optim::Sgd sgd(model.parameters(), {.lr = 0.01f, .momentum = 0.9f});
   nn::SoftmaxCrossEntropy loss;
   Shape input_shape{batch};
@@ -243,7 +249,8 @@ int run(const Args& args) {
        << ", \"batch\": " << batch << ", \"threads\": " << threads << ", \"reps\": " << reps
        << ", \"steps_per_rep\": " << steps << ", \"precision\": \""
        << ops::precision_name(ctx.precision()) << "\", \"precision_info\": \""
-       << ctx.precision_info() << "\", \"reuse\": " << (reuse ? "true" : "false") << "},\n"
+       << ctx.precision_info() << "\", \"reuse\": " << (reuse ? "true" : "false")
+       << ", \"channels_last\": " << (nhwc ? "true" : "false") << "},\n"
        << " \"step_ms_per_rep\": [" << join_ms(step_times) << "],\n"
        << " \"gemm_bound_ms_per_rep\": [" << join_ms(bound_times) << "],\n"
        << " \"step_ms\": " << step_s * 1e3 << ", \"samples_per_s\": " << batch / step_s
@@ -288,7 +295,8 @@ int run(const Args& args) {
 LOCKSTEP_BENCH("mlp",
                "MLP training step vs the GEMM bound (--threads=2 --batch=256 --model=mlp:1024,1024 "
                "--precision=fp32|tf32|bf16 --reuse=1); any model spec with --input=3,32,32 "
-               "--classes=10; --phases=0 skips the per-phase split",
-               "batch classes input model phases precision reps reuse steps threads", run);
+               "--classes=10 --channels-last=auto|on|off; --phases=0 skips the per-phase split",
+               "batch channels-last classes input model phases precision reps reuse steps threads",
+               run);
 
 }  // namespace lockstep::bench

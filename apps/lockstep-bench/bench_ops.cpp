@@ -3,7 +3,9 @@
 //   dW += dY^T X) and a square 1024^3; convolution GFLOP/s (forward, backward data, backward
 //   weights) for a LeNet-like pair of layers; and the per-step cost of the cheap kernels (bias,
 //   relu, loss, optimizer) in microseconds and GB/s, plus a conv/batchnorm/relu mix that shows
-//   the cost of OpenMP workers spinning next to the pool (compare OMP_WAIT_POLICY settings).
+//   the cost of OpenMP workers spinning next to the pool (compare OMP_WAIT_POLICY settings); and
+//   ResNet-50's first-stage convolutions, BatchNorm and max pooling in both image layouts
+//   (--only=layout: NCHW against the NHWC of a channels-last model).
 // Each figure is the median of --reps repetitions; each repetition runs the op enough times to
 // take about --min-ms milliseconds. --precision=bf16 (or tf32) runs the GEMMs and convolutions in
 // that precision (ops/precision.hpp); in bf16 the GEMM group adds the same GEMMs on operands
@@ -73,7 +75,7 @@ int run_ops_bench(const Args& args) {
   const int threads = static_cast<int>(args.get_int("threads", 2));
   const int reps = static_cast<int>(args.get_int("reps", 7));
   const double min_ms = args.get_double("min-ms", 100.0);
-  const std::string only = args.get("only", "");  // gemm, conv, cheap, mix (empty: all)
+  const std::string only = args.get("only", "");  // gemm, conv, cheap, mix, layout (empty: all)
   ops::Context ctx(Device::cpu(), threads);
   ctx.set_precision(ops::precision_from_name(args.get("precision", "fp32")));
   const bool bf16 = ctx.precision() == ops::Precision::BF16;
@@ -214,6 +216,70 @@ int run_ops_bench(const Args& args) {
         [&] { (void)ops::sum_squares(ctx, g); });
   }
 
+  if (want("layout")) {
+    // ResNet-50's first stage at batch 16 in both image layouts (NCHW; NHWC, which a channels-last
+    // model runs): its convolutions, the BatchNorm that follows each and the stem's max pooling.
+    const std::int64_t n = 16;
+    for (ops::ImageLayout layout : {ops::ImageLayout::NCHW, ops::ImageLayout::NHWC}) {
+      const std::string tag = layout == ops::ImageLayout::NHWC ? " [NHWC]" : " [NCHW]";
+      struct ConvLayer {
+        const char* name;
+        std::int64_t c, h, o;
+        int k, stride, pad;
+      };
+      for (const ConvLayer& L : {ConvLayer{"conv 64x56x56->256 k1", 64, 56, 256, 1, 1, 0},
+                                 ConvLayer{"conv 64x56x56->64 k3p1", 64, 56, 64, 3, 1, 1},
+                                 ConvLayer{"conv 256x56x56->128 k1", 256, 56, 128, 1, 1, 0},
+                                 ConvLayer{"conv 128x56x56->128 k3s2p1", 128, 56, 128, 3, 2, 1},
+                                 ConvLayer{"conv 1024x14x14->256 k1", 1024, 14, 256, 1, 1, 0}}) {
+        const ops::Conv2dParams p{L.stride, L.stride, L.pad, L.pad, layout};
+        const std::int64_t oh = ops::window_output_size(L.h, L.k, L.stride, L.pad);
+        Tensor x = random({n, L.c, L.h, L.h}, 40), w = random({L.o, L.c, L.k, L.k}, 41);
+        Tensor y = random({n, L.o, oh, oh}, 42), dx = random({n, L.c, L.h, L.h}, 43);
+        Tensor dw = random({L.o, L.c, L.k, L.k}, 44), no_bias;
+        const double flops = 2.0 * n * L.o * oh * oh * L.c * L.k * L.k;
+        const std::string name = L.name + tag;
+        add(name + " fwd", "layout", flops, 0,
+            [&] { ops::conv2d_forward(ctx, x, w, no_bias, y, p); });
+        add(name + " bwd-data", "layout", flops, 0,
+            [&] { ops::conv2d_backward_data(ctx, y, w, dx, p); });
+        add(name + " bwd-weights", "layout", flops, 0,
+            [&] { ops::conv2d_backward_weights(ctx, x, y, dw, no_bias, p); });
+      }
+      {
+        const std::int64_t c = 256, hw = 56 * 56;
+        Tensor x = random({n, c, 56, 56}, 45), dy = random({n, c, 56, 56}, 46);
+        Tensor y = Tensor::empty(x.shape()), dx = Tensor::empty(x.shape());
+        // NHWC is what BatchNorm2d hands the ops channels-last: [N*H*W, C] rows.
+        const Shape ops_shape = layout == ops::ImageLayout::NHWC ? Shape{n * hw, c} : x.shape();
+        Tensor xo = x.view(ops_shape), dyo = dy.view(ops_shape), yo = y.view(ops_shape),
+               dxo = dx.view(ops_shape);
+        Tensor gamma = random({c}, 47), beta = random({c}, 48), mean = Tensor::empty({c});
+        Tensor invstd = Tensor::empty({c}), rm = Tensor::zeros({c}), rv = Tensor::zeros({c});
+        Tensor dg = Tensor::zeros({c}), db = Tensor::zeros({c});
+        const double act = 4.0 * static_cast<double>(x.numel());
+        add("batchnorm fwd 256x56x56" + tag, "layout", 0, 3 * act, [&] {
+          ops::batchnorm_forward_train(ctx, xo, gamma, beta, yo, mean, invstd, rm, rv, 0.1f, 1e-5f);
+        });
+        add("batchnorm bwd 256x56x56" + tag, "layout", 0, 5 * act,
+            [&] { ops::batchnorm_backward(ctx, xo, dyo, gamma, mean, invstd, dxo, dg, db); });
+      }
+      {
+        Tensor x = random({n, 64, 112, 112}, 49), y = Tensor::empty({n, 64, 56, 56}), ws;
+        Tensor dx = Tensor::empty(x.shape());
+        const ops::Pool2dParams p{3, 3, 2, 2, 1, 1, layout};
+        const double bytes = 4.0 * static_cast<double>(x.numel() + y.numel());
+        add("maxpool 3s2p1 64x112x112 fwd" + tag, "layout", 0, bytes,
+            [&] { ops::pool2d_forward(ctx, ops::PoolKind::Max, x, y, ws, p); });
+        add("maxpool 3s2p1 64x112x112 bwd" + tag, "layout", 0, bytes,
+            [&] { ops::pool2d_backward(ctx, ops::PoolKind::Max, y, ws, dx, p); });
+      }
+    }
+    Tensor x = random({16, 3, 224 * 224}, 50), y = Tensor::empty({16, 224 * 224, 3});
+    add("batch_transpose 16x3x224x224 -> NHWC", "layout", 0, 8.0 * x.numel(),
+        [&] { ops::batch_transpose(ctx, x, y); });
+  }
+
   if (want("mix")) {
     // conv (OpenMP team) then batchnorm + relu (the pool), as in a conv-net forward pass:
     // spinning OpenMP workers compete with the pool's threads for the cores.
@@ -258,7 +324,7 @@ int run_ops_bench(const Args& args) {
 
 LOCKSTEP_BENCH("ops",
                "CPU kernel throughput: GEMM/conv GFLOP/s, cheap kernels; --threads=2 --reps=7 "
-               "--min-ms=100 --only=gemm|conv|cheap|mix --precision=fp32|tf32|bf16",
+               "--min-ms=100 --only=gemm|conv|cheap|mix|layout --precision=fp32|tf32|bf16",
                "min-ms only precision reps threads", run_ops_bench);
 
 }  // namespace

@@ -6,25 +6,23 @@
 namespace lockstep::nn {
 
 Tensor ReLU::forward(ops::Context& ctx, const Tensor& x) {
-  Tensor& y = detail::reuse_buffer(y_, x.shape(), x.device());
-  ops::relu_forward(ctx, x, y);
-  have_output_ = true;
-  return y;
+  y_ = ctx.transient(x.shape());
+  ops::relu_forward(ctx, x, y_);
+  return y_;
 }
 
 Tensor ReLU::backward(ops::Context& ctx, const Tensor& dy) {
-  // y_ is only rewritten by this layer's next forward, so it still holds this pass's output.
-  LOCKSTEP_CHECK_HINT(have_output_, "call forward before each backward",
-                      "relu: backward without forward");
-  have_output_ = false;
+  // The output kept from forward (relu'(x) is read off y > 0), handed back to the context's
+  // transients once read.
+  Tensor y = detail::take_cached(y_, "relu");
   if (!input_grad_) return Tensor();
-  Tensor& dx = detail::reuse_buffer(dx_, y_.shape(), y_.device());
-  ops::relu_backward(ctx, y_, dy, dx);
+  Tensor dx = ctx.transient(y.shape());
+  ops::relu_backward(ctx, y, dy, dx);
   return dx;
 }
 
 Tensor GELU::forward(ops::Context& ctx, const Tensor& x) {
-  Tensor& y = detail::reuse_buffer(y_, x.shape(), x.device());
+  Tensor y = ctx.transient(x.shape());
   ops::gelu_forward(ctx, x, y);
   x_ = x;
   return y;
@@ -33,7 +31,7 @@ Tensor GELU::forward(ops::Context& ctx, const Tensor& x) {
 Tensor GELU::backward(ops::Context& ctx, const Tensor& dy) {
   Tensor x = detail::take_cached(x_, "gelu");
   if (!input_grad_) return Tensor();
-  Tensor& dx = detail::reuse_buffer(dx_, x.shape(), x.device());
+  Tensor dx = ctx.transient(x.shape());
   ops::gelu_backward(ctx, x, dy, dx);
   return dx;
 }

@@ -42,14 +42,20 @@ void BatchNorm::reset_parameters(std::uint64_t seed, const std::string& prefix) 
   init_constant(running_var_.value, 1.0f);
 }
 
+Tensor BatchNorm::as_ops_input(const Tensor& t) const {
+  if (!channels_last_ || t.ndim() != 4) return t;
+  return t.view({t.numel() / channels_, channels_});
+}
+
 Tensor BatchNorm::forward(ops::Context& ctx, const Tensor& x) {
-  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device());
+  Tensor y = ctx.transient(output_shape(x.shape()));
+  Tensor xo = as_ops_input(x), yo = as_ops_input(y);
   if (training_) {
-    ops::batchnorm_forward_train(ctx, x, gamma_.value, beta_.value, y, save_mean_, save_invstd_,
+    ops::batchnorm_forward_train(ctx, xo, gamma_.value, beta_.value, yo, save_mean_, save_invstd_,
                                  running_mean_.value, running_var_.value, momentum_, eps_);
   } else {
-    ops::batchnorm_forward_eval(ctx, x, gamma_.value, beta_.value, running_mean_.value,
-                                running_var_.value, eps_, y);
+    ops::batchnorm_forward_eval(ctx, xo, gamma_.value, beta_.value, running_mean_.value,
+                                running_var_.value, eps_, yo);
   }
   forward_was_training_ = training_;
   x_ = x;
@@ -58,10 +64,11 @@ Tensor BatchNorm::forward(ops::Context& ctx, const Tensor& x) {
 
 Tensor BatchNorm::backward(ops::Context& ctx, const Tensor& dy) {
   Tensor x = detail::take_cached(x_, type().c_str());
-  if (!forward_was_training_) return backward_eval(ctx, x, dy);
-  Tensor& dx = detail::reuse_buffer(dx_, x.shape(), x.device());
-  ops::batchnorm_backward(ctx, x, dy, gamma_.value, save_mean_, save_invstd_, dx, gamma_.grad,
-                          beta_.grad);
+  Tensor dx = ctx.transient(x.shape());
+  if (!forward_was_training_) return backward_eval(ctx, as_ops_input(x), as_ops_input(dy), dx);
+  Tensor dxo = as_ops_input(dx);
+  ops::batchnorm_backward(ctx, as_ops_input(x), as_ops_input(dy), gamma_.value, save_mean_,
+                          save_invstd_, dxo, gamma_.grad, beta_.grad);
   if (!input_grad_) return Tensor();
   return dx;
 }
@@ -73,7 +80,8 @@ Tensor BatchNorm::backward(ops::Context& ctx, const Tensor& dy) {
 //   invstd = bn_eval(ones[1, C]; gamma 1, beta 0, mean 0, var running_var)
 //   dgamma, dbeta via batchnorm_backward with (running_mean, invstd) as the saved statistics
 //   dx = bn_eval(dy; gamma, beta 0, mean 0, var running_var)
-Tensor BatchNorm::backward_eval(ops::Context& ctx, const Tensor& x, const Tensor& dy) {
+// x and dy are what the ops see (as_ops_input); dx is the layer's output buffer.
+Tensor BatchNorm::backward_eval(ops::Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) {
   Device device = x.device();
   Shape row{1, channels_};
   if (!zeros_.defined()) {
@@ -90,8 +98,8 @@ Tensor BatchNorm::backward_eval(ops::Context& ctx, const Tensor& x, const Tensor
   ops::batchnorm_backward(ctx, x, dy, gamma_.value, running_mean_.value, invstd, scratch,
                           gamma_.grad, beta_.grad);
   if (!input_grad_) return Tensor();
-  Tensor& dx = detail::reuse_buffer(dx_, x.shape(), device);
-  ops::batchnorm_forward_eval(ctx, dy, gamma_.value, zeros_, zeros_, running_var_.value, eps_, dx);
+  Tensor dxo = as_ops_input(dx);
+  ops::batchnorm_forward_eval(ctx, dy, gamma_.value, zeros_, zeros_, running_var_.value, eps_, dxo);
   return dx;
 }
 

@@ -1,4 +1,5 @@
-// Reusable layer buffers. A layer keeps its output and dL/dx tensors between calls and writes
+// Reusable layer buffers (the conv-net layers use the context's shared transients instead,
+// ops::Context::transient). A layer keeps its output and dL/dx tensors between calls and writes
 // the next call's result into them when that is safe: same shape, dtype and device, and the
 // layer's handle is the only one left (the next layer released its cached input at the end of
 // its backward). Anything still held elsewhere gets a fresh tensor instead, so a caller that

@@ -32,21 +32,43 @@ Shape Conv2d::output_shape(const Shape& input) const {
   return {input[0], out_, h, w};
 }
 
+// Under the bf16 policy the forward and the weight gradient both read x, and the weight and input
+// gradients both read dy: each is rounded to bf16 once here, as Linear does, instead of once per
+// op inside it (the same rounding), and x is kept for backward in bf16, half its f32 size. A
+// channels-last convolution then reads its bf16 activations as they are. dy stays f32 where a
+// bias gradient sums it.
+namespace {
+Tensor rounded_once(ops::Context& ctx, const Tensor& t) {
+  if (ctx.precision() != ops::Precision::BF16 || t.dtype() != DType::F32) return t;
+  Tensor t16 = ctx.transient(t.shape(), DType::BF16);
+  ops::cast(ctx, t, t16);
+  return t16;
+}
+}  // namespace
+
 Tensor Conv2d::forward(ops::Context& ctx, const Tensor& x) {
-  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device());
-  ops::conv2d_forward(ctx, x, weight_.value, has_bias_ ? bias_.value : Tensor(), y, params_);
-  x_ = x;
+  x_ = Tensor();  // a forward without backward (evaluation) leaves it set: free it first
+  Tensor y = ctx.transient(output_shape(x.shape()));
+  x_ = rounded_once(ctx, x);
+  ops::conv2d_forward(ctx, x_, weight_.value, has_bias_ ? bias_.value : Tensor(), y, params_);
   return y;
 }
 
 Tensor Conv2d::backward(ops::Context& ctx, const Tensor& dy) {
   Tensor x = detail::take_cached(x_, "conv");
+  const Tensor dy_operand = has_bias_ || !input_grad_ ? dy : rounded_once(ctx, dy);
   Tensor no_bias;
-  ops::conv2d_backward_weights(ctx, x, dy, weight_.grad, has_bias_ ? bias_.grad : no_bias, params_);
+  ops::conv2d_backward_weights(ctx, x, dy_operand, weight_.grad, has_bias_ ? bias_.grad : no_bias,
+                               params_);
   if (!input_grad_) return Tensor();
-  Tensor& dx = detail::reuse_buffer(dx_, x.shape(), x.device());
-  ops::conv2d_backward_data(ctx, dy, weight_.value, dx, params_);
+  Tensor dx = ctx.transient(x.shape());
+  ops::conv2d_backward_data(ctx, dy_operand, weight_.value, dx, params_);
   return dx;
+}
+
+void Conv2d::set_channels_last(bool on) {
+  Module::set_channels_last(on);
+  params_.layout = image_layout();
 }
 
 void Conv2d::reset_parameters(std::uint64_t seed, const std::string& prefix) {

@@ -8,8 +8,10 @@
 
 #include "batch_shape.hpp"
 #include "lockstep/core/trace.hpp"
+#include "lockstep/nn/conv.hpp"
 #include "lockstep/nn/dropout.hpp"
 #include "lockstep/nn/loss.hpp"
+#include "lockstep/nn/residual.hpp"
 #include "lockstep/ops/ops.hpp"
 
 namespace lockstep::nn {
@@ -83,6 +85,7 @@ Model::Model(Sequential modules, const Shape& sample_shape, std::int64_t num_cla
       claim(buffers_[b]->name, k);
     parameters_.insert(parameters_.end(), layer_params_.back().begin(), layer_params_.back().end());
   }
+  nhwc_input_.assign(layers_.size(), 0);
   // Nothing upstream of the first layer with parameters needs a gradient.
   for (std::size_t k = 0; k < layers_.size(); ++k) {
     layers_.at(k).set_input_grad(false);
@@ -102,12 +105,42 @@ Model Model::clone(Device device) const {
   m.spec_ = spec_;
   m.layer_spec_ = layer_spec_;
   m.set_training(training_);
+  m.set_channels_last(channels_last_);
   return m;
 }
 
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
+
+namespace {
+
+// x [N, C, H, W] in one layout, into the other: NCHW is [N, C, H*W], NHWC [N, H*W, C].
+Tensor convert_layout(ops::Context& ctx, const Tensor& x, bool to_nhwc) {
+  const std::int64_t n = x.dim(0), c = x.dim(1), hw = x.dim(2) * x.dim(3);
+  Tensor y = ctx.transient(x.shape());
+  Tensor yv = to_nhwc ? y.view({n, hw, c}) : y.view({n, c, hw});
+  ops::batch_transpose(ctx, to_nhwc ? x.view({n, c, hw}) : x.view({n, hw, c}), yv);
+  return y;
+}
+
+}  // namespace
+
+std::int64_t Model::set_channels_last(bool on) {
+  channels_last_ = on;
+  std::int64_t layers = 0;
+  Shape shape{1};
+  shape.insert(shape.end(), sample_shape_.begin(), sample_shape_.end());
+  for (std::size_t k = 0; k < layers_.size(); ++k) {
+    Module& layer = layers_.at(k);
+    const bool nhwc = on && shape.size() == 4 && layer.supports_channels_last();
+    nhwc_input_[k] = nhwc;
+    layer.set_channels_last(nhwc);
+    layers += nhwc;
+    shape = out_shapes_[k];
+  }
+  return layers;
+}
 
 Tensor Model::forward(ops::Context& ctx, const Tensor& x) {
   Tensor h = forward_layers(ctx, x, layers_.size());
@@ -134,10 +167,14 @@ Tensor Model::forward_layers(ops::Context& ctx, const Tensor& x, std::size_t end
   }
   ctx.begin_reuse(unchanged);
   Tensor h = x;
+  bool nhwc = false;  // the layout of h when it is 4-D
   for (std::size_t k = 0; k < end; ++k) {
     // log.trace: a span per layer (per block of a GPT), inside the engine's forward span.
     trace::Span span("compute",
                      trace::on() ? str("forward ", k, ": ", layers_.at(k).describe()) : "");
+    if (h.ndim() == 4 && nhwc != static_cast<bool>(nhwc_input_[k]))
+      h = convert_layout(ctx, h, nhwc_input_[k]);
+    nhwc = nhwc_input_[k];
     try {
       h = layers_.at(k).forward(ctx, h);
     } catch (const OutOfMemory&) {
@@ -165,6 +202,10 @@ void Model::backward_layers(ops::Context& ctx, Tensor d, std::size_t end) {
       rethrow_with_context(
           str("backward of layer ", k, " (", layers_.at(k).describe(), ") on ", d.describe()));
     }
+    // The gradient goes back in the layout of the forward's tensor in front of this layer.
+    const bool before = k > 0 && nhwc_input_[k - 1];
+    if (d.defined() && d.ndim() == 4 && before != static_cast<bool>(nhwc_input_[k]))
+      d = convert_layout(ctx, d, before);
     layer_grads_ready(ctx, k);
   }
   ctx.end_reuse();  // the optimizer may change the parameters from here on
@@ -235,6 +276,33 @@ void Model::zero_grad(ops::Context& ctx) {
     else
       ops::fill(ctx, p->grad, 0.0f);
   }
+}
+
+ChannelsLast channels_last_from_name(const std::string& name) {
+  if (name == "auto") return ChannelsLast::Auto;
+  if (name == "on") return ChannelsLast::On;
+  if (name == "off") return ChannelsLast::Off;
+  LOCKSTEP_FAIL_HINT("use auto, on or off", "model.channels_last = '", name,
+                     "' is not a channels-last setting");
+}
+
+namespace {
+bool has_convolution(const Module& m) {
+  if (dynamic_cast<const Conv2d*>(&m) || dynamic_cast<const ResidualBlock*>(&m)) return true;
+  if (const auto* seq = dynamic_cast<const Sequential*>(&m))
+    for (std::size_t k = 0; k < seq->size(); ++k)
+      if (has_convolution(seq->at(k))) return true;
+  return false;
+}
+}  // namespace
+
+bool resolve_channels_last(ChannelsLast setting, const Model& model, const ops::Context& ctx) {
+  (void)ctx;  // the same rule on every device so far (see model.hpp)
+  if (setting != ChannelsLast::Auto) return setting == ChannelsLast::On;
+  if (model.sample_shape().size() != 3) return false;  // not images
+  for (std::size_t k = 0; k < model.num_layers(); ++k)
+    if (has_convolution(model.layer(k))) return true;
+  return false;
 }
 
 void settle_stale_grads(ops::Context& ctx, const std::vector<Parameter*>& params) {

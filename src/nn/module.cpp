@@ -36,6 +36,13 @@ Tensor Module::backward_loss(ops::Context& ctx) {
   LOCKSTEP_FAIL("module '", describe(), "' cannot fuse the loss into its forward (fuses_loss())");
 }
 
+void Module::set_channels_last(bool on) {
+  LOCKSTEP_CHECK_HINT(!on || supports_channels_last(),
+                      "leave model.channels_last at off, or drop the module", "module '",
+                      describe(), "' cannot run channels-last (NHWC)");
+  channels_last_ = on;
+}
+
 std::unique_ptr<Module> Module::clone_structure(Device device) const {
   (void)device;
   LOCKSTEP_FAIL_HINT(str("give ", type(),

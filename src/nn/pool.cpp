@@ -1,7 +1,5 @@
 #include "lockstep/nn/pool.hpp"
 
-#include "buffers.hpp"
-
 namespace lockstep::nn {
 
 Pool2d::Pool2d(ops::PoolKind kind, int kernel, int stride, int padding) : kind_(kind) {
@@ -35,8 +33,13 @@ Shape Pool2d::output_shape(const Shape& input) const {
   return {input[0], input[1], h, w};
 }
 
+void Pool2d::set_channels_last(bool on) {
+  Module::set_channels_last(on);
+  params_.layout = image_layout();
+}
+
 Tensor Pool2d::forward(ops::Context& ctx, const Tensor& x) {
-  Tensor& y = detail::reuse_buffer(y_, output_shape(x.shape()), x.device());
+  Tensor y = ctx.transient(output_shape(x.shape()));
   ops::pool2d_forward(ctx, kind_, x, y, workspace_, params_);
   x_shape_ = x.shape();
   return y;
@@ -45,7 +48,7 @@ Tensor Pool2d::forward(ops::Context& ctx, const Tensor& x) {
 Tensor Pool2d::backward(ops::Context& ctx, const Tensor& dy) {
   LOCKSTEP_CHECK(!x_shape_.empty(), type(), ": backward without forward");
   if (!input_grad_) return Tensor();
-  Tensor& dx = detail::reuse_buffer(dx_, x_shape_, dy.device());
+  Tensor dx = ctx.transient(x_shape_);
   ops::pool2d_backward(ctx, kind_, dy, workspace_, dx, params_);
   return dx;
 }
@@ -55,6 +58,7 @@ ops::Pool2dParams GlobalAvgPool::params_for(const Shape& input) const {
   p.kernel_h = p.stride_h = static_cast<int>(input[2]);
   p.kernel_w = p.stride_w = static_cast<int>(input[3]);
   p.pad_h = p.pad_w = 0;
+  p.layout = image_layout();
   return p;
 }
 
@@ -65,7 +69,7 @@ Shape GlobalAvgPool::output_shape(const Shape& input) const {
 
 Tensor GlobalAvgPool::forward(ops::Context& ctx, const Tensor& x) {
   Shape out = output_shape(x.shape());
-  Tensor& y = detail::reuse_buffer(y_, {out[0], out[1], 1, 1}, x.device());
+  Tensor y = ctx.transient({out[0], out[1], 1, 1});
   ops::pool2d_forward(ctx, ops::PoolKind::Avg, x, y, workspace_, params_for(x.shape()));
   x_shape_ = x.shape();
   return y.view(out);
@@ -74,7 +78,7 @@ Tensor GlobalAvgPool::forward(ops::Context& ctx, const Tensor& x) {
 Tensor GlobalAvgPool::backward(ops::Context& ctx, const Tensor& dy) {
   LOCKSTEP_CHECK(!x_shape_.empty(), "gap: backward without forward");
   if (!input_grad_) return Tensor();
-  Tensor& dx = detail::reuse_buffer(dx_, x_shape_, dy.device());
+  Tensor dx = ctx.transient(x_shape_);
   ops::pool2d_backward(ctx, ops::PoolKind::Avg, dy.view({dy.dim(0), dy.dim(1), 1, 1}), workspace_,
                        dx, params_for(x_shape_));
   return dx;

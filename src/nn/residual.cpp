@@ -1,6 +1,5 @@
 #include "lockstep/nn/residual.hpp"
 
-#include "buffers.hpp"
 #include "lockstep/nn/init.hpp"
 #include "lockstep/nn/model.hpp"
 #include "lockstep/ops/ops.hpp"
@@ -37,7 +36,7 @@ Tensor ResidualBlock::forward(ops::Context& ctx, const Tensor& x) {
     h = layer.module->forward(ctx, h);
   Tensor shortcut = x;
   if (has_downsample()) shortcut = downsample_bn_->forward(ctx, downsample_conv_->forward(ctx, x));
-  Tensor& sum = detail::reuse_buffer(sum_, h.shape(), h.device());
+  Tensor sum = ctx.transient(h.shape());
   ops::add(ctx, h, shortcut, sum);
   return relu_out_.forward(ctx, sum);
 }
@@ -53,7 +52,7 @@ Tensor ResidualBlock::backward(ops::Context& ctx, const Tensor& dy) {
     dx_short = downsample_conv_->backward(ctx, downsample_bn_->backward(ctx, dsum));
   }
   if (!input_grad_) return Tensor();
-  Tensor& dx = detail::reuse_buffer(dx_, dx_main.shape(), dx_main.device());
+  Tensor dx = ctx.transient(dx_main.shape());
   ops::add(ctx, dx_main, dx_short, dx);
   return dx;
 }
@@ -99,6 +98,23 @@ void ResidualBlock::set_input_grad(bool needed) {
   Module::set_input_grad(needed);
   branch_.front().module->set_input_grad(needed);
   if (has_downsample()) downsample_conv_->set_input_grad(needed);
+}
+
+bool ResidualBlock::supports_channels_last() const {
+  for (const Named& layer : branch_)
+    if (!layer.module->supports_channels_last()) return false;
+  return true;
+}
+
+void ResidualBlock::set_channels_last(bool on) {
+  Module::set_channels_last(on);
+  for (Named& layer : branch_)
+    layer.module->set_channels_last(on);
+  relu_out_.set_channels_last(on);
+  if (has_downsample()) {
+    downsample_conv_->set_channels_last(on);
+    downsample_bn_->set_channels_last(on);
+  }
 }
 
 double ResidualBlock::forward_flops(const Shape& input) const {

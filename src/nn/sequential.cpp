@@ -73,6 +73,18 @@ void Sequential::set_training(bool training) {
     child->set_training(training);
 }
 
+bool Sequential::supports_channels_last() const {
+  for (const auto& child : children_)
+    if (!child->supports_channels_last()) return false;
+  return !children_.empty();
+}
+
+void Sequential::set_channels_last(bool on) {
+  Module::set_channels_last(on);
+  for (auto& child : children_)
+    child->set_channels_last(on);
+}
+
 void Sequential::set_input_grad(bool needed) {
   Module::set_input_grad(needed);
   if (!children_.empty()) children_.front()->set_input_grad(needed);
@@ -120,6 +132,7 @@ std::unique_ptr<Module> Sequential::clone_structure(Device device) const {
   }
   copy->set_training(training_);
   copy->set_input_grad(input_grad_);
+  if (channels_last_) copy->set_channels_last(true);
   return copy;
 }
 

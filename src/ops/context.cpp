@@ -87,4 +87,30 @@ std::uint64_t Context::reuse_id(const Tensor& t) const {
   return std::binary_search(reuse_.begin(), reuse_.end(), key) ? reuse_window_ : 0;
 }
 
+Tensor Context::transient(const Shape& shape, DType dtype) {
+  const std::int64_t n = shape_numel(shape);
+  Tensor* best = nullptr;
+  for (Tensor& b : transients_) {
+    // Only this list holds a free buffer; views share its storage and count. A buffer more than
+    // twice the size asked for stays free for a larger request (a small result in a large buffer
+    // makes the next large one allocate).
+    if (b.storage().use_count() != 1 || b.dtype() != dtype || b.numel() < n ||
+        b.numel() > 2 * std::max<std::int64_t>(n, 1))
+      continue;
+    if (!best || b.numel() < best->numel()) best = &b;
+  }
+  if (!best) {
+    transients_.push_back(Tensor::empty({std::max<std::int64_t>(n, 1)}, dtype, device_));
+    best = &transients_.back();
+  }
+  return best->sub(0, shape);
+}
+
+std::size_t Context::transient_bytes() const {
+  std::size_t bytes = 0;
+  for (const Tensor& b : transients_)
+    bytes += b.nbytes();
+  return bytes;
+}
+
 }  // namespace lockstep::ops

@@ -127,6 +127,21 @@ void cast(Context& ctx, const Tensor& src, Tensor& dst) {
   ctx.backend().cast(src, dst);
 }
 
+void batch_transpose(Context& ctx, const Tensor& x, Tensor& y) {
+  check_f32(ctx, "batch_transpose", "x", x);
+  check_f32(ctx, "batch_transpose", "y", y);
+  check_ndim("batch_transpose", "x", x, 3);
+  check_ndim("batch_transpose", "y", y, 3);
+  LOCKSTEP_CHECK(y.shape() == Shape({x.dim(0), x.dim(2), x.dim(1)}), "batch_transpose: x is ",
+                 x.describe(), " so y must be [", x.dim(0), ", ", x.dim(2), ", ", x.dim(1),
+                 "], got ", y.describe());
+  const bool overlap = x.shares_storage(y) && x.offset() < y.offset() + y.numel() &&
+                       y.offset() < x.offset() + x.numel();
+  LOCKSTEP_CHECK(!overlap, "batch_transpose: x ", x.describe(), " and y ", y.describe(),
+                 " overlap in memory; the transposition cannot run in place");
+  ctx.backend().batch_transpose(x, y);
+}
+
 // ---- dense linear algebra
 
 void gemm(Context& ctx, bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
@@ -303,15 +318,22 @@ void normalize_input(Context& ctx, const Tensor& x, const std::vector<float>& me
 // ---- convolution and pooling
 
 namespace {
-// Names are the caller's: x/w/y for forward, dx/w/dy for backward-data, x/dw/dy for weights.
+// Names are the caller's: x/w/y for forward, dx/w/dy for backward-data, x/dw/dy for weights;
+// `inputs` says which of x and y the op reads (those may be bf16 on a bf16 context).
 struct ConvNames {
   const char *x, *w, *y;
 };
+enum class ConvInputs { X, Y, Both };
 void check_conv(Context& ctx, const char* op, const Tensor& x, const Tensor& w, const Tensor& y,
-                const Conv2dParams& p, ConvNames n = {"x", "w", "y"}) {
-  check_f32(ctx, op, n.x, x);
+                const Conv2dParams& p, ConvNames n, ConvInputs inputs) {
+  // bf16 activations are the precision policy's own format: accepted only where it is bf16.
+  auto activation = [&](const char* name, const Tensor& t, bool input) {
+    const bool bf16 = input && ctx.precision() == Precision::BF16 && t.dtype() == DType::BF16;
+    check_tensor(ctx, op, name, t, bf16 ? DType::BF16 : DType::F32);
+  };
+  activation(n.x, x, inputs != ConvInputs::Y);
   check_f32(ctx, op, n.w, w);
-  check_f32(ctx, op, n.y, y);
+  activation(n.y, y, inputs != ConvInputs::X);
   check_ndim(op, n.x, x, 4);
   check_ndim(op, n.w, w, 4);
   check_ndim(op, n.y, y, 4);
@@ -345,20 +367,20 @@ void check_pool(Context& ctx, const char* op, const Tensor& x, const Tensor& y,
 
 void conv2d_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                     const Conv2dParams& p) {
-  check_conv(ctx, "conv2d_forward", x, w, y, p);
+  check_conv(ctx, "conv2d_forward", x, w, y, p, {"x", "w", "y"}, ConvInputs::X);
   if (b.defined()) check_channel_vector(ctx, "conv2d_forward", "b", b, w.dim(0));
   ctx.backend().conv2d_forward(x, w, b, y, p);
 }
 
 void conv2d_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, Tensor& dx,
                           const Conv2dParams& p) {
-  check_conv(ctx, "conv2d_backward_data", dx, w, dy, p, {"dx", "w", "dy"});
+  check_conv(ctx, "conv2d_backward_data", dx, w, dy, p, {"dx", "w", "dy"}, ConvInputs::Y);
   ctx.backend().conv2d_backward_data(dy, w, dx, p);
 }
 
 void conv2d_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dw,
                              Tensor& db, const Conv2dParams& p) {
-  check_conv(ctx, "conv2d_backward_weights", x, dw, dy, p, {"x", "dw", "dy"});
+  check_conv(ctx, "conv2d_backward_weights", x, dw, dy, p, {"x", "dw", "dy"}, ConvInputs::Both);
   if (db.defined()) check_channel_vector(ctx, "conv2d_backward_weights", "db", db, dw.dim(0));
   ctx.backend().conv2d_backward_weights(x, dy, dw, db, p);
 }

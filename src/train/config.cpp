@@ -136,6 +136,13 @@ const std::vector<Key>& keys() {
        "start every residual block (res, bottleneck) with its last BatchNorm scale 0, so it "
        "begins as relu(shortcut(x)) (torchvision's zero_init_residual; Goyal et al. 2017, helps "
        "large batches)"},
+      {"model.channels_last",
+       &Config::model_channels_last,
+       "keep a convolutional net's activations channels-last (NHWC) between its convolution, "
+       "BatchNorm, pooling, ReLU and residual layers, converting once at the input and back to "
+       "NCHW before a flatten (checkpoints are the same either way): on, off, or auto (on for "
+       "models with convolutions, where it measured faster; docs/IMAGES.md)",
+       {"auto", "on", "off"}},
       {"train.epochs", &Config::train_epochs, "passes over the training set", {}, 1},
       {"train.global_batch",
        &Config::train_global_batch,

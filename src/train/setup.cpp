@@ -363,6 +363,8 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
                         "model.zero_init_residual = true but model.spec = ", config.model_spec,
                         " has no residual blocks (res or bottleneck)");
   }
+  r.model->set_channels_last(nn::resolve_channels_last(
+      nn::channels_last_from_name(config.model_channels_last), *r.model, *r.ctx));
   if (config.train_recompute != "none") {
     LOCKSTEP_CHECK_HINT(
         nn::set_recompute(*r.model, nn::recompute_from_name(config.train_recompute)) > 0,

@@ -130,6 +130,9 @@ TrainResult run_training(const Config& config, comm::Communicator& comm, bool ev
   if (run->ctx->precision() != ops::Precision::FP32)
     run->line("precision " + run->ctx->precision_info());
   if (!run->attention.empty()) run->line("attention " + run->attention);
+  if (run->model->channels_last())
+    run->line("activations channels-last (NHWC): model.channels_last = " +
+              run->config.model_channels_last);
   JsonRecord start;
   start.add("event", "start")
       .add("world_size", run->world)

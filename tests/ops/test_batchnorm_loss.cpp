@@ -72,7 +72,10 @@ BnRef batchnorm_reference(const Tensor& x, const Tensor& gamma, const Tensor& be
 }  // namespace
 
 TEST(BatchNorm, TrainEvalAndBackwardMatchDoubleReference) {
-  const Shape shapes[] = {{2, 3}, {7, 130}, {256, 64}, {1, 3, 5, 5}, {4, 5, 7, 3}, {16, 8, 14, 14}};
+  // [N, C] with more rows than one chunk of the row sums (kBnRows = 1024: a channels-last batch
+  // reaches batchnorm as [N*H*W, C]), with a partial last chunk and column block.
+  const Shape shapes[] = {{2, 3},       {7, 130},     {256, 64},      {2500, 70},
+                          {1, 3, 5, 5}, {4, 5, 7, 3}, {16, 8, 14, 14}};
   for (int threads : {1, 2}) {
     ops::Context ctx(Device::cpu(), threads);
     std::uint64_t st = 300;
@@ -120,7 +123,7 @@ TEST(BatchNorm, TrainEvalAndBackwardMatchDoubleReference) {
 }
 
 TEST(BatchNorm, StatisticsAreBitwiseIndependentOfThreadCount) {
-  for (const Shape& shape : {Shape{512, 256}, Shape{32, 16, 14, 14}}) {
+  for (const Shape& shape : {Shape{512, 256}, Shape{5000, 80}, Shape{32, 16, 14, 14}}) {
     Tensor x = random_tensor(shape, 1), dy = random_tensor(shape, 2);
     Tensor gamma = random_tensor({shape[1]}, 3), beta = random_tensor({shape[1]}, 4);
     std::vector<Tensor> out;

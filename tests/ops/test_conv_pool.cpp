@@ -1,4 +1,6 @@
-// Convolution and pooling (oneDNN) against naive double-precision loops.
+// Convolution (oneDNN) and pooling against naive double-precision loops, in both image layouts
+// (NCHW, and NHWC: the inputs transposed by the test's own loops, the outputs transposed back),
+// and the layout conversion itself.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -25,7 +27,37 @@ const ConvCase kConvCases[] = {
     {2, 4, 6, 6, 3, 5, 5, 1, 2},   // "same" padding
     {2, 9, 7, 5, 10, 3, 3, 2, 1},  // >= 8 input channels: oneDNN's blocked layouts
     {1, 16, 6, 6, 8, 3, 3, 1, 1},
+    {2, 3, 11, 11, 8, 7, 7, 2, 3},  // ResNet's stem: 7x7 stride 2 on 3 channels
+    {2, 16, 6, 6, 32, 1, 1, 2, 0},  // a strided 1x1 downsample
 };
+
+// The same [N, C, H, W] values in the other memory order: from NCHW into `to`, or back.
+Tensor in_layout(const Tensor& nchw, ops::ImageLayout to) {
+  if (to == ops::ImageLayout::NCHW) return nchw.clone();
+  const std::int64_t n = nchw.dim(0), c = nchw.dim(1), hw = nchw.dim(2) * nchw.dim(3);
+  std::vector<float> v = nchw.to_vector<float>(), out(v.size());
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < c; ++j)
+      for (std::int64_t p = 0; p < hw; ++p)
+        out[static_cast<std::size_t>((i * hw + p) * c + j)] =
+            v[static_cast<std::size_t>((i * c + j) * hw + p)];
+  return Tensor::from_vector(out, nchw.shape());
+}
+Tensor from_layout(const Tensor& t, ops::ImageLayout from) {
+  if (from == ops::ImageLayout::NCHW) return t.clone();
+  const std::int64_t n = t.dim(0), c = t.dim(1), hw = t.dim(2) * t.dim(3);
+  std::vector<float> v = t.to_vector<float>(), out(v.size());
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < c; ++j)
+      for (std::int64_t p = 0; p < hw; ++p)
+        out[static_cast<std::size_t>((i * c + j) * hw + p)] =
+            v[static_cast<std::size_t>((i * hw + p) * c + j)];
+  return Tensor::from_vector(out, t.shape());
+}
+const ops::ImageLayout kLayouts[] = {ops::ImageLayout::NCHW, ops::ImageLayout::NHWC};
+const char* layout_name(ops::ImageLayout l) {
+  return l == ops::ImageLayout::NHWC ? "NHWC" : "NCHW";
+}
 
 // Index helpers for NCHW / OIHW.
 struct Dims4 {
@@ -52,14 +84,16 @@ void for_each_tap(const ConvCase& k, std::int64_t oh, std::int64_t ow, F f) {
 
 }  // namespace
 
-TEST(Conv2d, ForwardBackwardDataAndWeightsMatchDirectLoops) {
-  for (int threads : {1, 2}) {
+TEST(Conv2d, ForwardBackwardDataAndWeightsMatchDirectLoopsInBothLayouts) {
+  for (int run = 0; run < 4; ++run) {  // 1 and 2 threads, each layout
+    const int threads = 1 + run % 2;
+    const ops::ImageLayout layout = kLayouts[run / 2];
     ops::Context ctx(Device::cpu(), threads);
     std::uint64_t stream = 100;
     for (const auto& k : kConvCases) {
       const std::int64_t oh = ops::window_output_size(k.h, static_cast<int>(k.kh), k.stride, k.pad);
       const std::int64_t ow = ops::window_output_size(k.w, static_cast<int>(k.kw), k.stride, k.pad);
-      const ops::Conv2dParams p{k.stride, k.stride, k.pad, k.pad};
+      const ops::Conv2dParams p{k.stride, k.stride, k.pad, k.pad, layout};
       Tensor x = random_tensor({k.n, k.c, k.h, k.w}, ++stream);
       Tensor w = random_tensor({k.o, k.c, k.kh, k.kw}, ++stream);
       Tensor b = random_tensor({k.o}, ++stream);
@@ -83,21 +117,23 @@ TEST(Conv2d, ForwardBackwardDataAndWeightsMatchDirectLoops) {
 
       const std::string what = "case n=" + std::to_string(k.n) + " c=" + std::to_string(k.c) + " " +
                                std::to_string(k.h) + "x" + std::to_string(k.w) +
-                               " threads=" + std::to_string(threads);
+                               " threads=" + std::to_string(threads) + " " + layout_name(layout);
+      // The op's tensors in `layout`; the references stay NCHW.
+      const Tensor x_in = in_layout(x, layout), dy_in = in_layout(dy, layout);
       Tensor y = Tensor::empty({k.n, k.o, oh, ow});
-      ops::conv2d_forward(ctx, x, w, b, y, p);
-      EXPECT_TRUE(all_close(y, y_ref, 1e-5, 1e-5)) << what;
+      ops::conv2d_forward(ctx, x_in, w, b, y, p);
+      EXPECT_TRUE(all_close(from_layout(y, layout), y_ref, 1e-5, 1e-5)) << what;
 
       Tensor y_nobias = Tensor::empty({k.n, k.o, oh, ow});
-      ops::conv2d_forward(ctx, x, w, Tensor(), y_nobias, p);
+      ops::conv2d_forward(ctx, x_in, w, Tensor(), y_nobias, p);
       std::vector<double> y_nobias_ref = y_ref;
       for (std::size_t i = 0; i < y_ref.size(); ++i)
         y_nobias_ref[i] -= bv[(i / (oh * ow)) % k.o];
-      EXPECT_TRUE(all_close(y_nobias, y_nobias_ref, 1e-5, 1e-5)) << what;
+      EXPECT_TRUE(all_close(from_layout(y_nobias, layout), y_nobias_ref, 1e-5, 1e-5)) << what;
 
       Tensor dx = random_tensor({k.n, k.c, k.h, k.w}, ++stream);  // overwritten
-      ops::conv2d_backward_data(ctx, dy, w, dx, p);
-      EXPECT_TRUE(all_close(dx, dx_ref, 1e-5, 1e-5)) << what;
+      ops::conv2d_backward_data(ctx, dy_in, w, dx, p);
+      EXPECT_TRUE(all_close(from_layout(dx, layout), dx_ref, 1e-5, 1e-5)) << what;
 
       // Weight and bias gradients accumulate onto what is already there.
       Tensor dw = random_tensor({k.o, k.c, k.kh, k.kw}, ++stream),
@@ -107,12 +143,12 @@ TEST(Conv2d, ForwardBackwardDataAndWeightsMatchDirectLoops) {
         dw_ref[i] += dw0[i];
       for (std::size_t i = 0; i < db0.size(); ++i)
         db_ref[i] += db0[i];
-      ops::conv2d_backward_weights(ctx, x, dy, dw, db, p);
+      ops::conv2d_backward_weights(ctx, x_in, dy_in, dw, db, p);
       EXPECT_TRUE(all_close(dw, dw_ref, 1e-5, 1e-5)) << what;
       EXPECT_TRUE(all_close(db, db_ref, 1e-5, 1e-5)) << what;
 
       Tensor no_db;
-      ops::conv2d_backward_weights(ctx, x, dy, dw, no_db, p);  // a second pass adds again
+      ops::conv2d_backward_weights(ctx, x_in, dy_in, dw, no_db, p);  // a second pass adds again
       for (std::size_t i = 0; i < dw_ref.size(); ++i)
         dw_ref[i] += dw_ref[i] - dw0[i];
       EXPECT_TRUE(all_close(dw, dw_ref, 1e-5, 1e-5)) << what;
@@ -146,17 +182,21 @@ const PoolCase kPoolCases[] = {
     {2, 3, 7, 7, 2, 2, 0},  // odd size: the last row/column is dropped (floor)
     {2, 2, 9, 8, 3, 2, 1},  // overlapping windows with padding
     {3, 2, 5, 6, 3, 1, 1},
+    {2, 70, 5, 5, 3, 2, 1},  // ResNet's stem pooling, more channels than one NHWC block holds
+    {2, 5, 7, 7, 7, 7, 0},   // global average pooling: one window over the whole image
 };
 }  // namespace
 
-TEST(Pool2d, MaxAndAveragePoolingMatchDirectLoops) {
-  for (int threads : {1, 2}) {
+TEST(Pool2d, MaxAndAveragePoolingMatchDirectLoopsInBothLayouts) {
+  for (int run = 0; run < 4; ++run) {  // 1 and 2 threads, each layout
+    const int threads = 1 + run % 2;
+    const ops::ImageLayout layout = kLayouts[run / 2];
     ops::Context ctx(Device::cpu(), threads);
     std::uint64_t stream = 200;
     for (const auto& k : kPoolCases) {
       const std::int64_t oh = ops::window_output_size(k.h, k.k, k.stride, k.pad);
       const std::int64_t ow = ops::window_output_size(k.w, k.k, k.stride, k.pad);
-      const ops::Pool2dParams p{k.k, k.k, k.stride, k.stride, k.pad, k.pad};
+      const ops::Pool2dParams p{k.k, k.k, k.stride, k.stride, k.pad, k.pad, layout};
       Tensor x = random_tensor({k.n, k.c, k.h, k.w}, ++stream);
       Tensor dy = random_tensor({k.n, k.c, oh, ow}, ++stream);
       auto xv = to_double(x), dyv = to_double(dy);
@@ -190,20 +230,22 @@ TEST(Pool2d, MaxAndAveragePoolingMatchDirectLoops) {
             }
       const std::string what = std::to_string(k.h) + "x" + std::to_string(k.w) + " k" +
                                std::to_string(k.k) + " s" + std::to_string(k.stride) + " p" +
-                               std::to_string(k.pad) + " threads " + std::to_string(threads);
+                               std::to_string(k.pad) + " threads " + std::to_string(threads) + " " +
+                               layout_name(layout);
+      const Tensor x_in = in_layout(x, layout), dy_in = in_layout(dy, layout);
       Tensor y = Tensor::empty({k.n, k.c, oh, ow}), ws;
-      ops::pool2d_forward(ctx, ops::PoolKind::Max, x, y, ws, p);
-      EXPECT_TRUE(all_close(y, max_ref, 0, 0)) << what;
+      ops::pool2d_forward(ctx, ops::PoolKind::Max, x_in, y, ws, p);
+      EXPECT_TRUE(all_close(from_layout(y, layout), max_ref, 0, 0)) << what;
       ASSERT_TRUE(ws.defined()) << "max pooling returns its argmax workspace";
       Tensor dx = random_tensor({k.n, k.c, k.h, k.w}, ++stream);  // overwritten
-      ops::pool2d_backward(ctx, ops::PoolKind::Max, dy, ws, dx, p);
-      EXPECT_TRUE(all_close(dx, dmax_ref, 1e-6, 1e-6)) << what;
+      ops::pool2d_backward(ctx, ops::PoolKind::Max, dy_in, ws, dx, p);
+      EXPECT_TRUE(all_close(from_layout(dx, layout), dmax_ref, 1e-6, 1e-6)) << what;
 
       Tensor ws_avg;
-      ops::pool2d_forward(ctx, ops::PoolKind::Avg, x, y, ws_avg, p);
-      EXPECT_TRUE(all_close(y, avg_ref, 1e-5, 1e-6)) << what;
-      ops::pool2d_backward(ctx, ops::PoolKind::Avg, dy, ws_avg, dx, p);
-      EXPECT_TRUE(all_close(dx, davg_ref, 1e-5, 1e-6)) << what;
+      ops::pool2d_forward(ctx, ops::PoolKind::Avg, x_in, y, ws_avg, p);
+      EXPECT_TRUE(all_close(from_layout(y, layout), avg_ref, 1e-5, 1e-6)) << what;
+      ops::pool2d_backward(ctx, ops::PoolKind::Avg, dy_in, ws_avg, dx, p);
+      EXPECT_TRUE(all_close(from_layout(dx, layout), davg_ref, 1e-5, 1e-6)) << what;
     }
   }
 }
@@ -212,4 +254,69 @@ TEST(Pool2d, MaxBackwardWithoutTheForwardWorkspaceIsAnError) {
   ops::Context ctx;
   Tensor dy = Tensor::zeros({1, 1, 2, 2}), dx = Tensor::zeros({1, 1, 4, 4});
   EXPECT_THROW(ops::pool2d_backward(ctx, ops::PoolKind::Max, dy, Tensor(), dx, {}), Error);
+}
+
+TEST(Pool2d, ChannelsLastIsTheNchwResultTransposedBitForBit) {
+  // Both layouts visit each window in the same order and add each gradient in the same order.
+  ops::Context ctx(Device::cpu(), 2);
+  std::uint64_t stream = 300;
+  for (const auto& k : kPoolCases) {
+    const std::int64_t oh = ops::window_output_size(k.h, k.k, k.stride, k.pad);
+    const std::int64_t ow = ops::window_output_size(k.w, k.k, k.stride, k.pad);
+    Tensor x = random_tensor({k.n, k.c, k.h, k.w}, ++stream);
+    Tensor dy = random_tensor({k.n, k.c, oh, ow}, ++stream);
+    for (ops::PoolKind kind : {ops::PoolKind::Max, ops::PoolKind::Avg}) {
+      Tensor out[2], grad[2];
+      for (ops::ImageLayout layout : kLayouts) {
+        const ops::Pool2dParams p{k.k, k.k, k.stride, k.stride, k.pad, k.pad, layout};
+        const int i = layout == ops::ImageLayout::NHWC;
+        Tensor y = Tensor::empty({k.n, k.c, oh, ow}), dx = Tensor::empty(x.shape()), ws;
+        ops::pool2d_forward(ctx, kind, in_layout(x, layout), y, ws, p);
+        ops::pool2d_backward(ctx, kind, in_layout(dy, layout), ws, dx, p);
+        out[i] = from_layout(y, layout);
+        grad[i] = from_layout(dx, layout);
+      }
+      EXPECT_TRUE(lockstep::testing::bitwise_equal(out[1], out[0])) << k.c << "x" << k.h;
+      EXPECT_TRUE(lockstep::testing::bitwise_equal(grad[1], grad[0])) << k.c << "x" << k.h;
+    }
+  }
+}
+
+TEST(BatchTranspose, SwapsTheLastTwoDimensionsOfEveryBatchEntry) {
+  for (int threads : {1, 2}) {
+    ops::Context ctx(Device::cpu(), threads);
+    // Tiles of 32 with remainders on both sides, and a batch large enough to split over threads.
+    for (const Shape& s : {Shape{3, 5, 7}, Shape{2, 33, 70}, Shape{64, 64, 49}, Shape{1, 1, 9}}) {
+      Tensor x = random_tensor(s, 400), y = random_tensor({s[0], s[2], s[1]}, 401);
+      ops::batch_transpose(ctx, x, y);
+      std::vector<float> xv = x.to_vector<float>(), yv = y.to_vector<float>();
+      bool same = true;
+      for (std::int64_t b = 0; b < s[0]; ++b)
+        for (std::int64_t i = 0; i < s[1]; ++i)
+          for (std::int64_t j = 0; j < s[2]; ++j)
+            same &= yv[static_cast<std::size_t>((b * s[2] + j) * s[1] + i)] ==
+                    xv[static_cast<std::size_t>((b * s[1] + i) * s[2] + j)];
+      EXPECT_TRUE(same) << shape_str(s) << " threads " << threads;
+      Tensor back = Tensor::empty(s);
+      ops::batch_transpose(ctx, y, back);
+      EXPECT_TRUE(lockstep::testing::bitwise_equal(back, x)) << shape_str(s);
+    }
+  }
+}
+
+TEST(BatchTranspose, WrongShapesAndOverlapAreErrors) {
+  ops::Context ctx;
+  Tensor x = Tensor::zeros({2, 3, 4});
+  Tensor same_shape = Tensor::zeros({2, 3, 4});
+  try {
+    ops::batch_transpose(ctx, x, same_shape);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 4, 3]"), std::string::npos) << e.what();
+  }
+  Tensor buffer = Tensor::zeros({48});
+  Tensor a = buffer.sub(0, {2, 3, 4}), b = buffer.sub(12, {2, 4, 3});
+  EXPECT_THROW(ops::batch_transpose(ctx, a, b), Error);  // b starts inside a
+  Tensor c = buffer.sub(24, {2, 4, 3});
+  EXPECT_NO_THROW(ops::batch_transpose(ctx, a, c));  // the same storage, apart
 }

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/nn/conv.hpp"
 #include "lockstep/nn/linear.hpp"
 #include "lockstep/nn/loss.hpp"
 #include "lockstep/nn/model.hpp"
@@ -386,6 +387,64 @@ TEST(Bf16Linear, RoundingItsInputAndGradientOnceGivesTheBitsOfRoundingThemPerGem
       }
     }
   }
+}
+
+TEST(Bf16Conv2d, RoundingItsInputAndGradientOnceGivesTheBitsOfRoundingThemPerOp) {
+  SKIP_WITHOUT_BF16();
+  // nn::Conv2d rounds x and dy to bf16 once each and hands the copies to its convolutions (bf16
+  // activation inputs); the reference is the ops on the f32 tensors, which round them inside
+  // oneDNN's reorders. Same bits required, in both layouts (NHWC: the bf16 copies are read as they
+  // are), with and without a bias (which keeps dy in f32), the input gradient wanted or not.
+  for (int run = 0; run < 8; ++run) {
+    const bool nhwc = run & 1, bias = run & 2, input_grad = run & 4;
+    auto ctx = bf16_context(2);
+    nn::Conv2d layer(16, 24, 3, 2, 1, bias);
+    layer.reset_parameters(5, "c.");
+    layer.set_input_grad(input_grad);
+    layer.set_channels_last(nhwc);
+    const ops::Conv2dParams p{2, 2, 1, 1, nhwc ? ops::ImageLayout::NHWC : ops::ImageLayout::NCHW};
+    Tensor w = layer.weight().value;
+    Tensor x = random_tensor({3, 16, 9, 9}, 90), dy = random_tensor({3, 24, 5, 5}, 91);
+    (void)layer.forward(*ctx, random_tensor({3, 16, 9, 9}, 92));  // evaluation: no backward
+    ops::fill(*ctx, layer.weight().grad, 0.0f);
+    if (bias) ops::fill(*ctx, layer.bias().grad, 0.0f);
+    Tensor y = layer.forward(*ctx, x).clone();
+    Tensor dx = layer.backward(*ctx, dy);
+
+    Tensor y_ref = Tensor::empty(y.shape()), dx_ref = Tensor::empty(x.shape());
+    Tensor dw_ref = Tensor::zeros(w.shape()), db_ref = Tensor::zeros({24}), no_bias;
+    ops::conv2d_forward(*ctx, x, w, bias ? layer.bias().value : no_bias, y_ref, p);
+    ops::conv2d_backward_weights(*ctx, x, dy, dw_ref, bias ? db_ref : no_bias, p);
+    ops::conv2d_backward_data(*ctx, dy, w, dx_ref, p);
+    const std::string where = str("NHWC ", nhwc, ", bias ", bias, ", input_grad ", input_grad);
+    EXPECT_TRUE(bitwise_equal(y, y_ref)) << where;
+    EXPECT_TRUE(bitwise_equal(layer.weight().grad, dw_ref)) << where;
+    if (bias) {
+      EXPECT_TRUE(bitwise_equal(layer.bias().grad, db_ref)) << where;
+    }
+    if (input_grad) {
+      EXPECT_TRUE(bitwise_equal(dx, dx_ref)) << where;
+    } else {
+      EXPECT_FALSE(dx.defined()) << where;
+    }
+  }
+}
+
+TEST(Bf16Conv, Bf16ActivationsAreUsedAsTheyAreAndRefusedOutsideBf16) {
+  SKIP_WITHOUT_BF16();
+  auto ctx = bf16_context(1);
+  Tensor x = random_tensor({2, 8, 6, 6}, 93), w = random_tensor({4, 8, 3, 3}, 94);
+  Tensor x16 = Tensor::empty(x.shape(), DType::BF16);
+  ops::cast(*ctx, x, x16);
+  const ops::Conv2dParams p{1, 1, 1, 1};
+  Tensor y1 = Tensor::empty({2, 4, 6, 6}), y2 = Tensor::empty({2, 4, 6, 6});
+  ops::conv2d_forward(*ctx, x, w, Tensor(), y1, p);
+  ops::conv2d_forward(*ctx, x16, w, Tensor(), y2, p);
+  EXPECT_TRUE(bitwise_equal(y1, y2));
+  ops::Context fp32;
+  EXPECT_THROW(ops::conv2d_forward(fp32, x16, w, Tensor(), y2, p), Error);
+  Tensor y16 = Tensor::empty({2, 4, 6, 6}, DType::BF16);  // outputs stay f32
+  EXPECT_THROW(ops::conv2d_forward(*ctx, x, w, Tensor(), y16, p), Error);
 }
 
 namespace {

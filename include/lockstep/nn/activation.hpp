@@ -1,5 +1,6 @@
 // Elementwise activations. ReLU keeps its output for backward (relu'(x) is read off y > 0);
-// GELU is the exact erf form (torch.nn.GELU's default) and keeps its input.
+// GELU is the exact erf form (torch.nn.GELU's default) and keeps its input. Both work on any
+// memory order, channels-last included.
 #pragma once
 
 #include "lockstep/nn/module.hpp"
@@ -10,6 +11,7 @@ class ReLU final : public Module {
  public:
   std::string type() const override { return "relu"; }
   Shape output_shape(const Shape& input) const override { return input; }
+  bool supports_channels_last() const override { return true; }
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
 
@@ -18,14 +20,14 @@ class ReLU final : public Module {
   }
 
  private:
-  Tensor y_, dx_;
-  bool have_output_ = false;
+  Tensor y_;  // forward's output, for backward
 };
 
 class GELU final : public Module {
  public:
   std::string type() const override { return "gelu"; }
   Shape output_shape(const Shape& input) const override { return input; }
+  bool supports_channels_last() const override { return true; }
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
 
@@ -35,7 +37,6 @@ class GELU final : public Module {
 
  private:
   Tensor x_;
-  Tensor y_, dx_;
 };
 
 }  // namespace lockstep::nn

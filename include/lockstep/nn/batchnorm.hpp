@@ -2,6 +2,8 @@
 // channel, as torch.nn.BatchNorm*d: gamma = 1, beta = 0 at start; running mean/var (Buffers, 0
 // and 1 at start) updated with momentum 0.1 and the unbiased variance in training mode and used
 // in evaluation mode. backward is correct in both modes (evaluation mode: a fixed affine map).
+// Channels-last, BatchNorm2d is BatchNorm1d over the [N*H*W, C] rows: the same statistics, each
+// pixel's channels contiguous.
 #pragma once
 
 #include "lockstep/nn/module.hpp"
@@ -26,6 +28,7 @@ class BatchNorm : public Module {
   void reset_parameters(std::uint64_t seed, const std::string& prefix) override;
   void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
   void collect_buffers(const std::string& prefix, std::vector<Buffer*>& out) override;
+  bool supports_channels_last() const override { return spatial_dims_ == 2; }
 
   Parameter& weight() { return gamma_; }
   Parameter& bias() { return beta_; }
@@ -35,7 +38,9 @@ class BatchNorm : public Module {
   std::unique_ptr<Module> clone_structure(Device device) const override;
 
  private:
-  Tensor backward_eval(ops::Context& ctx, const Tensor& x, const Tensor& dy);
+  Tensor backward_eval(ops::Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
+  // What the ops see of t: t itself, or channels-last its [N*H*W, C] rows.
+  Tensor as_ops_input(const Tensor& t) const;
 
   int spatial_dims_;
   std::int64_t channels_;
@@ -45,7 +50,6 @@ class BatchNorm : public Module {
   bool forward_was_training_ = true;
   Tensor x_;
   Tensor save_mean_, save_invstd_;
-  Tensor y_, dx_;
   Tensor zeros_, ones_, scratch_;  // evaluation-mode backward only
 };
 

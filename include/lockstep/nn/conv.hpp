@@ -1,6 +1,7 @@
-// 2-D convolution over NCHW input with square kernels, symmetric stride and zero padding, and an
-// optional bias. Weight [out, in, k, k] as torch.nn.Conv2d (so initial values and checkpoints
-// line up); the kernels are ops::conv2d_* (oneDNN on the CPU, cuDNN on GPUs).
+// 2-D convolution over [N, C, H, W] input (NCHW, or NHWC when channels-last) with square kernels,
+// symmetric stride and zero padding, and an optional bias. Weight [out, in, k, k] as
+// torch.nn.Conv2d (so initial values and checkpoints line up); the kernels are ops::conv2d_*
+// (oneDNN on the CPU, cuDNN on GPUs).
 #pragma once
 
 #include "lockstep/nn/module.hpp"
@@ -21,6 +22,8 @@ class Conv2d final : public Module {
   void reset_parameters(std::uint64_t seed, const std::string& prefix) override;
   void collect_parameters(const std::string& prefix, std::vector<Parameter*>& out) override;
   double forward_flops(const Shape& input) const override;
+  bool supports_channels_last() const override { return true; }
+  void set_channels_last(bool on) override;
 
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }  // undefined value when built without bias
@@ -37,7 +40,6 @@ class Conv2d final : public Module {
   bool has_bias_;
   Parameter weight_, bias_;
   Tensor x_;
-  Tensor y_, dx_;
 };
 
 }  // namespace lockstep::nn

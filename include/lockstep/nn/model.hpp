@@ -81,6 +81,15 @@ class Model {
   // (Parameter::overwrites_grad) marked stale for its next backward to overwrite.
   void zero_grad(ops::Context& ctx);
 
+  // Channels-last activations (model.channels_last; docs/IMAGES.md, "Channels-last"): on, every
+  // top-level layer that takes a 4-D input and supports_channels_last() runs in NHWC, and the model
+  // converts where the layout changes: the NCHW input once before the first such layer, and back
+  // to NCHW before a layer that needs it (a flatten, so the linear layer after it sees the same
+  // feature order, and checkpoints mean the same), the gradients likewise in backward. Parameters
+  // are unaffected. Returns the number of top-level layers that run channels-last (0: none can).
+  std::int64_t set_channels_last(bool on);
+  bool channels_last() const { return channels_last_; }
+
   // As given to build, presets expanded and head added; both empty for a model composed in C++.
   const std::string& spec() const { return spec_; }
   const std::string& layer_spec() const { return layer_spec_; }
@@ -103,6 +112,7 @@ class Model {
   Device device() const { return device_; }
   std::size_t num_layers() const { return layers_.size(); }
   Module& layer(std::size_t i) { return layers_.at(i); }
+  const Module& layer(std::size_t i) const { return layers_.at(i); }
 
   // Dropout masks depend on (seed, layer name, number of training forwards so far). DDP gives
   // each rank its own seed; a trainer resuming from a checkpoint restores the call count.
@@ -141,12 +151,25 @@ class Model {
   std::vector<Buffer*> buffers_;
   GradReadyFn grad_ready_;
   bool training_ = true;
+  // Channels-last (set_channels_last): per top-level layer, whether its input is NHWC.
+  bool channels_last_ = false;
+  std::vector<char> nhwc_input_;
 };
 
 // Calls fn on every module of the model, depth first: each layer, and the modules inside a
 // Sequential (a composed model nests them). The whole-model settings use it
 // (zero_init_residual, set_recompute).
 void for_each_module(Model& model, const std::function<void(Module&)>& fn);
+
+// model.channels_last: on, off, or auto (Model::set_channels_last where measured faster).
+enum class ChannelsLast { Auto, On, Off };
+// "auto", "on" or "off"; anything else is an error naming the value.
+ChannelsLast channels_last_from_name(const std::string& name);
+// Whether `setting` runs `model` channels-last on ctx's device and precision. Auto: on for image
+// models with convolutions, on every device. Measured faster on the CPU (docs/PERFORMANCE.md,
+// "ResNet-50 on the CPU"); on CUDA it is cuDNN's tensor-core layout, and bench/gpu-check.sh
+// measures both (resnet, resnet-nchw) for the GPU's rule, not yet measured.
+bool resolve_channels_last(ChannelsLast setting, const Model& model, const ops::Context& ctx);
 
 // Fills every gradient of `params` still marked stale (Parameter::grad_stale) with zeros and
 // clears the mark: what reads gradients outside backward calls it first.

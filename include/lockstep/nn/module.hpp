@@ -2,12 +2,13 @@
 // backward takes dL/dy, accumulates dL/dparam into each Parameter's grad (+=) and returns dL/dx.
 // Parameters and buffers have stable dotted names ("3.weight", "5.bn1.running_mean") by which
 // checkpoints, the reducer and the DataParallel baseline address them.
-// Tensors a module returns (outputs, dL/dx) live in buffers the module reuses on its next call
-// when nobody else still holds them (see src/nn/buffers.hpp), so holding on to one is safe but
-// costs a fresh allocation. backward consumes the input cached by forward: one backward per
-// forward, in training and evaluation mode alike.
-// A layer of one's own is a subclass (see docs/ARCHITECTURE.md, "How to add a layer"); it trains
-// under DDP and ZeRO-1 as it is, and under DataParallel once it implements clone_structure.
+// Tensors a module returns (outputs, dL/dx) live in buffers that are reused once nobody holds
+// them: the context's transients (ops::Context::transient, shared by all layers, so a step holds
+// only what is live at once) or buffers of the module's own (src/nn/buffers.hpp). Holding on to
+// one is safe but costs a fresh allocation. backward consumes the input cached by forward: one
+// backward per forward, in training and evaluation mode alike. A layer of one's own is a subclass
+// (see docs/ARCHITECTURE.md, "How to add a layer"); it trains under DDP and ZeRO-1 as it is, and
+// under DataParallel once it implements clone_structure.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 
 #include "lockstep/core/tensor.hpp"
 #include "lockstep/ops/context.hpp"
+#include "lockstep/ops/ops.hpp"
 
 namespace lockstep::nn {
 
@@ -99,6 +101,13 @@ class Module {
   // then returns an undefined Tensor.
   virtual void set_input_grad(bool needed) { input_grad_ = needed; }
   bool input_grad() const { return input_grad_; }
+  // Channels-last activations (ops::ImageLayout::NHWC), decided once per model
+  // (Model::set_channels_last): a module that can take its 4-D input and return its 4-D output
+  // channels-last says so, and the model tells it when to. Shapes stay [N, C, H, W] either way;
+  // only the memory order changes. A composite supports it when all of its children do.
+  virtual bool supports_channels_last() const { return false; }
+  virtual void set_channels_last(bool on);
+  bool channels_last() const { return channels_last_; }
   // Forward FLOPs for one sample of the given input shape (multiply-add = 2); for benchmarks.
   virtual double forward_flops(const Shape& input) const {
     (void)input;
@@ -139,8 +148,14 @@ class Module {
   std::unique_ptr<Module> clone(Device device) const;
 
  protected:
+  // The layout of this module's 4-D activations, for the ops that take one.
+  ops::ImageLayout image_layout() const {
+    return channels_last_ ? ops::ImageLayout::NHWC : ops::ImageLayout::NCHW;
+  }
+
   bool training_ = true;
   bool input_grad_ = true;
+  bool channels_last_ = false;
 };
 
 }  // namespace lockstep::nn

@@ -1,6 +1,7 @@
-// Pooling over NCHW input: max and average pooling with a square window, and global average
-// pooling, which reduces [N, C, H, W] to [N, C] so a linear layer can follow it directly.
-// Kernels are ops::pool2d_* (oneDNN / cuDNN).
+// Pooling over [N, C, H, W] input (NCHW, or NHWC when channels-last): max and average pooling
+// with a square window, and global average pooling, which reduces [N, C, H, W] to [N, C] (the
+// same in either layout) so a linear layer can follow it directly.
+// Kernels are ops::pool2d_* (own loops on the CPU and CUDA).
 #pragma once
 
 #include "lockstep/nn/module.hpp"
@@ -18,6 +19,8 @@ class Pool2d : public Module {
   Shape output_shape(const Shape& input) const override;
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
+  bool supports_channels_last() const override { return true; }
+  void set_channels_last(bool on) override;
 
   std::unique_ptr<Module> clone_structure(Device device) const override;
 
@@ -26,7 +29,6 @@ class Pool2d : public Module {
   ops::Pool2dParams params_;
   Tensor workspace_;  // backend state for backward (argmax for max pooling)
   Shape x_shape_;
-  Tensor y_, dx_;
 };
 
 class MaxPool2d final : public Pool2d {
@@ -45,6 +47,7 @@ class GlobalAvgPool final : public Module {
  public:
   std::string type() const override { return "gap"; }
   Shape output_shape(const Shape& input) const override;
+  bool supports_channels_last() const override { return true; }
   Tensor forward(ops::Context& ctx, const Tensor& x) override;
   Tensor backward(ops::Context& ctx, const Tensor& dy) override;
 
@@ -56,7 +59,6 @@ class GlobalAvgPool final : public Module {
   ops::Pool2dParams params_for(const Shape& input) const;
   Tensor workspace_;
   Shape x_shape_;
-  Tensor y_, dx_;
 };
 
 }  // namespace lockstep::nn

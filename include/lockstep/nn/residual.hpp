@@ -35,6 +35,8 @@ class ResidualBlock : public Module {
   void set_training(bool training) override;
   void set_input_grad(bool needed) override;
   double forward_flops(const Shape& input) const override;
+  bool supports_channels_last() const override;  // its layers do; the sum is elementwise
+  void set_channels_last(bool on) override;
 
   bool has_downsample() const { return downsample_conv_ != nullptr; }
   // The BatchNorm that closes the branch: with its scale 0 the block starts as
@@ -67,7 +69,6 @@ class ResidualBlock : public Module {
   std::unique_ptr<Conv2d> downsample_conv_;  // null for the identity shortcut
   std::unique_ptr<BatchNorm2d> downsample_bn_;
   ReLU relu_out_;
-  Tensor sum_, dx_;
 };
 
 // The basic block: two 3x3 convolutions, the first with the block's stride (spec token `res`).

@@ -45,6 +45,9 @@ class Sequential final : public Module {
   void set_training(bool training) override;
   // Only the first child's input is this module's input; the others always pass dL/dx on.
   void set_input_grad(bool needed) override;
+  // When every child can run channels-last (Module::supports_channels_last); each is told.
+  bool supports_channels_last() const override;
+  void set_channels_last(bool on) override;
   double forward_flops(const Shape& input) const override;
   // The last child's (the output is its output); false when empty.
   bool output_overwritable() const override;

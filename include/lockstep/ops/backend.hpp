@@ -23,6 +23,7 @@ class Backend {
 
   virtual void fill(Tensor& t, float value) = 0;
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  virtual void batch_transpose(const Tensor& x, Tensor& y) = 0;
 
   virtual void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                     float beta, Tensor& c) = 0;

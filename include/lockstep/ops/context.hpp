@@ -71,6 +71,18 @@ class Context {
   // Ids are never reused within a Context.
   std::uint64_t reuse_id(const Tensor& t) const;
 
+  // A tensor of `shape` on this context's device for a transient result (a layer's output that
+  // only the next layer reads, a gradient on its way down the backward pass), in a buffer that
+  // no other Tensor shares. Buffers are kept and handed out again once every Tensor sharing them
+  // is gone (the smallest free one that fits, at most twice the size), so a steady-state step
+  // allocates nothing (a fresh block costs page faults on the CPU) and holds only the transients
+  // live at once: per-layer buffers held every layer's output and gradient, 2-3x the memory of a
+  // conv net's step. A Tensor the caller keeps simply keeps its buffer out of reach. Device buffers
+  // are reused in the order of this context's stream, as the caching allocator reuses blocks.
+  Tensor transient(const Shape& shape, DType dtype = DType::F32);
+  // Bytes of the buffers transient() holds, in use or free.
+  std::size_t transient_bytes() const;
+
  private:
   Device device_;
   int threads_;
@@ -80,6 +92,7 @@ class Context {
   std::vector<std::pair<std::uintptr_t, std::int64_t>> reuse_;  // sorted (address, numel)
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Backend> backend_;
+  std::vector<Tensor> transients_;  // last: its device buffers go before the backend
 };
 
 }  // namespace lockstep::ops

@@ -3,7 +3,8 @@
 // op and the tensors) and forwards to the Context's Backend (CPU: OpenBLAS + oneDNN + own loops;
 // CUDA: cuBLAS + cuDNN + own kernels).
 //
-// Conventions: tensors are contiguous, images NCHW, compute dtype f32, labels i32.
+// Conventions: tensors are contiguous, images [N, C, H, W] (stored NCHW unless an op's
+// ImageLayout says NHWC), compute dtype f32, labels i32.
 // Ops that produce a *parameter* gradient accumulate into it (dw += ...), as PyTorch does, so
 // gradient accumulation and DDP bucket views need no extra copies; every other output is
 // overwritten.
@@ -29,9 +30,16 @@
 
 namespace lockstep::ops {
 
+// How an image batch of shape [N, C, H, W] lies in memory. Shapes are always given as
+// [N, C, H, W]; NHWC ("channels-last", PyTorch's torch.channels_last) stores element
+// (n, c, h, w) at ((n H + h) W + w) C + c, so the C values of a pixel are contiguous: the layout
+// oneDNN's AMX kernels and cuDNN's tensor cores convolve in without a transposition.
+enum class ImageLayout { NCHW, NHWC };
+
 struct Conv2dParams {
   int stride_h = 1, stride_w = 1;
   int pad_h = 0, pad_w = 0;
+  ImageLayout layout = ImageLayout::NCHW;  // of x, y, dx and dy; weights are always [O, I, KH, KW]
 };
 // Output spatial size of a conv/pool window: (in + 2*pad - kernel) / stride + 1.
 std::int64_t window_output_size(std::int64_t in, int kernel, int stride, int pad);
@@ -41,6 +49,7 @@ struct Pool2dParams {
   int kernel_h = 2, kernel_w = 2;
   int stride_h = 2, stride_w = 2;
   int pad_h = 0, pad_w = 0;
+  ImageLayout layout = ImageLayout::NCHW;  // of x, y, dx and dy (and of max pooling's workspace)
 };
 
 struct SgdParams {
@@ -75,6 +84,10 @@ void copy(Context& ctx, const Tensor& src, Tensor& dst);  // same dtype and nume
 // f32 -> bf16 (round to nearest even; NaN stays NaN; f32 subnormals may flush to zero, as
 // AVX512-BF16 does) or bf16 -> f32 (exact); same numel, same device.
 void cast(Context& ctx, const Tensor& src, Tensor& dst);
+// y[b, j, i] = x[b, i, j] for f32 x [B, M, K] and y [B, K, M] (exact: a copy in another order).
+// An NCHW image batch viewed as [N, C, H*W] becomes its NHWC form [N, H*W, C], and back with
+// the roles swapped: how a model converts its activations where the layout changes.
+void batch_transpose(Context& ctx, const Tensor& x, Tensor& y);
 
 // ---- dense linear algebra (2-D f32): c = alpha * op(a) @ op(b) + beta * c
 // In the context's precision (ops/precision.hpp). On a bf16 context a and b may also be bf16
@@ -115,8 +128,11 @@ void dropout_backward(Context& ctx, const Tensor& dy, const Tensor& mask, float 
 void normalize_input(Context& ctx, const Tensor& x, const std::vector<float>& mean,
                      const std::vector<float>& stddev, Tensor& y);
 
-// ---- convolution and pooling (NCHW f32); w is [O, I, KH, KW], b is [O] or undefined.
-// Convolutions compute in the context's precision (ops/precision.hpp); tensors stay f32.
+// ---- convolution and pooling (f32 [N, C, H, W] in the params' layout); w is [O, I, KH, KW], b is
+// [O] or undefined. Convolutions compute in the context's precision (ops/precision.hpp); outputs
+// stay f32. On a bf16 context the activation inputs (x of forward and backward-weights, dy of
+// backward-data and backward-weights) may also be bf16 tensors, used as they are (f32 ones are
+// rounded to bf16 first), as gemm's operands: a layer rounds what two ops read only once.
 void conv2d_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                     const Conv2dParams& p);
 void conv2d_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, Tensor& dx,
@@ -131,7 +147,8 @@ void pool2d_forward(Context& ctx, PoolKind kind, const Tensor& x, Tensor& y, Ten
 void pool2d_backward(Context& ctx, PoolKind kind, const Tensor& dy, const Tensor& workspace,
                      Tensor& dx, const Pool2dParams& p);
 
-// ---- batch normalisation over x of shape [N, C] or [N, C, H, W], statistics per channel.
+// ---- batch normalisation over x of shape [N, C] or [N, C, H, W] (NCHW), statistics per channel.
+// An NHWC batch is x viewed as [N*H*W, C]: the same statistics, with contiguous channels.
 // Training: batch statistics, running stats updated with momentum (running = (1-m) running +
 // m * stat, unbiased variance, as PyTorch). save_mean/save_invstd ([C]) are for the backward.
 void batchnorm_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -34,6 +34,7 @@ struct Config {
   // [model]
   std::string model_spec = "mlp:256,256";
   bool model_zero_init_residual = false;
+  std::string model_channels_last = "auto";
   // [train]
   std::int64_t train_epochs = 1;
   std::int64_t train_global_batch = 256;

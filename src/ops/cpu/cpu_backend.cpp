@@ -85,6 +85,31 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
   });
 }
 
+void CpuBackend::batch_transpose(const Tensor& x, Tensor& y) {
+  const std::int64_t batch = x.dim(0), m = x.dim(1), k = x.dim(2);
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  // Square tiles: a tile's rows are read and its columns written while both stay in L1.
+  constexpr std::int64_t kTile = 32;
+  const std::int64_t row_tiles = (m + kTile - 1) / kTile;
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, kParallelGrain / (kTile * std::max<std::int64_t>(k, 1)));
+  parallel_range(ctx_.pool(), batch * row_tiles, grain, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t b = t / row_tiles, i0 = (t % row_tiles) * kTile;
+      const std::int64_t i1 = std::min(m, i0 + kTile);
+      const float* xb = px + b * m * k;
+      float* yb = py + b * m * k;
+      for (std::int64_t j0 = 0; j0 < k; j0 += kTile) {
+        const std::int64_t j1 = std::min(k, j0 + kTile);
+        for (std::int64_t i = i0; i < i1; ++i)
+          for (std::int64_t j = j0; j < j1; ++j)
+            yb[j * m + i] = xb[i * k + j];
+      }
+    }
+  });
+}
+
 void CpuBackend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                       float beta, Tensor& c) {
   gemm_k(trans_a, trans_b, trans_a ? a.dim(0) : a.dim(1), alpha, a, b, beta, c);

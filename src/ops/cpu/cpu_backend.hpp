@@ -38,6 +38,7 @@ class CpuBackend final : public Backend {
 
   void fill(Tensor& t, float value) override;
   void copy(const Tensor& src, Tensor& dst) override;
+  void batch_transpose(const Tensor& x, Tensor& y) override;
 
   void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
             Tensor& c) override;

@@ -1,21 +1,32 @@
 // CPU convolution through oneDNN (pooling is own loops: cpu_pool.cpp). Each distinct
-// (op, shape, params) gets its primitive descriptor, argument map, scratchpad and reorders built
-// once and cached in this backend, i.e. per Context: two Contexts never share a cache and need no
-// lock. Layouts (measured, docs/PERFORMANCE.md): oneDNN picks them (format "any": blocked
-// nChw8c/OIhw8i8o on AVX2) for backward-weights always and for forward/backward-data when the
-// input has at least kBlockedMinChannels channels; with plain NCHW it falls back to im2col+gemm
-// kernels that were 1.5-2x slower there and 25x slower for 1-channel backward-weights. For inputs
-// with few channels (the first layer) plain NCHW forward/backward-data was 1-2x / 2.5-5x faster,
-// the reorders costing more than the blocked kernel saves. lockstep tensors stay NCHW/OIHW, so
-// each call reorders into and out of the chosen layout where they differ.
-// LOCKSTEP_ONEDNN_PLAIN=1 in the environment forces plain layouts, for that comparison.
-// Parameter gradients accumulate (dw += ...): oneDNN writes its weight/bias gradients to
-// buffers owned by the cache entry, which are then added into dw/db.
+// (op, shape, params, layout, precision) gets its primitive descriptor, argument map and reorders
+// built once and cached in this backend, i.e. per Context: two Contexts never share a cache and
+// need no lock.
+// Layouts (measured, docs/PERFORMANCE.md):
+// - NHWC activations (Conv2dParams::layout, a channels-last model): the primitives take src/dst
+//   in NHWC, so the AMX and AVX-512 "brgconv" kernels read and write lockstep's tensors as they
+//   are, with no transposing reorder (in bf16 only the f32 -> bf16 conversion, in the same order).
+//   Forcing nhwc (rather than letting oneDNN pick with "any") measured fastest or even on
+//   ResNet-50's shapes; oneDNN picks for weights.
+// - NCHW activations: oneDNN picks (format "any": blocked nChw16c/OIhw16i16o on AVX-512) for
+//   backward-weights always and for forward/backward-data when the input has at least
+//   kBlockedMinChannels channels; with plain NCHW it falls back to im2col+gemm kernels that were
+//   1.5-2x slower there and 25x slower for 1-channel backward-weights. For inputs with few
+//   channels (the first layer) plain NCHW forward/backward-data was 1-2x / 2.5-5x faster, the
+//   reorders costing more than the blocked kernel saves. Each call reorders into and out of the
+//   chosen layout where it differs. LOCKSTEP_ONEDNN_PLAIN=1 in the environment forces plain
+//   layouts, for that comparison.
+// Memory: the reordered copies, oneDNN's scratchpads and the weight-gradient outputs of every
+// cached primitive live in one arena per backend, sized to the largest single call, since calls
+// never overlap: a ResNet-50 holds one such set instead of one per convolution and direction.
+// Parameter gradients accumulate (dw += ...): oneDNN writes its weight/bias gradients into the
+// arena, which are then added into dw/db.
 // Precision bf16 (ops/precision.hpp): the same primitives with bf16 inputs (src, weights,
 // diff_dst) and f32 outputs (dst, diff_src, diff_weights, bias), accumulating in f32; the input
-// reorders above then also convert f32 -> bf16, so a bf16 convolution costs no extra pass. The
-// weights are converted per call: convolution weights are small next to the activations (18K
-// elements against 1.6M for fashion_cnn's second layer at batch 256).
+// reorders above then also convert f32 -> bf16, so a bf16 convolution costs no extra pass, and an
+// input already in bf16 (a layer that passes the same activation to two ops rounds it once)
+// needs none at all in NHWC. The weights are converted per call: convolution weights are small
+// next to the activations (18K elements against 1.6M for fashion_cnn's second layer at batch 256).
 #include <omp.h>
 
 #include <array>
@@ -48,14 +59,23 @@ bool force_plain_layout() {
   return plain;
 }
 
-// One tensor argument of a primitive: `user` wraps the lockstep tensor (plain layout, data
-// handle set per call); when the primitive wants another layout, `inner` is an owned buffer in
-// that layout and `reorder` converts between them (before the primitive for inputs, after it
-// for outputs).
+// Where a buffer of a cached primitive lives: [offset, offset + bytes) of the backend's arena.
+struct ArenaSlot {
+  memory mem;  // handle set to the arena before every execution
+  std::size_t offset = 0;
+};
+
+// One tensor argument of a primitive: `user` wraps the lockstep tensor (its layout, data handle
+// set per call, or an arena slot for the weight-gradient outputs); when the primitive wants
+// another layout, `inner` is an arena slot in that layout and `reorder` converts between them
+// (before the primitive for inputs, after it for outputs).
 struct Port {
-  int arg;
-  bool output;
-  memory user, inner;
+  int arg = 0;
+  bool output = false;
+  memory user;
+  bool user_in_arena = false;
+  std::size_t user_offset = 0;
+  ArenaSlot inner;
   dnnl::reorder reorder;
   bool reordered = false;
 };
@@ -64,18 +84,34 @@ struct Prim {
   dnnl::primitive prim;
   std::vector<Port> ports;
   std::unordered_map<int, memory> args;
-  memory scratchpad;               // owned, so execution never allocates
-  memory diff_weights, diff_bias;  // owned plain outputs of backward-weights, added into dw/db
+  ArenaSlot scratchpad;            // so execution never allocates
+  memory diff_weights, diff_bias;  // plain outputs of backward-weights (arena), added into dw/db
+  std::size_t arena_bytes = 0;     // this primitive's share of the arena, all slots together
 };
 
-memory::desc plain(const memory::dims& d, Tag tag) {
-  return memory::desc(d, Dt::f32, tag);
+memory::desc plain(const memory::dims& d, Tag tag, Dt dt = Dt::f32) {
+  return memory::desc(d, dt, tag);
 }
-// Below this many input channels forward and backward-data use plain NCHW (see the top).
+// A tensor's element type for oneDNN (f32, or bf16 for bf16 activation inputs).
+Dt dt_of(const Tensor& t) {
+  return t.dtype() == DType::BF16 ? Dt::bf16 : Dt::f32;
+}
+// Below this many input channels NCHW forward and backward-data use plain NCHW (see the top).
 constexpr std::int64_t kBlockedMinChannels = 8;
 
-memory::desc chosen(const memory::dims& d, Tag tag, bool blocked, Dt dt = Dt::f32) {
-  return memory::desc(d, dt, blocked && !force_plain_layout() ? Tag::any : tag);
+// lockstep's tag for an activation tensor.
+Tag user_tag(ImageLayout layout) {
+  return layout == ImageLayout::NHWC ? Tag::nhwc : Tag::nchw;
+}
+// The primitive's descriptor for an activation (see the top): nhwc as it is, or for NCHW the
+// blocked layout oneDNN picks or plain nchw.
+memory::desc activation(const memory::dims& d, ImageLayout layout, bool blocked, Dt dt = Dt::f32) {
+  if (layout == ImageLayout::NHWC) return memory::desc(d, dt, Tag::nhwc);
+  return memory::desc(d, dt, blocked && !force_plain_layout() ? Tag::any : Tag::nchw);
+}
+memory::desc weights(const memory::dims& d, ImageLayout layout, bool blocked, Dt dt = Dt::f32) {
+  const bool any = layout == ImageLayout::NHWC || (blocked && !force_plain_layout());
+  return memory::desc(d, dt, any ? Tag::any : Tag::oihw);
 }
 
 // Right padding that makes oneDNN's output size equal ours: the exact value can be below the
@@ -98,12 +134,20 @@ void accumulate(ThreadPool& pool, float* dst, const memory& src, std::int64_t n)
   });
 }
 
+constexpr std::size_t kArenaAlign = 64;  // a cache line, and oneDNN's preferred alignment
+
 }  // namespace
 
 struct DnnlState {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<Key, std::unique_ptr<Prim>> cache;
+  // The arena (see the top): grown to the largest primitive's arena_bytes, never shrunk.
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, FreeDeleter> arena;
+  std::size_t arena_size = 0;
 
   template <class Build>
   Prim& get(const Key& key, const Build& build) {
@@ -114,31 +158,42 @@ struct DnnlState {
     return *cache.emplace(key, std::move(p)).first->second;
   }
 
+  // A slot of `desc`'s size in `p`'s part of the arena.
+  ArenaSlot reserve(Prim& p, const memory::desc& desc) {
+    ArenaSlot slot{memory(desc, engine, nullptr), p.arena_bytes};
+    p.arena_bytes += (desc.get_size() + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+    return slot;
+  }
+
   // Adds a tensor argument whose lockstep layout is `user_desc` and whose primitive layout is
-  // `prim_desc`; `owned` makes the user-side buffer belong to the entry (backward-weights).
+  // `prim_desc`; `in_arena` puts the user-side buffer in the arena (backward-weights' outputs).
   memory add_port(Prim& p, int arg, bool output, const memory::desc& user_desc,
-                  const memory::desc& prim_desc, bool owned = false) {
-    Port port{arg,
-              output,
-              owned ? memory(user_desc, engine) : memory(user_desc, engine, nullptr),
-              memory(),
-              dnnl::reorder(),
-              false};
+                  const memory::desc& prim_desc, bool in_arena = false) {
+    Port port;
+    port.arg = arg;
+    port.output = output;
+    port.user = memory(user_desc, engine, nullptr);
+    if (in_arena) {
+      ArenaSlot slot = reserve(p, user_desc);
+      port.user = slot.mem;
+      port.user_in_arena = true;
+      port.user_offset = slot.offset;
+    }
     if (prim_desc != user_desc) {
-      port.inner = memory(prim_desc, engine);
-      port.reorder =
-          output ? dnnl::reorder(port.inner, port.user) : dnnl::reorder(port.user, port.inner);
+      port.inner = reserve(p, prim_desc);
+      port.reorder = output ? dnnl::reorder(port.inner.mem, port.user)
+                            : dnnl::reorder(port.user, port.inner.mem);
       port.reordered = true;
     }
-    p.args.emplace(arg, port.reordered ? port.inner : port.user);
+    p.args.emplace(arg, port.reordered ? port.inner.mem : port.user);
     memory user = port.user;
     p.ports.push_back(std::move(port));
     return user;
   }
 
   void add_scratchpad(Prim& p, const dnnl::primitive_desc_base& pd) {
-    p.scratchpad = memory(pd.scratchpad_desc(), engine);
-    p.args.emplace(DNNL_ARG_SCRATCHPAD, p.scratchpad);
+    p.scratchpad = reserve(p, pd.scratchpad_desc());
+    p.args.emplace(DNNL_ARG_SCRATCHPAD, p.scratchpad.mem);
   }
 
   void set(Prim& p, int arg, const void* data) {
@@ -151,15 +206,36 @@ struct DnnlState {
     LOCKSTEP_FAIL("oneDNN argument ", arg, " not registered");
   }
 
+  // Points every arena slot of `p` into the arena, growing it first where needed.
+  void bind_arena(Prim& p) {
+    if (p.arena_bytes > arena_size) {
+      arena.reset();  // before the new one: the old contents are never needed again
+      void* mem = std::aligned_alloc(kArenaAlign, p.arena_bytes);
+      if (!mem)
+        LOCKSTEP_FAIL_HINT_TYPE(OutOfMemory, "use a smaller batch",
+                                "oneDNN: cannot allocate the convolutions' arena of ",
+                                format_bytes(static_cast<double>(p.arena_bytes)));
+      arena.reset(mem);
+      arena_size = p.arena_bytes;
+    }
+    char* base = static_cast<char*>(arena.get());
+    p.scratchpad.mem.set_data_handle(base + p.scratchpad.offset);
+    for (Port& port : p.ports) {
+      if (port.user_in_arena) port.user.set_data_handle(base + port.user_offset);
+      if (port.reordered) port.inner.mem.set_data_handle(base + port.inner.offset);
+    }
+  }
+
   // oneDNN's OpenMP team size is a per-calling-thread setting: give it this Context's count.
   void execute(Prim& p, int threads) {
+    bind_arena(p);
     omp_set_num_threads(threads);
     for (Port& port : p.ports) {
-      if (port.reordered && !port.output) port.reorder.execute(stream, port.user, port.inner);
+      if (port.reordered && !port.output) port.reorder.execute(stream, port.user, port.inner.mem);
     }
     p.prim.execute(stream, p.args);
     for (Port& port : p.ports) {
-      if (port.reordered && port.output) port.reorder.execute(stream, port.inner, port.user);
+      if (port.reordered && port.output) port.reorder.execute(stream, port.inner.mem, port.user);
     }
     stream.wait();
   }
@@ -187,8 +263,9 @@ ConvGeom conv_geom(const Shape& x, const Shape& w, const Shape& y, const Conv2dP
              pad_right(x[3], y[3], static_cast<int>(w[3]), p.stride_w, p.pad_w)};
   return g;
 }
+// bf16_inputs: which activation inputs arrive as bf16 tensors (bit 0: x, bit 1: dy).
 Key conv_key(PrimKind kind, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias,
-             bool bf16) {
+             bool bf16, int bf16_inputs = 0) {
   return {static_cast<std::int64_t>(kind),
           x[0],
           x[1],
@@ -203,21 +280,21 @@ Key conv_key(PrimKind kind, const Shape& x, const Shape& w, const Conv2dParams& 
           p.pad_w,
           bias ? 1 : 0,
           bf16 ? 1 : 0,
-          0,
-          0};
+          static_cast<std::int64_t>(p.layout),
+          bf16_inputs};
 }
 // Inputs (src, weights) are bf16 when `in` is; dst and bias stay f32.
-dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, bool bias, bool blocked,
-                                                      Dt in, const dnnl::engine& eng) {
+dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, ImageLayout layout,
+                                                      bool bias, bool blocked, Dt in,
+                                                      const dnnl::engine& eng) {
   using CF = dnnl::convolution_forward;
-  auto d =
-      bias ? CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                      chosen(g.src, Tag::nchw, blocked, in), chosen(g.wei, Tag::oihw, blocked, in),
-                      plain(g.bias, Tag::x), chosen(g.dst, Tag::nchw, blocked), g.strides, g.pad_l,
-                      g.pad_r)
-           : CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                      chosen(g.src, Tag::nchw, blocked, in), chosen(g.wei, Tag::oihw, blocked, in),
-                      chosen(g.dst, Tag::nchw, blocked), g.strides, g.pad_l, g.pad_r);
+  const auto src = activation(g.src, layout, blocked, in),
+             wei = weights(g.wei, layout, blocked, in);
+  const auto dst = activation(g.dst, layout, blocked);
+  auto d = bias ? CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                           src, wei, plain(g.bias, Tag::x), dst, g.strides, g.pad_l, g.pad_r)
+                : CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                           src, wei, dst, g.strides, g.pad_l, g.pad_r);
   return CF::primitive_desc(d, user_scratchpad(), eng);
 }
 
@@ -228,18 +305,21 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
   const bool bias = b.defined();
   DnnlState& s = *dnnl_;
   const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
+  const bool x16 = x.dtype() == DType::BF16;
   Prim& prim = s.get(
-      conv_key(PrimKind::ConvFwd, x.shape(), w.shape(), p, bias, in == Dt::bf16), [&](Prim& e) {
+      conv_key(PrimKind::ConvFwd, x.shape(), w.shape(), p, bias, in == Dt::bf16, x16 ? 1 : 0),
+      [&](Prim& e) {
         ConvGeom g = conv_geom(x.shape(), w.shape(), y.shape(), p);
-        auto pd = conv_fwd_pd(g, bias, g.src[1] >= kBlockedMinChannels, in, s.engine);
+        const Tag act = user_tag(p.layout);
+        auto pd = conv_fwd_pd(g, p.layout, bias, g.src[1] >= kBlockedMinChannels, in, s.engine);
         e.prim = dnnl::convolution_forward(pd);
-        s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, Tag::nchw), pd.src_desc());
+        s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, act, dt_of(x)), pd.src_desc());
         s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
         if (bias) s.add_port(e, DNNL_ARG_BIAS, false, plain(g.bias, Tag::x), pd.bias_desc());
-        s.add_port(e, DNNL_ARG_DST, true, plain(g.dst, Tag::nchw), pd.dst_desc());
+        s.add_port(e, DNNL_ARG_DST, true, plain(g.dst, act), pd.dst_desc());
         s.add_scratchpad(e, pd);
       });
-  s.set(prim, DNNL_ARG_SRC, x.data<float>());
+  s.set(prim, DNNL_ARG_SRC, x.raw_data());
   s.set(prim, DNNL_ARG_WEIGHTS, w.data<float>());
   if (bias) s.set(prim, DNNL_ARG_BIAS, b.data<float>());
   s.set(prim, DNNL_ARG_DST, y.data<float>());
@@ -250,24 +330,27 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor&
                                       const Conv2dParams& p) {
   DnnlState& s = *dnnl_;
   const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
-  Prim& prim =
-      s.get(conv_key(PrimKind::ConvBwdData, dx.shape(), w.shape(), p, false, in == Dt::bf16),
-            [&](Prim& e) {
-              ConvGeom g = conv_geom(dx.shape(), w.shape(), dy.shape(), p);
-              const bool blocked = g.src[1] >= kBlockedMinChannels;
-              auto fwd = conv_fwd_pd(g, false, blocked, in, s.engine);
-              using CB = dnnl::convolution_backward_data;
-              CB::desc d(dnnl::algorithm::convolution_direct, chosen(g.src, Tag::nchw, blocked),
-                         chosen(g.wei, Tag::oihw, blocked, in),
-                         chosen(g.dst, Tag::nchw, blocked, in), g.strides, g.pad_l, g.pad_r);
-              CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
-              e.prim = CB(pd);
-              s.add_port(e, DNNL_ARG_DIFF_DST, false, plain(g.dst, Tag::nchw), pd.diff_dst_desc());
-              s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
-              s.add_port(e, DNNL_ARG_DIFF_SRC, true, plain(g.src, Tag::nchw), pd.diff_src_desc());
-              s.add_scratchpad(e, pd);
-            });
-  s.set(prim, DNNL_ARG_DIFF_DST, dy.data<float>());
+  const bool dy16 = dy.dtype() == DType::BF16;
+  Prim& prim = s.get(
+      conv_key(PrimKind::ConvBwdData, dx.shape(), w.shape(), p, false, in == Dt::bf16,
+               dy16 ? 2 : 0),
+      [&](Prim& e) {
+        ConvGeom g = conv_geom(dx.shape(), w.shape(), dy.shape(), p);
+        const bool blocked = g.src[1] >= kBlockedMinChannels;
+        const Tag act = user_tag(p.layout);
+        auto fwd = conv_fwd_pd(g, p.layout, false, blocked, in, s.engine);
+        using CB = dnnl::convolution_backward_data;
+        CB::desc d(dnnl::algorithm::convolution_direct, activation(g.src, p.layout, blocked),
+                   weights(g.wei, p.layout, blocked, in), activation(g.dst, p.layout, blocked, in),
+                   g.strides, g.pad_l, g.pad_r);
+        CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
+        e.prim = CB(pd);
+        s.add_port(e, DNNL_ARG_DIFF_DST, false, plain(g.dst, act, dt_of(dy)), pd.diff_dst_desc());
+        s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
+        s.add_port(e, DNNL_ARG_DIFF_SRC, true, plain(g.src, act), pd.diff_src_desc());
+        s.add_scratchpad(e, pd);
+      });
+  s.set(prim, DNNL_ARG_DIFF_DST, dy.raw_data());
   s.set(prim, DNNL_ARG_WEIGHTS, w.data<float>());
   s.set(prim, DNNL_ARG_DIFF_SRC, dx.data<float>());
   s.execute(prim, ctx_.threads());
@@ -278,36 +361,36 @@ void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tens
   const bool bias = db.defined();
   DnnlState& s = *dnnl_;
   const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
+  const int inputs16 = (x.dtype() == DType::BF16 ? 1 : 0) | (dy.dtype() == DType::BF16 ? 2 : 0);
   Prim& prim = s.get(
-      conv_key(PrimKind::ConvBwdWeights, x.shape(), dw.shape(), p, bias, in == Dt::bf16),
+      conv_key(PrimKind::ConvBwdWeights, x.shape(), dw.shape(), p, bias, in == Dt::bf16, inputs16),
       [&](Prim& e) {
         ConvGeom g = conv_geom(x.shape(), dw.shape(), dy.shape(), p);
         const bool blocked = true;  // fastest for every shape measured
-        auto fwd = conv_fwd_pd(g, bias, blocked, in, s.engine);
+        const Tag act = user_tag(p.layout);
+        auto fwd = conv_fwd_pd(g, p.layout, bias, blocked, in, s.engine);
         using CB = dnnl::convolution_backward_weights;
-        auto d =
-            bias
-                ? CB::desc(dnnl::algorithm::convolution_direct,
-                           chosen(g.src, Tag::nchw, blocked, in), chosen(g.wei, Tag::oihw, blocked),
-                           plain(g.bias, Tag::x), chosen(g.dst, Tag::nchw, blocked, in), g.strides,
-                           g.pad_l, g.pad_r)
-                : CB::desc(dnnl::algorithm::convolution_direct,
-                           chosen(g.src, Tag::nchw, blocked, in), chosen(g.wei, Tag::oihw, blocked),
-                           chosen(g.dst, Tag::nchw, blocked, in), g.strides, g.pad_l, g.pad_r);
+        const auto src = activation(g.src, p.layout, blocked, in);
+        const auto ddst = activation(g.dst, p.layout, blocked, in);
+        const auto dwei = weights(g.wei, p.layout, blocked);
+        auto d = bias ? CB::desc(dnnl::algorithm::convolution_direct, src, dwei,
+                                 plain(g.bias, Tag::x), ddst, g.strides, g.pad_l, g.pad_r)
+                      : CB::desc(dnnl::algorithm::convolution_direct, src, dwei, ddst, g.strides,
+                                 g.pad_l, g.pad_r);
         CB::primitive_desc pd(d, user_scratchpad(), s.engine, fwd);
         e.prim = CB(pd);
-        s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, Tag::nchw), pd.src_desc());
-        s.add_port(e, DNNL_ARG_DIFF_DST, false, plain(g.dst, Tag::nchw), pd.diff_dst_desc());
+        s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, act, dt_of(x)), pd.src_desc());
+        s.add_port(e, DNNL_ARG_DIFF_DST, false, plain(g.dst, act, dt_of(dy)), pd.diff_dst_desc());
         e.diff_weights = s.add_port(e, DNNL_ARG_DIFF_WEIGHTS, true, plain(g.wei, Tag::oihw),
-                                    pd.diff_weights_desc(), /*owned=*/true);
+                                    pd.diff_weights_desc(), /*in_arena=*/true);
         if (bias) {
           e.diff_bias = s.add_port(e, DNNL_ARG_DIFF_BIAS, true, plain(g.bias, Tag::x),
-                                   pd.diff_bias_desc(), /*owned=*/true);
+                                   pd.diff_bias_desc(), /*in_arena=*/true);
         }
         s.add_scratchpad(e, pd);
       });
-  s.set(prim, DNNL_ARG_SRC, x.data<float>());
-  s.set(prim, DNNL_ARG_DIFF_DST, dy.data<float>());
+  s.set(prim, DNNL_ARG_SRC, x.raw_data());
+  s.set(prim, DNNL_ARG_DIFF_DST, dy.raw_data());
   s.execute(prim, ctx_.threads());
   accumulate(ctx_.pool(), dw.data<float>(), prim.diff_weights, dw.numel());
   if (bias) accumulate(ctx_.pool(), db.data<float>(), prim.diff_bias, db.numel());

@@ -1,17 +1,21 @@
-// CPU 2-D max/average pooling: own loops over (n, c) planes split across the Context's pool.
+// CPU 2-D max/average pooling: own loops over (n, c) planes (NCHW) or over (n, block of channels)
+// (NHWC, vectorised across the contiguous channels), split across the Context's pool.
 // oneDNN 2.6 only has its "simple_nchw" kernel for plain NCHW pooling, which measured 5-8x
 // slower than these loops on the LeNet shapes (docs/PERFORMANCE.md); its blocked layouts would
 // need a reorder on each side of every pooling call.
-// Max pooling's workspace is an i32 tensor shaped like y holding, per output, the index of the
-// chosen input within its (n, c) plane (first maximum in row-major window order, -inf padding).
-// Average pooling divides by kernel_h * kernel_w, padding included (PyTorch's default,
-// count_include_pad=True), and needs no workspace.
+// Max pooling's workspace is an i32 tensor shaped like y (in y's layout) holding, per output, the
+// index of the chosen input within its (n, c) plane (first maximum in row-major window order,
+// -inf padding). Average pooling divides by kernel_h * kernel_w, padding included (PyTorch's
+// default, count_include_pad=True), and needs no workspace.
+// Both layouts visit each window in the same row-major order and add each gradient in the same
+// output order, so an NHWC result is bitwise the NCHW one, transposed.
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/parallel.hpp"
+#include "ops/cpu/simd.hpp"
 
 namespace lockstep::ops::cpu {
 namespace {
@@ -43,20 +47,165 @@ void for_planes(ThreadPool& pool, const PoolDims& d, const F& f) {
                  });
 }
 
+// ---- NHWC: a pixel's channels are contiguous, so each loop body runs across a block of them.
+
+// Channels per work item: enough for the vector units, few enough that the (n, block) items
+// split a small batch over the threads.
+constexpr std::int64_t kPoolChannels = 64;
+
+// Runs f(n, c0, c1) for every sample n and channel block [c0, c1), over the pool.
+template <class F>
+void for_channel_blocks(ThreadPool& pool, std::int64_t batch, std::int64_t channels,
+                        std::int64_t per_channel, const F& f) {
+  const std::int64_t blocks = (channels + kPoolChannels - 1) / kPoolChannels;
+  const std::int64_t per_item = std::max<std::int64_t>(per_channel * kPoolChannels, 1);
+  parallel_range(pool, batch * blocks, std::max<std::int64_t>(1, kParallelGrain / per_item),
+                 [&](std::int64_t i0, std::int64_t i1) {
+                   for (std::int64_t i = i0; i < i1; ++i) {
+                     const std::int64_t c0 = (i % blocks) * kPoolChannels;
+                     f(i / blocks, c0, std::min(channels, c0 + kPoolChannels));
+                   }
+                 });
+}
+
+// One output pixel's window for channels [c0, c0 + w) of one sample: `in` is the sample's first
+// pixel at channel c0, `out` and `arg` the output pixel's at c0. Vectorised across the channels
+// (kWidth at a time: compares and selects stay branches in plain loops), then a scalar tail; both
+// take a larger value only (first maximum in window order, -inf padding), as the NCHW loops do.
+LOCKSTEP_SIMD_CLONES
+void max_window_nhwc(const float* in, std::int64_t channels, std::int64_t w, const PoolDims& d,
+                     const Window& win, float* out, std::int32_t* arg) {
+  using simd::kWidth;
+  const auto first = static_cast<std::int32_t>(win.y0 * d.w + win.x0);
+  std::int64_t c = 0;
+  for (; c + kWidth <= w; c += kWidth) {
+    simd::vf best = simd::splat(-std::numeric_limits<float>::infinity());
+    simd::vi at = simd::vi{} + first;
+    for (std::int64_t iy = win.y0; iy < win.y1; ++iy) {
+      for (std::int64_t ix = win.x0; ix < win.x1; ++ix) {
+        const simd::vf v = simd::load(in + (iy * d.w + ix) * channels + c);
+        const simd::vi take = v > best;
+        best = take ? v : best;
+        at = take ? simd::vi{} + static_cast<std::int32_t>(iy * d.w + ix) : at;
+      }
+    }
+    simd::store(out + c, best);
+    std::memcpy(arg + c, &at, sizeof at);
+  }
+  for (; c < w; ++c) {
+    float best = -std::numeric_limits<float>::infinity();
+    std::int32_t at = first;
+    for (std::int64_t iy = win.y0; iy < win.y1; ++iy) {
+      for (std::int64_t ix = win.x0; ix < win.x1; ++ix) {
+        const float v = in[(iy * d.w + ix) * channels + c];
+        if (v > best) best = v, at = static_cast<std::int32_t>(iy * d.w + ix);
+      }
+    }
+    out[c] = best;
+    arg[c] = at;
+  }
+}
+
+// The same for average pooling: the window's sum in window order, times 1 / area.
+LOCKSTEP_SIMD_CLONES
+void avg_window_nhwc(const float* in, std::int64_t channels, std::int64_t w, const PoolDims& d,
+                     const Window& win, float inv_area, float* out) {
+  using simd::kWidth;
+  std::int64_t c = 0;
+  for (; c + kWidth <= w; c += kWidth) {
+    simd::vf sum = simd::splat(0.0f);
+    for (std::int64_t iy = win.y0; iy < win.y1; ++iy)
+      for (std::int64_t ix = win.x0; ix < win.x1; ++ix)
+        sum += simd::load(in + (iy * d.w + ix) * channels + c);
+    simd::store(out + c, sum * inv_area);
+  }
+  for (; c < w; ++c) {
+    float sum = 0.0f;
+    for (std::int64_t iy = win.y0; iy < win.y1; ++iy)
+      for (std::int64_t ix = win.x0; ix < win.x1; ++ix)
+        sum += in[(iy * d.w + ix) * channels + c];
+    out[c] = sum * inv_area;
+  }
+}
+
+void pool_forward_nhwc(ThreadPool& pool, PoolKind kind, const Tensor& x, Tensor& y,
+                       std::int32_t* argmax, const Pool2dParams& p) {
+  const std::int64_t channels = x.dim(1);
+  const PoolDims d = pool_dims(x, y);
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  const float inv_area = 1.0f / static_cast<float>(p.kernel_h * p.kernel_w);
+  for_channel_blocks(pool, x.dim(0), channels, d.h * d.w,
+                     [&](std::int64_t n, std::int64_t c0, std::int64_t c1) {
+                       const float* in = px + n * d.h * d.w * channels + c0;
+                       for (std::int64_t oy = 0; oy < d.oh; ++oy) {
+                         for (std::int64_t ox = 0; ox < d.ow; ++ox) {
+                           const Window win = window(d, p, oy, ox);
+                           const std::int64_t o = ((n * d.oh + oy) * d.ow + ox) * channels + c0;
+                           if (kind == PoolKind::Max)
+                             max_window_nhwc(in, channels, c1 - c0, d, win, py + o, argmax + o);
+                           else
+                             avg_window_nhwc(in, channels, c1 - c0, d, win, inv_area, py + o);
+                         }
+                       }
+                     });
+}
+
+void pool_backward_nhwc(ThreadPool& pool, PoolKind kind, const Tensor& dy,
+                        const std::int32_t* argmax, Tensor& dx, const Pool2dParams& p) {
+  const std::int64_t channels = dx.dim(1);
+  const PoolDims d = pool_dims(dx, dy);
+  const float* pdy = dy.data<float>();
+  float* pdx = dx.data<float>();
+  const float inv_area = 1.0f / static_cast<float>(p.kernel_h * p.kernel_w);
+  for_channel_blocks(
+      pool, dx.dim(0), channels, d.h * d.w, [&](std::int64_t n, std::int64_t c0, std::int64_t c1) {
+        const std::int64_t w = c1 - c0;
+        float* g = pdx + n * d.h * d.w * channels + c0;
+        for (std::int64_t i = 0; i < d.h * d.w; ++i)
+          std::memset(g + i * channels, 0, sizeof(float) * static_cast<std::size_t>(w));
+        for (std::int64_t oy = 0; oy < d.oh; ++oy) {
+          for (std::int64_t ox = 0; ox < d.ow; ++ox) {
+            const std::int64_t o = (n * d.oh + oy) * d.ow + ox;
+            const float* up = pdy + o * channels + c0;
+            if (kind == PoolKind::Max) {
+              const std::int32_t* arg = argmax + o * channels + c0;
+              for (std::int64_t c = 0; c < w; ++c)
+                g[arg[c] * channels + c] += up[c];
+              continue;
+            }
+            const Window win = window(d, p, oy, ox);
+            for (std::int64_t iy = win.y0; iy < win.y1; ++iy) {
+              for (std::int64_t ix = win.x0; ix < win.x1; ++ix) {
+                float* t = g + (iy * d.w + ix) * channels;
+                for (std::int64_t c = 0; c < w; ++c)
+                  t[c] += up[c] * inv_area;
+              }
+            }
+          }
+        }
+      });
+}
+
 }  // namespace
 
 void CpuBackend::pool2d_forward(PoolKind kind, const Tensor& x, Tensor& y, Tensor& workspace,
                                 const Pool2dParams& p) {
+  if (kind == PoolKind::Max && (!workspace.defined() || workspace.dtype() != DType::I32 ||
+                                workspace.shape() != y.shape() || !workspace.device().is_cpu())) {
+    workspace = Tensor::empty(y.shape(), DType::I32);
+  }
+  if (p.layout == ImageLayout::NHWC) {
+    pool_forward_nhwc(ctx_.pool(), kind, x, y,
+                      kind == PoolKind::Max ? workspace.data<std::int32_t>() : nullptr, p);
+    return;
+  }
   const PoolDims d = pool_dims(x, y);
   const float* px = x.data<float>();
   float* py = y.data<float>();
   const bool is_2x2 = p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
                       p.pad_h == 0 && p.pad_w == 0;
   if (kind == PoolKind::Max) {
-    if (!workspace.defined() || workspace.dtype() != DType::I32 || workspace.shape() != y.shape() ||
-        !workspace.device().is_cpu()) {
-      workspace = Tensor::empty(y.shape(), DType::I32);
-    }
     std::int32_t* pw = workspace.data<std::int32_t>();
     for_planes(ctx_.pool(), d, [&](std::int64_t q) {
       const float* in = px + q * d.h * d.w;
@@ -127,6 +276,13 @@ void CpuBackend::pool2d_backward(PoolKind kind, const Tensor& dy, const Tensor& 
                         "pass the workspace that pool2d_forward returned for this input",
                         "pool2d_backward: workspace is ", workspace.describe(),
                         ", expected i32 shaped like dy ", dy.describe());
+  }
+  if (p.layout == ImageLayout::NHWC) {
+    pool_backward_nhwc(ctx_.pool(), kind, dy,
+                       kind == PoolKind::Max ? workspace.data<std::int32_t>() : nullptr, dx, p);
+    return;
+  }
+  if (kind == PoolKind::Max) {
     const std::int32_t* pw = workspace.data<std::int32_t>();
     for_planes(ctx_.pool(), d, [&](std::int64_t q) {
       float* g = pdx + q * d.h * d.w;

@@ -6,6 +6,8 @@
 // non-deterministic one runs instead, with a warning once per process: a run that is not
 // bitwise-repeatable beats one that cannot start. The cuDNN handle is created by the first
 // convolution, so a context that never convolves (a GPT's) never loads cuDNN.
+// The image layout (Conv2dParams::layout) is part of the plan: NHWC plans take x, y and the filter
+// channels-last (the filter as [O, KH, KW, I], which the backend transposes to and from).
 // Precision (ops/precision.hpp) is part of the plan: fp32 plans allow FMA math only; tf32 plans
 // allow tensor-core math on f32 tensors; bf16 plans take bf16 x, w and y (cuDNN's
 // PSEUDO_BFLOAT16 configuration: f32 accumulation, bf16 storage), so the backend converts around
@@ -67,7 +69,7 @@ class ConvPlans {
  private:
   struct Algo;
   struct Plan;
-  using Key = std::array<std::int64_t, 13>;
+  using Key = std::array<std::int64_t, 14>;
   Plan& plan_for(const Shape& x, const Shape& w, const Shape& y, const Conv2dParams& p,
                  Precision precision);
   Tensor workspace(std::size_t bytes);

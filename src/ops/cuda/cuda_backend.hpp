@@ -14,6 +14,7 @@
 //   cuda_precision.cu     bf16 casts, precision checks and descriptions
 //   cuda_transformer.cu   embedding, LayerNorm, GELU (tanh), attention (lockstep's kernels, and
 //                         the casts around cuDNN's in cuda_attention_cudnn.cpp)
+//   cuda_layout.cu        batch_transpose: NCHW <-> NHWC, channels-last filters
 // Each .cu holds its family's kernels, their launchers (plain pointers and sizes, one stream each;
 // each checks its launch, none synchronises) and the methods that unpack Tensors for them; the
 // launch helpers are common.cuh's. The launchers one family borrows from another are declared here.
@@ -82,6 +83,13 @@ void bf16_to_f32(const std::uint16_t* src, float* dst, std::int64_t n, cudaStrea
 // dst[i] += float(src[i]): a bf16 parameter gradient accumulated into the f32 one.
 void add_bf16_to_f32(const std::uint16_t* src, float* dst, std::int64_t n, cudaStream_t s);
 
+// cuda_layout.cu: y[b, j, i] = x[b, i, j] for x [batch, m, k] (f32, or bf16 as 16-bit patterns);
+// with accumulate, y[b, j, i] += x[b, i, j] instead.
+void batch_transpose(const float* x, float* y, i64 batch, i64 m, i64 k, bool accumulate,
+                     cudaStream_t s);
+void batch_transpose(const std::uint16_t* x, std::uint16_t* y, i64 batch, i64 m, i64 k,
+                     cudaStream_t s);
+
 // cuda_loss_optim.cu: the optimizer steps' arguments, shared with cuda_flat.cu.
 struct SgdArgs {
   float lr, momentum, dampening, weight_decay;
@@ -135,6 +143,7 @@ class CudaBackend final : public Backend {
   // ---- memory: cuda_backend.cpp
   void fill(Tensor& t, float value) override;
   void copy(const Tensor& src, Tensor& dst) override;
+  void batch_transpose(const Tensor& x, Tensor& y) override;  // cuda_layout.cu
 
   // ---- dense linear algebra: cuda_gemm.cpp (gemm), cuda_elementwise.cu (bias)
   void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
@@ -276,6 +285,10 @@ class CudaBackend final : public Backend {
   // cuDNN's fused attention, likewise made by the first attention that asks for it
   // (cuda_attention_cudnn.cpp).
   CudnnAttention& fused_attention();
+  // The filter as the convolution plan for p takes it (bf16, channels-last), and f32 scratch for
+  // a channels-last filter or filter gradient (cuda_conv.cpp).
+  Tensor conv_filter(const Tensor& w, const Conv2dParams& p);
+  Tensor conv_filter_scratch(const Shape& shape);
 
   DeviceResults* results() { return static_cast<DeviceResults*>(results_.raw_data()); }
 
@@ -308,6 +321,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<ConvPlans> conv_;        // and the cuDNN handle: made by the first convolution
   std::unique_ptr<LtGemm> lt_;             // bf16 GEMMs, created by the first one
   CastCache casts_;                        // bf16 copies of GEMM and convolution operands
+  Tensor filter_scratch_;                  // f32 channels-last filters (conv_filter_scratch)
   Tensor results_;                         // DeviceResults on the device
   Tensor partials_;                        // f64[kReducePartials] for sum_squares
   Tensor scale_shift_;                     // normalize_input's per-channel scales and shifts

@@ -1,6 +1,7 @@
 // cuDNN convolutions: ConvPlans (conv.hpp: the algorithm chosen once per shape, the lazy cuDNN
-// handle) and CudaBackend's conv2d methods, which convert around cuDNN's bf16 convolutions and
-// add the bias (cuda_elementwise.cu's channel-bias launchers).
+// handle) and CudaBackend's conv2d methods, which convert around cuDNN's bf16 convolutions, give
+// channels-last convolutions their filters channels-last, and add the bias (cuda_elementwise.cu's
+// channel-bias launchers).
 #include "ops/cuda/conv.hpp"
 
 #include <atomic>
@@ -20,8 +21,13 @@ int as_int(std::int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-void set_tensor(cudnnTensorDescriptor_t desc, const Shape& s, cudnnDataType_t type) {
-  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, type,
+cudnnTensorFormat_t format_of(ImageLayout layout) {
+  return layout == ImageLayout::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
+void set_tensor(cudnnTensorDescriptor_t desc, const Shape& s, cudnnDataType_t type,
+                ImageLayout layout) {
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetTensor4dDescriptor(desc, format_of(layout), type,
                                                        as_int(s[0], "N"), as_int(s[1], "C"),
                                                        as_int(s[2], "H"), as_int(s[3], "W")));
 }
@@ -105,7 +111,8 @@ ConvPlans::Plan& ConvPlans::plan_for(const Shape& x, const Shape& w, const Shape
           p.stride_w,
           p.pad_h,
           p.pad_w,
-          static_cast<std::int64_t>(precision)};
+          static_cast<std::int64_t>(precision),
+          static_cast<std::int64_t>(p.layout)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
@@ -115,9 +122,11 @@ ConvPlans::Plan& ConvPlans::plan_for(const Shape& x, const Shape& w, const Shape
   LOCKSTEP_CHECK_CUDNN(dyn::cudnnCreateConvolutionDescriptor(&plan->conv));
   const cudnnDataType_t data =
       precision == Precision::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-  set_tensor(plan->x, x, data);
-  set_tensor(plan->y, y, data);
-  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetFilter4dDescriptor(plan->w, data, CUDNN_TENSOR_NCHW,
+  set_tensor(plan->x, x, data, p.layout);
+  set_tensor(plan->y, y, data, p.layout);
+  // A channels-last plan takes its filter channels-last too ([O, KH, KW, I]: the backend
+  // transposes it), the layout cuDNN's NHWC tensor-core kernels read without a conversion.
+  LOCKSTEP_CHECK_CUDNN(dyn::cudnnSetFilter4dDescriptor(plan->w, data, format_of(p.layout),
                                                        as_int(w[0], "O"), as_int(w[1], "I"),
                                                        as_int(w[2], "KH"), as_int(w[3], "KW")));
   LOCKSTEP_CHECK_CUDNN(
@@ -205,49 +214,112 @@ ConvPlans& CudaBackend::conv() {
   return *conv_;
 }
 
+namespace {
+
+bool channels_last(const Conv2dParams& p) {
+  return p.layout == ImageLayout::NHWC;
+}
+// A filter [O, I, KH, KW] as the batch_transpose of [O, I, KH*KW] into [O, KH*KW, I] and back.
+struct FilterDims {
+  i64 o, i, k;
+};
+FilterDims filter_dims(const Tensor& w) {
+  return {w.dim(0), w.dim(1), w.dim(2) * w.dim(3)};
+}
+
+}  // namespace
+
+Tensor CudaBackend::conv_filter_scratch(const Shape& shape) {
+  const std::int64_t n = shape_numel(shape);
+  if (!filter_scratch_.defined() || filter_scratch_.numel() < n)
+    filter_scratch_ = Tensor::empty({n}, DType::F32, device_);
+  return filter_scratch_.sub(0, shape);
+}
+
+// The filter as cuDNN's plan for `p` takes it: bf16 under the bf16 policy (cast once per reuse
+// window), channels-last ([O, KH, KW, I], transposed per call: filters are small) for NHWC.
+Tensor CudaBackend::conv_filter(const Tensor& w, const Conv2dParams& p) {
+  const bool bf16 = ctx_.precision() == Precision::BF16;
+  if (!channels_last(p)) return bf16 ? casts_.get(ctx_, w, 1, to_bf16()) : w;
+  const FilterDims d = filter_dims(w);
+  if (bf16) {
+    Tensor w16 = casts_.get(ctx_, w, 1, to_bf16());
+    Tensor t = casts_.scratch(ctx_, 3, w.shape());
+    cuda::batch_transpose(bf16_data(w16), bf16_data(t), d.o, d.i, d.k, stream_);
+    return t;
+  }
+  Tensor t = conv_filter_scratch(w.shape());
+  cuda::batch_transpose(w.data<float>(), t.data<float>(), d.o, d.i, d.k, /*accumulate=*/false,
+                        stream_);
+  return t;
+}
+
 void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                                  const Conv2dParams& p) {
   activate();
+  Tensor wc = conv_filter(w, p);
   if (ctx_.precision() == Precision::BF16) {
-    Tensor x16 = casts_.get(ctx_, x, 0, to_bf16()), w16 = casts_.get(ctx_, w, 1, to_bf16());
+    Tensor x16 = casts_.get(ctx_, x, 0, to_bf16());
     Tensor y16 = casts_.scratch(ctx_, 2, y.shape());
-    conv().forward(x16, w16, y16, p, Precision::BF16);
+    conv().forward(x16, wc, y16, p, Precision::BF16);
     bf16_to_f32(bf16_data(y16), y.data<float>(), y.numel(), stream_);
   } else {
-    conv().forward(x, w, y, p, ctx_.precision());
+    conv().forward(x, wc, y, p, ctx_.precision());
   }
-  if (b.defined())
-    add_channel_bias(y.data<float>(), b.data<float>(), y.dim(0), y.dim(1), y.dim(2) * y.dim(3),
-                     stream_);
+  if (b.defined()) {
+    // Per channel: NCHW is [N, C, H*W], NHWC [N*H*W, C, 1].
+    const i64 pixels = y.dim(2) * y.dim(3);
+    if (channels_last(p))
+      add_channel_bias(y.data<float>(), b.data<float>(), y.dim(0) * pixels, y.dim(1), 1, stream_);
+    else
+      add_channel_bias(y.data<float>(), b.data<float>(), y.dim(0), y.dim(1), pixels, stream_);
+  }
 }
 void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
                                        const Conv2dParams& p) {
   activate();
+  Tensor wc = conv_filter(w, p);
   if (ctx_.precision() == Precision::BF16) {
-    Tensor dy16 = casts_.get(ctx_, dy, 0, to_bf16()), w16 = casts_.get(ctx_, w, 1, to_bf16());
+    Tensor dy16 = casts_.get(ctx_, dy, 0, to_bf16());
     Tensor dx16 = casts_.scratch(ctx_, 2, dx.shape());
-    conv().backward_data(dy16, w16, dx16, p, Precision::BF16);
+    conv().backward_data(dy16, wc, dx16, p, Precision::BF16);
     bf16_to_f32(bf16_data(dx16), dx.data<float>(), dx.numel(), stream_);
   } else {
-    conv().backward_data(dy, w, dx, p, ctx_.precision());
+    conv().backward_data(dy, wc, dx, p, ctx_.precision());
   }
 }
 void CudaBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
                                           const Conv2dParams& p) {
   activate();
+  const FilterDims d = filter_dims(dw);
   if (ctx_.precision() == Precision::BF16) {
     // cuDNN's bf16 convolutions write bf16 (no f32-output configuration in its legacy API),
     // so this micro-step's weight gradient is rounded once, then accumulated in f32.
     Tensor x16 = casts_.get(ctx_, x, 0, to_bf16()), dy16 = casts_.get(ctx_, dy, 1, to_bf16());
     Tensor dw16 = casts_.scratch(ctx_, 2, dw.shape());
     conv().backward_filter(x16, dy16, dw16, p, Precision::BF16, /*accumulate=*/false);
+    if (channels_last(p)) {  // [O, KH, KW, I] back to [O, I, KH, KW]
+      Tensor t = casts_.scratch(ctx_, 3, dw.shape());
+      cuda::batch_transpose(bf16_data(dw16), bf16_data(t), d.o, d.k, d.i, stream_);
+      dw16 = t;
+    }
     add_bf16_to_f32(bf16_data(dw16), dw.data<float>(), dw.numel(), stream_);
+  } else if (channels_last(p)) {
+    Tensor t = conv_filter_scratch(dw.shape());
+    conv().backward_filter(x, dy, t, p, ctx_.precision(), /*accumulate=*/false);
+    cuda::batch_transpose(t.data<float>(), dw.data<float>(), d.o, d.k, d.i, /*accumulate=*/true,
+                          stream_);
   } else {
     conv().backward_filter(x, dy, dw, p, ctx_.precision(), /*accumulate=*/true);
   }
-  if (db.defined())
-    sum_channels_acc(dy.data<float>(), db.data<float>(), dy.dim(0), dy.dim(1),
-                     dy.dim(2) * dy.dim(3), stream_);
+  if (db.defined()) {
+    const i64 pixels = dy.dim(2) * dy.dim(3);
+    if (channels_last(p))
+      sum_channels_acc(dy.data<float>(), db.data<float>(), dy.dim(0) * pixels, dy.dim(1), 1,
+                       stream_);
+    else
+      sum_channels_acc(dy.data<float>(), db.data<float>(), dy.dim(0), dy.dim(1), pixels, stream_);
+  }
 }
 
 }  // namespace lockstep::ops::cuda

@@ -1,5 +1,5 @@
-// Max and average pooling over [N, C, H, W]: the kernels, their launchers and CudaBackend's pool2d
-// methods.
+// Max and average pooling over [N, C, H, W] in NCHW or NHWC: the kernels, their launchers and
+// CudaBackend's pool2d methods.
 //
 // Trade-offs:
 // - Own kernels, not cuDNN: cuDNN's pooling backward needs x and y besides dy, but the ops
@@ -8,6 +8,9 @@
 //   tie-breaking (first maximum) as the CPU.
 // - One thread per output (forward) or input (backward) element in a grid-stride loop; the
 //   backward gathers instead of scattering, so no atomics and a fixed summation order.
+// - One kernel per op for both layouts: an element's (n, c) plane is a base offset and a step
+//   between its pixels (1 in NCHW, C in NHWC), so consecutive threads read consecutive memory in
+//   either layout and the argmax keeps its meaning (the in-plane index).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -22,9 +25,24 @@ struct PoolShape {
   i64 planes;  // N * C
   i64 h, w, oh, ow;
   int kh, kw, sh, sw, ph, pw;
+  i64 channels;
+  bool nhwc;
 };
 
 namespace {
+
+// Element i (in memory order) of a tensor with `pixels` pixels per (n, c) plane: its pixel in the
+// plane, and where the same plane lies in the other tensor of the op (`other_pixels` per plane):
+// its pixel q at other_base + q * step.
+struct PlaneAt {
+  i64 pixel, step, other_base;
+};
+__device__ __forceinline__ PlaneAt plane_at(const PoolShape& p, i64 i, i64 pixels,
+                                            i64 other_pixels) {
+  if (!p.nhwc) return {i % pixels, 1, (i / pixels) * other_pixels};
+  const i64 c = i % p.channels, at = i / p.channels, n = at / pixels;
+  return {at % pixels, p.channels, n * other_pixels * p.channels + c};
+}
 
 // ---------------------------------------------------------------- pooling
 
@@ -35,10 +53,10 @@ __global__ void max_pool_forward_kernel(const float* x, float* y, std::int32_t* 
                                         PoolShape p) {
   i64 total = p.planes * p.oh * p.ow;
   LOCKSTEP_GRID_STRIDE(i, total) {
-    i64 plane = i / (p.oh * p.ow), rem = i % (p.oh * p.ow);
-    i64 oy = rem / p.ow, ox = rem % p.ow;
+    const PlaneAt at = plane_at(p, i, p.oh * p.ow, p.h * p.w);
+    i64 oy = at.pixel / p.ow, ox = at.pixel % p.ow;
     i64 y0 = oy * p.sh - p.ph, x0 = ox * p.sw - p.pw;
-    const float* in = x + plane * p.h * p.w;
+    const float* in = x + at.other_base;
     float best = -INFINITY;
     i64 best_index = -1;
     for (int ky = 0; ky < p.kh; ++ky) {
@@ -47,7 +65,7 @@ __global__ void max_pool_forward_kernel(const float* x, float* y, std::int32_t* 
       for (int kx = 0; kx < p.kw; ++kx) {
         i64 ix = x0 + kx;
         if (ix < 0 || ix >= p.w) continue;
-        float v = in[iy * p.w + ix];
+        float v = in[(iy * p.w + ix) * at.step];
         if (best_index < 0 || v > best) {
           best = v;
           best_index = iy * p.w + ix;
@@ -72,17 +90,17 @@ __global__ void max_pool_backward_kernel(const float* dy, const std::int32_t* ar
                                          PoolShape p) {
   i64 total = p.planes * p.h * p.w;
   LOCKSTEP_GRID_STRIDE(i, total) {
-    i64 plane = i / (p.h * p.w), rem = i % (p.h * p.w);
-    i64 iy = rem / p.w, ix = rem % p.w;
+    const PlaneAt at = plane_at(p, i, p.h * p.w, p.oh * p.ow);
+    const i64 rem = at.pixel, iy = rem / p.w, ix = rem % p.w;
     i64 oy0, oy1, ox0, ox1;
     covering(iy, p.kh, p.sh, p.ph, p.oh, oy0, oy1);
     covering(ix, p.kw, p.sw, p.pw, p.ow, ox0, ox1);
-    const float* g = dy + plane * p.oh * p.ow;
-    const std::int32_t* a = argmax + plane * p.oh * p.ow;
+    const float* g = dy + at.other_base;
+    const std::int32_t* a = argmax + at.other_base;
     float acc = 0.0f;
     for (i64 oy = oy0; oy <= oy1; ++oy)
       for (i64 ox = ox0; ox <= ox1; ++ox)
-        if (a[oy * p.ow + ox] == rem) acc += g[oy * p.ow + ox];
+        if (a[(oy * p.ow + ox) * at.step] == rem) acc += g[(oy * p.ow + ox) * at.step];
     dx[i] = acc;
   }
 }
@@ -92,17 +110,17 @@ __global__ void avg_pool_forward_kernel(const float* x, float* y, PoolShape p) {
   i64 total = p.planes * p.oh * p.ow;
   float inv = 1.0f / static_cast<float>(p.kh * p.kw);
   LOCKSTEP_GRID_STRIDE(i, total) {
-    i64 plane = i / (p.oh * p.ow), rem = i % (p.oh * p.ow);
-    i64 oy = rem / p.ow, ox = rem % p.ow;
+    const PlaneAt at = plane_at(p, i, p.oh * p.ow, p.h * p.w);
+    i64 oy = at.pixel / p.ow, ox = at.pixel % p.ow;
     i64 y0 = oy * p.sh - p.ph, x0 = ox * p.sw - p.pw;
-    const float* in = x + plane * p.h * p.w;
+    const float* in = x + at.other_base;
     float acc = 0.0f;
     for (int ky = 0; ky < p.kh; ++ky) {
       i64 iy = y0 + ky;
       if (iy < 0 || iy >= p.h) continue;
       for (int kx = 0; kx < p.kw; ++kx) {
         i64 ix = x0 + kx;
-        if (ix >= 0 && ix < p.w) acc += in[iy * p.w + ix];
+        if (ix >= 0 && ix < p.w) acc += in[(iy * p.w + ix) * at.step];
       }
     }
     y[i] = acc * inv;
@@ -113,16 +131,16 @@ __global__ void avg_pool_backward_kernel(const float* dy, float* dx, PoolShape p
   i64 total = p.planes * p.h * p.w;
   float inv = 1.0f / static_cast<float>(p.kh * p.kw);
   LOCKSTEP_GRID_STRIDE(i, total) {
-    i64 plane = i / (p.h * p.w), rem = i % (p.h * p.w);
-    i64 iy = rem / p.w, ix = rem % p.w;
+    const PlaneAt at = plane_at(p, i, p.h * p.w, p.oh * p.ow);
+    const i64 iy = at.pixel / p.w, ix = at.pixel % p.w;
     i64 oy0, oy1, ox0, ox1;
     covering(iy, p.kh, p.sh, p.ph, p.oh, oy0, oy1);
     covering(ix, p.kw, p.sw, p.pw, p.ow, ox0, ox1);
-    const float* g = dy + plane * p.oh * p.ow;
+    const float* g = dy + at.other_base;
     float acc = 0.0f;
     for (i64 oy = oy0; oy <= oy1; ++oy)
       for (i64 ox = ox0; ox <= ox1; ++ox)
-        acc += g[oy * p.ow + ox];
+        acc += g[(oy * p.ow + ox) * at.step];
     dx[i] = acc * inv;
   }
 }
@@ -147,8 +165,19 @@ void avg_pool_backward(const float* dy, float* dx, const PoolShape& p, cudaStrea
 namespace {
 
 PoolShape pool_shape(const Shape& in, const Shape& out, const Pool2dParams& p) {
-  return PoolShape{in[0] * in[1], in[2],      in[3],      out[2],  out[3], p.kernel_h,
-                   p.kernel_w,    p.stride_h, p.stride_w, p.pad_h, p.pad_w};
+  return PoolShape{in[0] * in[1],
+                   in[2],
+                   in[3],
+                   out[2],
+                   out[3],
+                   p.kernel_h,
+                   p.kernel_w,
+                   p.stride_h,
+                   p.stride_w,
+                   p.pad_h,
+                   p.pad_w,
+                   in[1],
+                   p.layout == ImageLayout::NHWC};
 }
 
 }  // namespace

@@ -77,6 +77,10 @@ class EmuBackend final : public Backend {
     copy_async(dst.raw_data(), src.raw_data(), src.nbytes(), *compute_);
   }
 
+  void batch_transpose(const Tensor& x, Tensor& y) override {
+    launch([x = view(x), y = view(y)](Backend& b) mutable { b.batch_transpose(x, y); });
+  }
+
   void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
             Tensor& c) override {
     launch([=, a = view(a), b = view(b), c = view(c)](Backend& k) mutable {

@@ -224,6 +224,10 @@ std::vector<Tensor> linear_inputs_bf16(std::int64_t rows, std::int64_t in, std::
 
 const ops::Conv2dParams kConv{1, 1, 1, 1};
 const ops::Pool2dParams kPool{};
+// Channels-last (NHWC) forms: cuDNN's NHWC tensors with channels-last filters, the NHWC pooling
+// kernels; a strided 3x3 as in a ResNet stage's first block.
+const ops::Conv2dParams kConvNhwc{2, 2, 1, 1, ops::ImageLayout::NHWC};
+const ops::Pool2dParams kPoolNhwc{3, 3, 2, 2, 1, 1, ops::ImageLayout::NHWC};
 
 std::vector<Row> rows() {
   std::vector<Row> r;
@@ -245,6 +249,17 @@ std::vector<Row> rows() {
                  ops::copy(io.ctx(), a.slice(2, 3), row);
                  io.out(a);
                  io.out(row);
+               }});
+  r.push_back({"batch_transpose", 0,
+               [] {
+                 return std::vector<Tensor>{uniform({3, 37, 70}, 3)};
+               },
+               [](Io& io) {
+                 Tensor t = io.empty({3, 70, 37}), back = io.empty({3, 37, 70});
+                 ops::batch_transpose(io.ctx(), io.in(0), t);
+                 ops::batch_transpose(io.ctx(), t, back);
+                 io.out(t);
+                 io.out(back);
                }});
   r.push_back({"cast_bf16_roundtrip", 0, [] { return std::vector<Tensor>{uniform({257}, 2)}; },
                [](Io& io) {
@@ -369,6 +384,37 @@ std::vector<Row> rows() {
                  io.out(dw);
                  io.out(db);
                }});
+  r.push_back({"conv2d_nhwc", 1e-4,
+               [] {
+                 return std::vector<Tensor>{uniform({2, 24, 9, 9}, 50), uniform({16, 24, 3, 3}, 51),
+                                            uniform({16}, 52), uniform({2, 16, 5, 5}, 53)};
+               },
+               [](Io& io) {
+                 Tensor y = io.empty({2, 16, 5, 5}), dx = io.empty({2, 24, 9, 9}),
+                        dw = io.zeros({16, 24, 3, 3}), db = io.zeros({16});
+                 ops::conv2d_forward(io.ctx(), io.in(0), io.in(1), io.in(2), y, kConvNhwc);
+                 ops::conv2d_backward_data(io.ctx(), io.in(3), io.in(1), dx, kConvNhwc);
+                 ops::conv2d_backward_weights(io.ctx(), io.in(0), io.in(3), dw, db, kConvNhwc);
+                 ops::conv2d_backward_weights(io.ctx(), io.in(0), io.in(3), dw, db, kConvNhwc);
+                 io.out(y);
+                 io.out(dx);
+                 io.out(dw);  // twice the gradient: the transposed one accumulates
+                 io.out(db);
+               }});
+  for (ops::PoolKind kind : {ops::PoolKind::Max, ops::PoolKind::Avg}) {
+    r.push_back({kind == ops::PoolKind::Max ? "maxpool_nhwc" : "avgpool_nhwc", 1e-6,
+                 [] {
+                   return std::vector<Tensor>{uniform({2, 5, 9, 9}, 54), uniform({2, 5, 5, 5}, 55)};
+                 },
+                 [kind](Io& io) {
+                   Tensor y = io.empty({2, 5, 5, 5}), dx = io.empty({2, 5, 9, 9}), ws;
+                   ops::pool2d_forward(io.ctx(), kind, io.in(0), y, ws, kPoolNhwc);
+                   ops::pool2d_backward(io.ctx(), kind, io.in(1), ws, dx, kPoolNhwc);
+                   io.out(y);
+                   io.out(dx);
+                   if (ws.defined()) io.out(ws);
+                 }});
+  }
   for (ops::PoolKind kind : {ops::PoolKind::Max, ops::PoolKind::Avg}) {
     r.push_back({kind == ops::PoolKind::Max ? "maxpool" : "avgpool", 1e-6,
                  [] {
@@ -399,6 +445,25 @@ std::vector<Row> rows() {
                  ops::batchnorm_backward(io.ctx(), io.in(0), io.in(3), io.in(1), mean, invstd, dx,
                                          dg, dbeta);
                  for (const Tensor& t : {y, mean, invstd, rm, rv, ye, dx, dg, dbeta})
+                   io.out(t);
+               }});
+  // A channels-last BatchNorm2d hands the ops its [N*H*W, C] rows: many rows, few channels (on
+  // CUDA: three chunks of the rows kernels' 1024 rows, a partial block of 32 channels).
+  r.push_back({"batchnorm_rows", 1e-5,
+               [] {
+                 return std::vector<Tensor>{uniform({2500, 40}, 56), uniform({40}, 57, 0.5f, 1.5f),
+                                            uniform({40}, 58), uniform({2500, 40}, 59)};
+               },
+               [](Io& io) {
+                 Tensor y = io.empty({2500, 40}), mean = io.empty({40}), invstd = io.empty({40}),
+                        rm = io.zeros({40}), rv = io.empty({40}), dx = io.empty({2500, 40}),
+                        dg = io.zeros({40}), dbeta = io.zeros({40});
+                 ops::fill(io.ctx(), rv, 1.0f);
+                 ops::batchnorm_forward_train(io.ctx(), io.in(0), io.in(1), io.in(2), y, mean,
+                                              invstd, rm, rv, 0.1f, 1e-5f);
+                 ops::batchnorm_backward(io.ctx(), io.in(0), io.in(3), io.in(1), mean, invstd, dx,
+                                         dg, dbeta);
+                 for (const Tensor& t : {y, mean, invstd, rm, rv, dx, dg, dbeta})
                    io.out(t);
                }});
   r.push_back(

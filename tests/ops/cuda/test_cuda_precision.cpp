@@ -111,15 +111,39 @@ TEST_F(Precision, Tf32GemmIsWithinTheTf32BoundOfTheExactProduct) {
       within_bound(host(c_gpu), want, 2 * u + u * u + accumulation_bound(k) * (1 + u) * (1 + u)));
 }
 
+// [N, C, H, W] values moved between NCHW and NHWC memory order on the host (nhwc = true: into
+// NHWC), for the channels-last convolutions below.
+Tensor relayout(const Tensor& t, bool nhwc) {
+  const std::int64_t n = t.dim(0), c = t.dim(1), hw = t.dim(2) * t.dim(3);
+  std::vector<float> v = t.to_vector<float>(), out(v.size());
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < c; ++j)
+      for (std::int64_t p = 0; p < hw; ++p) {
+        const std::size_t a = static_cast<std::size_t>((i * c + j) * hw + p);
+        const std::size_t b = static_cast<std::size_t>((i * hw + p) * c + j);
+        if (nhwc)
+          out[b] = v[a];
+        else
+          out[a] = v[b];
+      }
+  return Tensor::from_vector(out, t.shape());
+}
+
 TEST_F(Precision, Bf16ConvolutionsAreWithinTheBoundOfTheRoundedInputs) {
   auto ctx = gpu(ops::Precision::BF16);
   const ConvShape cases[] = {
       {2, 3, 7, 6, 4, 3, 3, 2, 1}, {8, 1, 28, 28, 8, 3, 3, 1, 1}, {4, 32, 14, 14, 16, 3, 3, 1, 1}};
   std::uint64_t stream = 60;
-  for (const auto& k : cases) {
-    SCOPED_TRACE(::testing::Message()
-                 << "n=" << k.n << " c=" << k.c << " h=" << k.h << " o=" << k.o);
-    const ops::Conv2dParams p{k.stride, k.stride, k.pad, k.pad};
+  // Both layouts: NHWC runs cuDNN's channels-last (tensor-core) path with transposed filters.
+  for (int run = 0; run < 6; ++run) {
+    const auto& k = cases[run % 3];
+    const bool nhwc = run >= 3;
+    SCOPED_TRACE(::testing::Message() << "n=" << k.n << " c=" << k.c << " h=" << k.h << " o=" << k.o
+                                      << (nhwc ? " NHWC" : " NCHW"));
+    const ops::Conv2dParams p{k.stride, k.stride, k.pad, k.pad,
+                              nhwc ? ops::ImageLayout::NHWC : ops::ImageLayout::NCHW};
+    auto in = [&](const Tensor& t) { return nhwc ? relayout(t, true) : t; };
+    auto out = [&](const Tensor& t) { return nhwc ? relayout(host(t), false) : host(t); };
     Tensor x = random_tensor({k.n, k.c, k.h, k.w}, ++stream);
     Tensor w = random_tensor({k.o, k.c, k.kh, k.kw}, ++stream);
     Tensor b = random_tensor({k.o}, ++stream);
@@ -131,14 +155,14 @@ TEST_F(Precision, Bf16ConvolutionsAreWithinTheBoundOfTheRoundedInputs) {
     Tensor dx = Tensor::empty(x.shape(), DType::F32, kGpu);
     Tensor dw = dev(dw0), db = Tensor::empty({k.o}, DType::F32, kGpu);
     ops::fill(*ctx, db, 0.0f);
-    ops::conv2d_forward(*ctx, dev(x), dev(w), dev(b), y, p);
-    ops::conv2d_backward_data(*ctx, dev(dy), dev(w), dx, p);
-    ops::conv2d_backward_weights(*ctx, dev(x), dev(dy), dw, db, p);
+    ops::conv2d_forward(*ctx, dev(in(x)), dev(w), dev(b), y, p);
+    ops::conv2d_backward_data(*ctx, dev(in(dy)), dev(w), dx, p);
+    ops::conv2d_backward_weights(*ctx, dev(in(x)), dev(in(dy)), dw, db, p);
     const double u = ops::kBf16UnitRoundoff;
     // The bias is added in f32 after the bf16 output: |b| is in abs_sum, so u_b |value| still
     // covers the output rounding of the convolution part (|conv| <= |value| + |b| <= abs_sum).
-    EXPECT_TRUE(within_bound(host(y), want.y, accumulation_bound(want.y.terms) + u)) << "forward";
-    EXPECT_TRUE(within_bound(host(dx), want.dx, accumulation_bound(want.dx.terms), u))
+    EXPECT_TRUE(within_bound(out(y), want.y, accumulation_bound(want.y.terms) + u)) << "forward";
+    EXPECT_TRUE(within_bound(out(dx), want.dx, accumulation_bound(want.dx.terms), u))
         << "backward data";
     EXPECT_TRUE(
         within_bound(host(dw), want.dw, accumulation_bound(want.dw.terms) + u + gamma_f32(1)))
