@@ -363,8 +363,14 @@ std::unique_ptr<Run> setup_run(const Config& config, comm::Communicator& control
                         "model.zero_init_residual = true but model.spec = ", config.model_spec,
                         " has no residual blocks (res or bottleneck)");
   }
-  r.model->set_channels_last(nn::resolve_channels_last(
-      nn::channels_last_from_name(config.model_channels_last), *r.model, *r.ctx));
+  const nn::ChannelsLast channels_last = nn::channels_last_from_name(config.model_channels_last);
+  const std::int64_t nhwc_layers =
+      r.model->set_channels_last(nn::resolve_channels_last(channels_last, *r.model, *r.ctx));
+  LOCKSTEP_CHECK_HINT(channels_last != nn::ChannelsLast::On || nhwc_layers > 0,
+                      "set model.channels_last = auto or off, or use a conv net on images",
+                      "model.channels_last = on but model.spec = ", config.model_spec,
+                      " has no layer that can run channels-last on its input ",
+                      shape_str(input_shape));
   if (config.train_recompute != "none") {
     LOCKSTEP_CHECK_HINT(
         nn::set_recompute(*r.model, nn::recompute_from_name(config.train_recompute)) > 0,

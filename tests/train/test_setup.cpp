@@ -161,6 +161,22 @@ TEST(Setup, ZeroInitResidualOnAModelWithoutResidualBlocksIsAnError) {
       << e;
 }
 
+// model.channels_last = on asks for NHWC activations: a model with no layer that can run them
+// (here an MLP) is an error naming the key; auto leaves such a model as it is.
+TEST(Setup, ChannelsLastOnAModelWithoutImageLayersIsAnError) {
+  test::TempDir dir;
+  Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
+  c.model_channels_last = "on";
+  const std::string e = test::setup_error(c);
+  EXPECT_NE(e.find("model.channels_last = on but model.spec = mlp:8 has no layer that can run "
+                   "channels-last"),
+            std::string::npos)
+      << e;
+  c.model_channels_last = "auto";
+  auto comm = comm::make_single_rank_communicator();
+  EXPECT_FALSE(setup_run(c, *comm)->model->channels_last());
+}
+
 TEST(Setup, RecomputeOnAModelWithoutTransformerBlocksIsAnError) {
   test::TempDir dir;
   Config c = test::tiny_config(test::write_tiny_set(dir.path(), "train"));
