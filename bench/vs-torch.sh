@@ -68,11 +68,11 @@ PY
     [ -x build/tests/make_test_images ] || { echo "vs-torch: build the tests (make_test_images)" >&2; exit 1; }
     mkdir -p "$OUT/jpegs"
     build/tests/make_test_images photos "$OUT/jpegs" 256 >/dev/null
-    find "$OUT/jpegs" -type f | sort | awk '{ print $0 "," (NR % 1000) }' >"$OUT/jpegs.list"
+    # Paths in a --list are relative to the list file's folder.
+    (cd "$OUT" && find jpegs -type f | sort | awk '{ print $0 "," (NR % 1000) }') >"$OUT/jpegs.list"
     build/apps/lockstep-shard images --list="$OUT/jpegs.list" --classes=1000 --out="$OUT/photos224" \
       --resize=224 --shards=2 >/dev/null
     rm -rf "$OUT/jpegs" "$OUT/jpegs.list"
-    rm -rf "$OUT/jpegs"
   fi
   if [[ " $MODELS " == *" gpt-mini "* ]] && ! compgen -G "$OUT/tokens/train-*.h5" >/dev/null; then
     head -c 4000000 /dev/urandom | base64 -w 76 >"$OUT/corpus.txt"
