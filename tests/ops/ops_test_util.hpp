@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
 #include "lockstep/core/tensor.hpp"
 #include "support/random_tensor.hpp"
@@ -54,6 +55,17 @@ inline ::testing::AssertionResult bitwise_equal(const Tensor& a, const Tensor& b
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+// f() throws a lockstep::Error whose message contains needle.
+template <class F>
+void expect_error_containing(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace lockstep::testing

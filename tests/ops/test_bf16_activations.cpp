@@ -21,19 +21,10 @@
 
 using namespace lockstep;
 using lockstep::testing::bitwise_equal;
+using lockstep::testing::expect_error_containing;
 using lockstep::testing::random_tensor;
 
 namespace {
-
-template <class F>
-void expect_error_containing(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 // A bf16 context of `threads` threads, or nullptr (the test skips) where the CPU has no bf16.
 class Bf16Activations : public ::testing::TestWithParam<int> {

@@ -18,6 +18,7 @@
 
 using namespace lockstep;
 using lockstep::testing::bitwise_equal;
+using lockstep::testing::expect_error_containing;
 using lockstep::testing::random_tensor;
 
 namespace {
@@ -26,16 +27,6 @@ Tensor widen(ops::Context& ctx, const Tensor& h) {
   Tensor t = Tensor::empty(h.shape());
   ops::cast(ctx, h, t);
   return t;
-}
-
-template <class F>
-void expect_error_containing(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 // ---- residual sum + LayerNorm

@@ -12,6 +12,7 @@
 using namespace lockstep;
 using lockstep::testing::all_close;
 using lockstep::testing::bitwise_equal;
+using lockstep::testing::expect_error_containing;
 using lockstep::testing::random_tensor;
 using lockstep::testing::to_double;
 
@@ -23,16 +24,6 @@ Tensor tokens_tensor(std::int64_t b, std::int64_t t, std::int32_t vocab, std::ui
   for (std::size_t i = 0; i < v.size(); ++i)
     v[i] = static_cast<std::int32_t>(rng.u32(i) % static_cast<std::uint32_t>(vocab));
   return Tensor::from_vector(v, {b, t});
-}
-
-template <class F>
-void expect_error_containing(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 // ---- embedding
