@@ -81,7 +81,9 @@ const char* backend_hint(DeviceKind kind) {
 }  // namespace
 
 Allocator& allocator_for(Device device) {
-  static CpuAllocator cpu;
+  // Never destroyed: a Tensor that outlives main (a static ops::Context's transient buffers, a
+  // static tensor) frees into it during exit, whatever the order of static destruction.
+  static CpuAllocator& cpu = *new CpuAllocator;
   if (device.is_cpu()) return cpu;
   Allocator* a = g_allocators[slot(device.kind)].load(std::memory_order_acquire);
   LOCKSTEP_CHECK_HINT(a != nullptr, backend_hint(device.kind), "no allocator for ", device.str(),
