@@ -48,24 +48,91 @@ Tensor BatchNorm::as_ops_input(const Tensor& t) const {
 }
 
 Tensor BatchNorm::forward(ops::Context& ctx, const Tensor& x) {
-  Tensor y = ctx.transient(output_shape(x.shape()));
+  return forward_impl(ctx, x, {}, DType::F32);
+}
+
+Tensor BatchNorm::forward_relu(ops::Context& ctx, const Tensor& x, bool bf16_output) {
+  const bool bf16 = bf16_output && ctx.precision() == ops::Precision::BF16;
+  return forward_impl(ctx, x, {Tensor(), true}, bf16 ? DType::BF16 : DType::F32);
+}
+
+Tensor BatchNorm::forward_residual_relu(ops::Context& ctx, const Tensor& x,
+                                        const Tensor& residual) {
+  return forward_impl(ctx, x, {as_ops_input(residual), true}, DType::F32);
+}
+
+Tensor BatchNorm::forward_impl(ops::Context& ctx, const Tensor& x,
+                               const ops::BatchNormEpilogue& epilogue, DType out) {
+  Tensor y = ctx.transient(output_shape(x.shape()), out);
   Tensor xo = as_ops_input(x), yo = as_ops_input(y);
-  if (training_) {
+  const bool fused = epilogue.relu || epilogue.residual.defined() || out != DType::F32;
+  if (training_ && !fused) {
     ops::batchnorm_forward_train(ctx, xo, gamma_.value, beta_.value, yo, save_mean_, save_invstd_,
                                  running_mean_.value, running_var_.value, momentum_, eps_);
-  } else {
+  } else if (training_) {
+    ops::batchnorm_act_forward_train(ctx, xo, gamma_.value, beta_.value, epilogue, yo, save_mean_,
+                                     save_invstd_, running_mean_.value, running_var_.value,
+                                     momentum_, eps_);
+  } else if (!fused) {
     ops::batchnorm_forward_eval(ctx, xo, gamma_.value, beta_.value, running_mean_.value,
                                 running_var_.value, eps_, yo);
+  } else {
+    ops::batchnorm_act_forward_eval(ctx, xo, gamma_.value, beta_.value, running_mean_.value,
+                                    running_var_.value, eps_, epilogue, yo);
   }
   forward_was_training_ = training_;
+  fused_relu_ = epilogue.relu;
   x_ = x;
+  y_ = epilogue.relu ? y : Tensor();
   return y;
 }
 
 Tensor BatchNorm::backward(ops::Context& ctx, const Tensor& dy) {
+  if (!fused_relu_ || !forward_was_training_) return backward_impl(ctx, dy);
+  // Through the fused ReLU in one op (training mode: the saved statistics).
   Tensor x = detail::take_cached(x_, type().c_str());
-  Tensor dx = ctx.transient(x.shape());
-  if (!forward_was_training_) return backward_eval(ctx, as_ops_input(x), as_ops_input(dy), dx);
+  Tensor y = detail::take_cached(y_, type().c_str());
+  Tensor dx = ctx.transient(x.shape(), input_grad_dtype(ctx));
+  Tensor dxo = as_ops_input(dx);
+  ops::batchnorm_relu_backward(ctx, as_ops_input(x), as_ops_input(y), as_ops_input(dy),
+                               gamma_.value, save_mean_, save_invstd_, dxo, gamma_.grad,
+                               beta_.grad);
+  if (!input_grad_) return Tensor();
+  return dx;
+}
+
+Tensor BatchNorm::backward_residual_relu(ops::Context& ctx, const Tensor& dy, Tensor& dsum) {
+  Tensor y = detail::take_cached(y_, type().c_str());
+  dsum = ctx.transient(y.shape());
+  ops::relu_backward(ctx, y, dy, dsum);
+  return backward_impl(ctx, dsum);
+}
+
+DType BatchNorm::input_grad_dtype(const ops::Context& ctx) const {
+  return input_grad_to_conv_ && ctx.precision() == ops::Precision::BF16 ? DType::BF16
+                                                                         : DType::F32;
+}
+
+// The BatchNorm's own backward, dy being the gradient of its normalised output (a fused ReLU's,
+// outside evaluation mode's fixed map, undone first).
+Tensor BatchNorm::backward_impl(ops::Context& ctx, const Tensor& dy_in) {
+  Tensor dy = dy_in;
+  if (fused_relu_ && y_.defined()) {  // evaluation mode through a fused ReLU
+    Tensor y = detail::take_cached(y_, type().c_str());
+    if (y.dtype() != DType::F32) {
+      Tensor wide = ctx.transient(y.shape());
+      ops::cast(ctx, y, wide);
+      y = wide;
+    }
+    dy = ctx.transient(y.shape());
+    ops::relu_backward(ctx, y, dy_in, dy);
+  }
+  Tensor x = detail::take_cached(x_, type().c_str());
+  if (!forward_was_training_) {
+    Tensor dx = ctx.transient(x.shape());
+    return backward_eval(ctx, as_ops_input(x), as_ops_input(dy), dx);
+  }
+  Tensor dx = ctx.transient(x.shape(), input_grad_dtype(ctx));
   Tensor dxo = as_ops_input(dx);
   ops::batchnorm_backward(ctx, as_ops_input(x), as_ops_input(dy), gamma_.value, save_mean_,
                           save_invstd_, dxo, gamma_.grad, beta_.grad);

@@ -14,6 +14,7 @@ ResidualBlock::ResidualBlock(std::int64_t in_channels, std::int64_t out_channels
         std::make_unique<Conv2d>(in_channels, out_channels, 1, stride, 0, false, device);
     downsample_bn_ =
         std::make_unique<BatchNorm2d>(out_channels, kBatchNormEps, kBatchNormMomentum, device);
+    downsample_bn_->set_input_grad_to_conv(true);
   }
 }
 
@@ -30,23 +31,48 @@ Shape ResidualBlock::output_shape(const Shape& input) const {
   return main;
 }
 
+namespace {
+// Whether branch layer i is a ReLU that the BatchNorm before it ran (ResidualBlock::forward).
+template <class Layers>
+bool fused_into_bn(const Layers& branch, std::size_t i) {
+  return i > 0 && dynamic_cast<const ReLU*>(branch[i].module.get()) &&
+         dynamic_cast<const BatchNorm*>(branch[i - 1].module.get());
+}
+}  // namespace
+
 Tensor ResidualBlock::forward(ops::Context& ctx, const Tensor& x) {
+  LOCKSTEP_CHECK(!branch_.empty() && branch_.back().module.get() == last_bn_, type(),
+                 ": the branch must end with its last BatchNorm");
+  const std::size_t last = branch_.size() - 1;
   Tensor h = x;
-  for (Named& layer : branch_)
-    h = layer.module->forward(ctx, h);
+  for (std::size_t i = 0; i < last; ++i) {
+    Module& m = *branch_[i].module;
+    if (auto* bn = dynamic_cast<BatchNorm*>(branch_[i + 1].module.get()))
+      bn->set_input_grad_to_conv(dynamic_cast<const Conv2d*>(&m) != nullptr);
+    if (fused_into_bn(branch_, i + 1)) {
+      // A convolution after the ReLU rounds its input to bf16 anyway: written rounded.
+      const bool conv_next =
+          i + 2 < branch_.size() && dynamic_cast<const Conv2d*>(branch_[i + 2].module.get());
+      h = static_cast<BatchNorm&>(m).forward_relu(ctx, h, conv_next);
+      ++i;
+      continue;
+    }
+    h = m.forward(ctx, h);
+  }
   Tensor shortcut = x;
   if (has_downsample()) shortcut = downsample_bn_->forward(ctx, downsample_conv_->forward(ctx, x));
-  Tensor sum = ctx.transient(h.shape());
-  ops::add(ctx, h, shortcut, sum);
-  return relu_out_.forward(ctx, sum);
+  return last_bn_->forward_residual_relu(ctx, h, shortcut);
 }
 
 Tensor ResidualBlock::backward(ops::Context& ctx, const Tensor& dy) {
-  // The sum node passes its gradient unchanged to both the main path and the shortcut.
-  Tensor dsum = relu_out_.backward(ctx, dy);
-  Tensor dx_main = dsum;
-  for (auto it = branch_.rbegin(); it != branch_.rend(); ++it)
-    dx_main = it->module->backward(ctx, dx_main);
+  // The sum node passes its gradient (dsum, through the closing ReLU) unchanged to both the main
+  // path and the shortcut.
+  Tensor dsum;
+  Tensor dx_main = last_bn_->backward_residual_relu(ctx, dy, dsum);
+  for (std::size_t i = branch_.size() - 1; i-- > 0;) {
+    if (fused_into_bn(branch_, i)) continue;  // in its BatchNorm's backward
+    dx_main = branch_[i].module->backward(ctx, dx_main);
+  }
   Tensor dx_short = dsum;
   if (has_downsample()) {
     dx_short = downsample_conv_->backward(ctx, downsample_bn_->backward(ctx, dsum));
@@ -85,7 +111,6 @@ void ResidualBlock::set_training(bool training) {
   Module::set_training(training);
   for (Named& layer : branch_)
     layer.module->set_training(training);
-  relu_out_.set_training(training);
   if (has_downsample()) {
     downsample_conv_->set_training(training);
     downsample_bn_->set_training(training);
@@ -110,7 +135,6 @@ void ResidualBlock::set_channels_last(bool on) {
   Module::set_channels_last(on);
   for (Named& layer : branch_)
     layer.module->set_channels_last(on);
-  relu_out_.set_channels_last(on);
   if (has_downsample()) {
     downsample_conv_->set_channels_last(on);
     downsample_bn_->set_channels_last(on);

@@ -65,4 +65,52 @@ void Backend::compose_linear_dx(const Tensor& w, const Tensor& dy_operand, Tenso
   if (p.input_act == Activation::GeluTanh) gelu_tanh_backward(p.input_pre_act, dx, dx);
 }
 
+// ---- fused BatchNorm epilogues
+
+namespace {
+// Where an epilogue's f32 z lives: y itself when it is f32, else a temporary cast into y.
+Tensor f32_like(const Tensor& y) {
+  return y.dtype() == DType::F32 ? y : Tensor::empty(y.shape(), DType::F32, y.device());
+}
+}  // namespace
+
+void Backend::compose_bn_epilogue(Tensor& z, const BatchNormEpilogue& epilogue, Tensor& y) {
+  if (epilogue.residual.defined()) add(z, epilogue.residual, z);
+  if (epilogue.relu) relu_forward(z, z);
+  if (!z.shares_storage(y)) cast(z, y);
+}
+
+void Backend::batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                          const BatchNormEpilogue& epilogue, Tensor& y,
+                                          Tensor& save_mean, Tensor& save_invstd,
+                                          Tensor& running_mean, Tensor& running_var,
+                                          float momentum, float eps) {
+  Tensor z = f32_like(y);
+  batchnorm_forward_train(x, gamma, beta, z, save_mean, save_invstd, running_mean, running_var,
+                          momentum, eps);
+  compose_bn_epilogue(z, epilogue, y);
+}
+
+void Backend::batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         const Tensor& running_mean, const Tensor& running_var,
+                                         float eps, const BatchNormEpilogue& epilogue, Tensor& y) {
+  Tensor z = f32_like(y);
+  batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, z);
+  compose_bn_epilogue(z, epilogue, y);
+}
+
+void Backend::batchnorm_relu_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                      const Tensor& gamma, const Tensor& save_mean,
+                                      const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
+                                      Tensor& dbeta) {
+  Tensor y32 = y;
+  if (y.dtype() != DType::F32) {
+    y32 = Tensor::empty(y.shape(), DType::F32, y.device());
+    cast(y, y32);
+  }
+  Tensor dz = Tensor::empty(dy.shape(), DType::F32, dy.device());
+  relu_backward(y32, dy, dz);
+  batchnorm_backward(x, dz, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
 }  // namespace lockstep::ops

@@ -455,7 +455,7 @@ void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
   const char* op = "batchnorm_backward";
   const std::int64_t c = check_bn_input(ctx, op, x);
   check_f32(ctx, op, "dy", dy);
-  check_f32(ctx, op, "dx", dx);
+  check_act(ctx, op, "dx", dx);
   check_same_shape(op, "x", x, "dy", dy);
   check_same_shape(op, "x", x, "dx", dx);
   check_channel_vector(ctx, op, "gamma", gamma, c);
@@ -464,6 +464,81 @@ void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
   check_channel_vector(ctx, op, "dgamma", dgamma, c);
   check_channel_vector(ctx, op, "dbeta", dbeta, c);
   ctx.backend().batchnorm_backward(x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+namespace {
+void check_bn_epilogue(Context& ctx, const char* op, const Tensor& x,
+                       const BatchNormEpilogue& epilogue, const Tensor& y) {
+  check_act(ctx, op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  LOCKSTEP_CHECK(!y.shares_storage(x), op, ": y must not share storage with x");
+  if (epilogue.residual.defined()) {
+    check_f32(ctx, op, "residual", epilogue.residual);
+    check_same_shape(op, "x", x, "residual", epilogue.residual);
+    LOCKSTEP_CHECK(!y.shares_storage(epilogue.residual), op,
+                   ": y must not share storage with the residual");
+  }
+}
+}  // namespace
+
+void batchnorm_act_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma,
+                                 const Tensor& beta, const BatchNormEpilogue& epilogue, Tensor& y,
+                                 Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
+                                 Tensor& running_var, float momentum, float eps) {
+  const char* op = "batchnorm_act_forward_train";
+  const std::int64_t c = check_bn_input(ctx, op, x);
+  check_bn_epilogue(ctx, op, x, epilogue, y);
+  check_channel_vector(ctx, op, "gamma", gamma, c);
+  check_channel_vector(ctx, op, "beta", beta, c);
+  check_channel_vector(ctx, op, "save_mean", save_mean, c);
+  check_channel_vector(ctx, op, "save_invstd", save_invstd, c);
+  check_channel_vector(ctx, op, "running_mean", running_mean, c);
+  check_channel_vector(ctx, op, "running_var", running_var, c);
+  LOCKSTEP_CHECK_HINT(c == 0 || x.numel() / c > 1, "use a batch larger than 1", op,
+                      ": expected more than 1 value per channel when training, got ", x.describe());
+  LOCKSTEP_CHECK(momentum >= 0.0f && momentum <= 1.0f && eps > 0.0f, op, ": momentum ", momentum,
+                 " must be in [0, 1] and eps ", eps, " positive");
+  ctx.backend().batchnorm_act_forward_train(x, gamma, beta, epilogue, y, save_mean, save_invstd,
+                                            running_mean, running_var, momentum, eps);
+}
+
+void batchnorm_act_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma,
+                                const Tensor& beta, const Tensor& running_mean,
+                                const Tensor& running_var, float eps,
+                                const BatchNormEpilogue& epilogue, Tensor& y) {
+  const char* op = "batchnorm_act_forward_eval";
+  const std::int64_t c = check_bn_input(ctx, op, x);
+  check_bn_epilogue(ctx, op, x, epilogue, y);
+  check_channel_vector(ctx, op, "gamma", gamma, c);
+  check_channel_vector(ctx, op, "beta", beta, c);
+  check_channel_vector(ctx, op, "running_mean", running_mean, c);
+  check_channel_vector(ctx, op, "running_var", running_var, c);
+  LOCKSTEP_CHECK(eps > 0.0f, op, ": eps ", eps, " must be positive");
+  ctx.backend().batchnorm_act_forward_eval(x, gamma, beta, running_mean, running_var, eps,
+                                           epilogue, y);
+}
+
+void batchnorm_relu_backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy,
+                             const Tensor& gamma, const Tensor& save_mean,
+                             const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
+                             Tensor& dbeta) {
+  const char* op = "batchnorm_relu_backward";
+  const std::int64_t c = check_bn_input(ctx, op, x);
+  check_act(ctx, op, "y", y);
+  check_f32(ctx, op, "dy", dy);
+  check_act(ctx, op, "dx", dx);
+  check_same_shape(op, "x", x, "y", y);
+  check_same_shape(op, "x", x, "dy", dy);
+  check_same_shape(op, "x", x, "dx", dx);
+  check_channel_vector(ctx, op, "gamma", gamma, c);
+  check_channel_vector(ctx, op, "save_mean", save_mean, c);
+  check_channel_vector(ctx, op, "save_invstd", save_invstd, c);
+  check_channel_vector(ctx, op, "dgamma", dgamma, c);
+  check_channel_vector(ctx, op, "dbeta", dbeta, c);
+  LOCKSTEP_CHECK(!dx.shares_storage(x) && !dx.shares_storage(y), op,
+                 ": dx must not share storage with x or y");
+  ctx.backend().batchnorm_relu_backward(x, y, dy, gamma, save_mean, save_invstd, dx, dgamma,
+                                        dbeta);
 }
 
 // ---- loss

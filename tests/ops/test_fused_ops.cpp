@@ -1,5 +1,5 @@
 // The fused layer ops (ops.hpp: residual_layernorm_forward, linear_forward, linear_backward,
-// linear_recompute_activation) are, on the CPU, the compositions their comments name, bit for bit:
+// linear_recompute_activation, batchnorm_act_forward_train/_eval, batchnorm_relu_backward) are, on the CPU, the compositions their comments name, bit for bit:
 // each test runs the fused op and the separate ops on the same inputs and compares every output's
 // bits, in fp32 and (where the CPU has it) bf16, over shapes that are not multiples of the SIMD
 // width; with bf16 outputs, the f32 composition rounded once. The separate ops are themselves held
@@ -298,6 +298,144 @@ TEST(LinearOps, RefuseBadArgumentsNamingTheOpAndTensor) {
   p.input_act = ops::Activation::GeluTanh;
   expect_error_containing([&] { ops::linear_backward(ctx, x, w, dy, none, dw, b, dx, p); },
                           "linear_backward: input_pre_act is an undefined tensor");
+}
+
+// ---- BatchNorm epilogues (a ResNet block's BN -> [+ shortcut] -> ReLU)
+
+struct BnCase {
+  Shape shape;  // [N, C] rows (a channels-last BatchNorm2d's view) or [N, C, H, W]
+  bool residual, relu;
+  bool bf16_out;
+};
+
+std::string bn_case_name(const BnCase& c, int threads) {
+  return str(shape_str(c.shape), c.residual ? " +residual" : "", c.relu ? " relu" : "",
+             c.bf16_out ? " bf16 y" : " f32 y", ", ", threads, " threads");
+}
+
+std::vector<BnCase> bn_cases(bool bf16) {
+  std::vector<BnCase> out;
+  // Rows uneven over the threads and channel counts off the SIMD width; planes of NCHW, one larger
+  // than the kernels' chunk of 2048 values.
+  for (const Shape& s : {Shape{2500, 40}, Shape{37, 67}, Shape{6, 5, 7, 9}, Shape{2, 3, 50, 50}}) {
+    for (auto [residual, relu] : {std::pair{false, true}, std::pair{true, true},
+                                  std::pair{true, false}}) {
+      out.push_back({s, residual, relu, false});
+      if (bf16) out.push_back({s, residual, relu, true});
+    }
+  }
+  return out;
+}
+
+// The composition ops.hpp names for batchnorm_act_forward_*: the f32 BatchNorm output z, then
+// add(z, residual, z), relu_forward(z, z), cast(z, y).
+void compose_epilogue(ops::Context& ctx, Tensor& z, const BnCase& c, const Tensor& residual,
+                      Tensor& y) {
+  if (c.residual) ops::add(ctx, z, residual, z);
+  if (c.relu) ops::relu_forward(ctx, z, z);
+  if (c.bf16_out)
+    ops::cast(ctx, z, y);
+  else
+    ops::copy(ctx, z, y);
+}
+
+Tensor f32_of(ops::Context& ctx, const Tensor& t) {
+  return t.dtype() == DType::BF16 ? widen(ctx, t) : t;
+}
+
+void run_bn_epilogue_cases(ops::Precision precision) {
+  const bool bf16 = precision == ops::Precision::BF16;
+  for (int threads : {1, 3}) {
+    ops::Context ctx(Device::cpu(), threads);
+    ctx.set_precision(precision);
+    for (const BnCase& c : bn_cases(bf16)) {
+      SCOPED_TRACE(bn_case_name(c, threads));
+      const std::int64_t ch = c.shape[1];
+      const DType out = c.bf16_out ? DType::BF16 : DType::F32;
+      Tensor x = random_tensor(c.shape, 30, -2, 3), residual = random_tensor(c.shape, 31, -2, 2);
+      Tensor gamma = random_tensor({ch}, 32, 0.5f, 1.5f), beta = random_tensor({ch}, 33);
+      ops::BatchNormEpilogue epi{c.residual ? residual : Tensor(), c.relu};
+      // Training mode: the output, the saved statistics and the running averages.
+      Tensor y = Tensor::empty(c.shape, out), mean = Tensor::empty({ch}),
+             invstd = Tensor::empty({ch}), rm = random_tensor({ch}, 34), rv = random_tensor({ch}, 35, 0.5f, 2);
+      Tensor z = Tensor::empty(c.shape), y_ref = Tensor::empty(c.shape, out),
+             mean_ref = Tensor::empty({ch}), invstd_ref = Tensor::empty({ch}),
+             rm_ref = rm.clone(), rv_ref = rv.clone();
+      ops::batchnorm_act_forward_train(ctx, x, gamma, beta, epi, y, mean, invstd, rm, rv, 0.1f,
+                                       1e-5f);
+      ops::batchnorm_forward_train(ctx, x, gamma, beta, z, mean_ref, invstd_ref, rm_ref, rv_ref,
+                                   0.1f, 1e-5f);
+      compose_epilogue(ctx, z, c, residual, y_ref);
+      EXPECT_TRUE(bitwise_equal(f32_of(ctx, y), f32_of(ctx, y_ref)));
+      for (auto [got, want] : {std::pair{&mean, &mean_ref}, std::pair{&invstd, &invstd_ref},
+                               std::pair{&rm, &rm_ref}, std::pair{&rv, &rv_ref}})
+        EXPECT_TRUE(bitwise_equal(*got, *want));
+      // The ReLU's backward folded into the BatchNorm's (dgamma and dbeta accumulate).
+      if (c.relu && !c.residual) {
+        Tensor dy = random_tensor(c.shape, 36);
+        Tensor dx = Tensor::empty(c.shape), dg = random_tensor({ch}, 37), db = random_tensor({ch}, 38);
+        Tensor dx_ref = Tensor::empty(c.shape), dg_ref = dg.clone(), db_ref = db.clone();
+        ops::batchnorm_relu_backward(ctx, x, y, dy, gamma, mean, invstd, dx, dg, db);
+        Tensor y32 = c.bf16_out ? widen(ctx, y) : y, dz = Tensor::empty(c.shape);
+        ops::relu_backward(ctx, y32, dy, dz);
+        ops::batchnorm_backward(ctx, x, dz, gamma, mean, invstd, dx_ref, dg_ref, db_ref);
+        EXPECT_TRUE(bitwise_equal(dx, dx_ref));
+        EXPECT_TRUE(bitwise_equal(dg, dg_ref));
+        EXPECT_TRUE(bitwise_equal(db, db_ref));
+        if (bf16) {  // a bf16 dx (for a convolution's backward) is the f32 one rounded once
+          Tensor dx16 = Tensor::empty(c.shape, DType::BF16), dx16_ref = Tensor::empty(c.shape, DType::BF16);
+          ops::cast(ctx, dx, dx16_ref);
+          ops::batchnorm_relu_backward(ctx, x, y, dy, gamma, mean, invstd, dx16, dg, db);
+          EXPECT_TRUE(bitwise_equal(widen(ctx, dx16), widen(ctx, dx16_ref)));
+          ops::batchnorm_backward(ctx, x, dz, gamma, mean, invstd, dx16, dg, db);
+          EXPECT_TRUE(bitwise_equal(widen(ctx, dx16), widen(ctx, dx16_ref)));
+        }
+      }
+      // Evaluation mode: the running statistics' fixed map.
+      Tensor ye = Tensor::empty(c.shape, out), ye_ref = Tensor::empty(c.shape, out);
+      ops::batchnorm_act_forward_eval(ctx, x, gamma, beta, rm, rv, 1e-5f, epi, ye);
+      ops::batchnorm_forward_eval(ctx, x, gamma, beta, rm, rv, 1e-5f, z);
+      compose_epilogue(ctx, z, c, residual, ye_ref);
+      EXPECT_TRUE(bitwise_equal(f32_of(ctx, ye), f32_of(ctx, ye_ref)));
+    }
+  }
+}
+
+TEST(BatchNormEpilogue, IsBatchNormThenAddReluAndCastBitForBit) {
+  run_bn_epilogue_cases(ops::Precision::FP32);
+}
+
+TEST(BatchNormEpilogue, WithABf16OutputIsTheF32ResultRoundedOnce) {
+  LOCKSTEP_SKIP_WITHOUT_BF16();
+  run_bn_epilogue_cases(ops::Precision::BF16);
+}
+
+TEST(BatchNormEpilogue, RefusesBadArgumentsNamingTheOpAndTensor) {
+  ops::Context ctx;
+  Tensor x = random_tensor({8, 4}, 1), g = random_tensor({4}, 2), b = random_tensor({4}, 3);
+  Tensor y = Tensor::empty({8, 4}), m = Tensor::empty({4}), is = Tensor::empty({4}),
+         rm = Tensor::empty({4}), rv = Tensor::empty({4});
+  ops::BatchNormEpilogue short_residual{random_tensor({7, 4}, 4), true};
+  expect_error_containing(
+      [&] {
+        ops::batchnorm_act_forward_train(ctx, x, g, b, short_residual, y, m, is, rm, rv, 0.1f,
+                                         1e-5f);
+      },
+      "batchnorm_act_forward_train: x is");
+  ops::BatchNormEpilogue onto_residual{y, true};
+  expect_error_containing(
+      [&] {
+        ops::batchnorm_act_forward_eval(ctx, x, g, b, rm, rv, 1e-5f, onto_residual, y);
+      },
+      "y must not share storage with the residual");
+  Tensor y16 = Tensor::empty({8, 4}, DType::BF16);
+  expect_error_containing(
+      [&] { ops::batchnorm_act_forward_train(ctx, x, g, b, {}, y16, m, is, rm, rv, 0.1f, 1e-5f); },
+      "y must be f32");
+  Tensor dx = Tensor::empty({8, 4}), dg = Tensor::empty({4}), db = Tensor::empty({4});
+  expect_error_containing(
+      [&] { ops::batchnorm_relu_backward(ctx, x, y, y, g, m, is, y, dg, db); },
+      "dx must not share storage with x or y");
 }
 
 }  // namespace

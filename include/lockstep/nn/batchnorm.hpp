@@ -7,6 +7,7 @@
 #pragma once
 
 #include "lockstep/nn/module.hpp"
+#include "lockstep/ops/ops.hpp"
 
 namespace lockstep::nn {
 
@@ -30,6 +31,21 @@ class BatchNorm : public Module {
   void collect_buffers(const std::string& prefix, std::vector<Buffer*>& out) override;
   bool supports_channels_last() const override { return spatial_dims_ == 2; }
 
+  // The ReLU after this layer (and, for a residual block's last BatchNorm, the shortcut's sum
+  // before it) in this layer's op (ops::batchnorm_act_forward_*), so the normalised values are
+  // never stored and read again; a bf16_output (only on a bf16 context, for a convolution that
+  // would round its input anyway) is written rounded. Same values as bn -> [add ->] relu, except
+  // that with a bf16 output an f32 value too small to survive the rounding (below bf16's normal
+  // range) counts as ReLU's zero in the backward. backward(dy) then takes the ReLU's output
+  // gradient; with a residual, backward_residual also returns the sum's gradient (dsum) for the
+  // shortcut.
+  Tensor forward_relu(ops::Context& ctx, const Tensor& x, bool bf16_output);
+  Tensor forward_residual_relu(ops::Context& ctx, const Tensor& x, const Tensor& residual);
+  Tensor backward_residual_relu(ops::Context& ctx, const Tensor& dy, Tensor& dsum);
+  // The input gradient goes to a convolution's backward, which rounds it to bf16 on a bf16
+  // context: it is then written rounded (training mode), saving that pass.
+  void set_input_grad_to_conv(bool on) { input_grad_to_conv_ = on; }
+
   Parameter& weight() { return gamma_; }
   Parameter& bias() { return beta_; }
   Buffer& running_mean() { return running_mean_; }
@@ -38,6 +54,10 @@ class BatchNorm : public Module {
   std::unique_ptr<Module> clone_structure(Device device) const override;
 
  private:
+  Tensor forward_impl(ops::Context& ctx, const Tensor& x, const ops::BatchNormEpilogue& epilogue,
+                      DType out);
+  Tensor backward_impl(ops::Context& ctx, const Tensor& dy);
+  DType input_grad_dtype(const ops::Context& ctx) const;
   Tensor backward_eval(ops::Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
   // What the ops see of t: t itself, or channels-last its [N*H*W, C] rows.
   Tensor as_ops_input(const Tensor& t) const;
@@ -49,6 +69,9 @@ class BatchNorm : public Module {
   Buffer running_mean_, running_var_;
   bool forward_was_training_ = true;
   Tensor x_;
+  Tensor y_;                  // the output, kept when the forward fused a ReLU
+  bool fused_relu_ = false;   // the last forward's
+  bool input_grad_to_conv_ = false;
   Tensor save_mean_, save_invstd_;
   Tensor zeros_, ones_, scratch_;  // evaluation-mode backward only
 };

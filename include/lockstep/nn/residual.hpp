@@ -23,7 +23,11 @@ namespace lockstep::nn {
 class Model;
 
 // What the two blocks share: the branch as a list of named layers, the shortcut, the sum and
-// the closing ReLU. A subclass only lists its branch.
+// the closing ReLU. A subclass only lists its branch, ending with its last BatchNorm.
+// The forward runs each BatchNorm -> ReLU pair of the branch as one op, and the last BatchNorm
+// with the sum and the closing ReLU as another (BatchNorm::forward_relu, forward_residual_relu):
+// each pass over an activation a ResNet-50 step saves is worth as much as the BatchNorm's own
+// (docs/PERFORMANCE.md).
 class ResidualBlock : public Module {
  public:
   Shape output_shape(const Shape& input) const override;
@@ -68,7 +72,6 @@ class ResidualBlock : public Module {
   BatchNorm* last_bn_ = nullptr;
   std::unique_ptr<Conv2d> downsample_conv_;  // null for the identity shortcut
   std::unique_ptr<BatchNorm2d> downsample_bn_;
-  ReLU relu_out_;
 };
 
 // The basic block: two 3x3 convolutions, the first with the block's stride (spec token `res`).

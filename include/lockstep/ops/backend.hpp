@@ -144,8 +144,23 @@ class Backend {
                                const LinearBackward& p);
   virtual void linear_recompute_activation(const Tensor& x, const Tensor& w, const Tensor& b,
                                            Activation act, Tensor& pre_act, Tensor& y);
+  virtual void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma,
+                                           const Tensor& beta, const BatchNormEpilogue& epilogue,
+                                           Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                                           Tensor& running_mean, Tensor& running_var,
+                                           float momentum, float eps);
+  virtual void batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                          const Tensor& running_mean, const Tensor& running_var,
+                                          float eps, const BatchNormEpilogue& epilogue, Tensor& y);
+  virtual void batchnorm_relu_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                       const Tensor& gamma, const Tensor& save_mean,
+                                       const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
+                                       Tensor& dbeta);
 
  protected:
+  // batchnorm_act_forward_*'s epilogue over z, an f32 BatchNorm output: + residual, ReLU, in place
+  // (elementwise, each element read before it is written: exact on every backend), then into y.
+  void compose_bn_epilogue(Tensor& z, const BatchNormEpilogue& epilogue, Tensor& y);
   // The three parts of linear_backward's composition: dw (+)= dy^T x; db (+)= column sums of dy
   // (zeros first when overwriting); dx = dy w, then the input activation's backward in place.
   void compose_linear_dw(const Tensor& x, const Tensor& dy_operand, Tensor& dw, bool overwrite);

@@ -157,10 +157,38 @@ void batchnorm_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma,
 void batchnorm_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                             const Tensor& running_mean, const Tensor& running_var, float eps,
                             Tensor& y);
-// dx overwritten; dgamma, dbeta accumulated.
+// dx overwritten; dgamma, dbeta accumulated. dx may be a bf16 activation on a bf16 context (for a
+// convolution's backward, which would round it anyway): the f32 result rounded once.
 void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
                         Tensor& dgamma, Tensor& dbeta);
+
+// ---- fused BatchNorm epilogues: a ResNet block's BatchNorm -> [+ shortcut] -> ReLU in one op, so
+// the normalised values are not stored, read back, summed and stored again (each pass over a
+// ResNet-50 activation costs as much as the BatchNorm's own; docs/PERFORMANCE.md).
+struct BatchNormEpilogue {
+  Tensor residual;    // added to the normalised x (undefined: none): f32, x's shape
+  bool relu = false;  // then max(., 0)
+};
+// y = relu?(batchnorm(x) + residual?), where y is f32 or (on a bf16 context) a bf16 activation.
+// Composition, and so the bits on every backend: batchnorm_forward_train (_eval) into an f32 z,
+// add(z, residual, z), relu_forward(z, z), then cast(z, y) when y is bf16. y shares storage with
+// neither x nor the residual. The statistics and running averages are batchnorm_forward_train's.
+void batchnorm_act_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma,
+                                 const Tensor& beta, const BatchNormEpilogue& epilogue, Tensor& y,
+                                 Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
+                                 Tensor& running_var, float momentum, float eps);
+void batchnorm_act_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma,
+                                const Tensor& beta, const Tensor& running_mean,
+                                const Tensor& running_var, float eps,
+                                const BatchNormEpilogue& epilogue, Tensor& y);
+// The backward of batchnorm_act_forward_train with relu and no residual, y being its output (f32
+// or bf16): dz = y > 0 ? dy : 0, then batchnorm_backward(x, dz, ...) into dx, dgamma, dbeta.
+// Composition: relu_backward over y (widened to f32 first when bf16), then batchnorm_backward
+// (dx f32, or bf16 as there).
+void batchnorm_relu_backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy,
+                             const Tensor& gamma, const Tensor& save_mean,
+                             const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
 
 // ---- loss: softmax cross-entropy over logits [N, C] with i32 labels [N].
 // probs [N, C] receives softmax(logits); loss [1] receives the mean over N of -log p[label].

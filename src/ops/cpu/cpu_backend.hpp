@@ -80,6 +80,17 @@ class CpuBackend final : public Backend {
   void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                           const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
                           Tensor& dgamma, Tensor& dbeta) override;
+  void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   const BatchNormEpilogue& epilogue, Tensor& y, Tensor& save_mean,
+                                   Tensor& save_invstd, Tensor& running_mean, Tensor& running_var,
+                                   float momentum, float eps) override;
+  void batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& running_mean, const Tensor& running_var, float eps,
+                                  const BatchNormEpilogue& epilogue, Tensor& y) override;
+  void batchnorm_relu_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                               const Tensor& gamma, const Tensor& save_mean,
+                               const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
+                               Tensor& dbeta) override;
 
   void softmax_xent_forward(const Tensor& logits, const Tensor& labels, Tensor& probs, Tensor& loss,
                             float label_smoothing) override;
@@ -151,6 +162,12 @@ class CpuBackend final : public Backend {
   // c f32, or bf16 with beta 0; bias [c.dim(1)] f32 added before c is written, or undefined.
   void gemm_bf16(bool trans_a, bool trans_b, std::int64_t k, float alpha, const Tensor& a,
                  const Tensor& b, float beta, Tensor& c, const Tensor& bias = Tensor());
+
+  // batchnorm_backward, or through the ReLU whose output is relu_y (batchnorm_relu_backward).
+  void batchnorm_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& relu_y,
+                               const Tensor& gamma, const Tensor& save_mean,
+                               const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
+                               Tensor& dbeta);
 
   // Scratch that grows to the largest request and is then reused (no allocation per call).
   double* scratch_doubles(std::size_t n);

@@ -8,13 +8,21 @@
 //   chunks' sums are added in chunk order. A batch of at most kBnRows rows is one chunk: the same
 //   bits as a single pass. A channels-last batch has N*H*W rows (50176 for ResNet-50's first stage
 //   at batch 16), so its chunks, not its few channel blocks, are what the threads split.
+// The fused epilogues (ops.hpp: batchnorm_act_forward_*, batchnorm_relu_backward, a bf16 dx) run
+// the same arithmetic on each row or plane chunk, then the residual sum, the ReLU and the rounding
+// on it while it is in L1, so they give the separate ops' bits (tests/ops/test_fused_ops.cpp) with
+// fewer passes over memory.
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
+#include "lockstep/core/bf16.hpp"
 #include "lockstep/core/simd_clones.hpp"
+#include "ops/cpu/bf16_rows.hpp"
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/parallel.hpp"
 #include "ops/cpu/reduce.hpp"
@@ -77,15 +85,82 @@ void for_row_chunks(ThreadPool& pool, const BnShape& sh, const F& fn) {
 }
 
 // s1[j] = sum x[i, c0 + j], s2[j] = sum x[i, c0 + j]^2 over rows [r0, r1), row by row in double.
+// The row sums below take the columns kSumCols at a time with their double accumulators in
+// vector registers (GCC's vector types: zmm in the AVX-512 clone, pairs of ymm or xmm in the
+// others), since a loop over all w columns loads and stores its accumulators for every row, which
+// cost more than the reads of x. Each column is still summed row by row, with the scalar
+// arithmetic's operations, so a group gives the scalar loop's bits (the last, narrower group runs
+// that loop).
+constexpr std::int64_t kSumCols = 32;
+// The helpers taking and returning these types are always inlined: no call passes them, so the
+// ABI GCC warns about never applies.
+#pragma GCC diagnostic ignored "-Wpsabi"
+constexpr int kSumVecs = kSumCols / 8;
+using v8f = float __attribute__((vector_size(32)));
+using v8d = double __attribute__((vector_size(64)));
+using v8i = std::int32_t __attribute__((vector_size(32)));
+using v8h = std::uint16_t __attribute__((vector_size(16)));
+using v8u = std::uint32_t __attribute__((vector_size(32)));
+
+[[gnu::always_inline]] inline v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline v8d widen8(v8f v) {
+  return __builtin_convertvector(v, v8d);
+}
+
+// The gradient a BatchNorm's backward reads at element k: dy itself, or through the ReLU after it
+// (batchnorm_relu_backward), dy where that ReLU's output y (f32 or bf16) is positive. The value is
+// relu_backward's, so the sums and dx below get the bits of relu_backward then batchnorm_backward.
+template <class Y>
+[[gnu::always_inline]] inline float grad_at(const float* dy, const Y* y, std::int64_t k) {
+  const float g = dy[k];  // loaded unconditionally, so the select vectorises
+  if constexpr (std::is_same_v<Y, float>) return y[k] > 0.0f ? g : 0.0f;
+  else if constexpr (std::is_same_v<Y, std::uint16_t>) return bf16_to_float(y[k]) > 0.0f ? g : 0.0f;
+  else return g;
+}
+
+// grad_at for 8 consecutive elements.
+template <class Y>
+[[gnu::always_inline]] inline v8f grad_at8(const float* dy, const Y* y, std::int64_t k) {
+  const v8f g = load8(dy + k);
+  if constexpr (std::is_same_v<Y, float>) {
+    return reinterpret_cast<v8f>(reinterpret_cast<v8i>(g) & (load8(y + k) > 0.0f));
+  } else if constexpr (std::is_same_v<Y, std::uint16_t>) {
+    v8h h;
+    std::memcpy(&h, y + k, sizeof h);
+    const v8f yf = reinterpret_cast<v8f>(__builtin_convertvector(h, v8u) << 16);
+    return reinterpret_cast<v8f>(reinterpret_cast<v8i>(g) & (yf > 0.0f));
+  } else {
+    return g;
+  }
+}
+
 LOCKSTEP_SIMD_CLONES
 void row_moments(const float* x, std::int64_t c, std::int64_t r0, std::int64_t r1, std::int64_t c0,
                  std::int64_t c1, double* s1, double* s2) {
   const std::int64_t w = c1 - c0;
-  for (std::int64_t j = 0; j < w; ++j)
+  std::int64_t j0 = 0;
+  for (; j0 + kSumCols <= w; j0 += kSumCols) {
+    v8d a1[kSumVecs] = {}, a2[kSumVecs] = {};
+    for (std::int64_t i = r0; i < r1; ++i) {
+      const float* row = x + i * c + c0 + j0;
+      for (int h = 0; h < kSumVecs; ++h) {
+        const v8d v = widen8(load8(row + 8 * h));
+        a1[h] += v;
+        a2[h] += v * v;
+      }
+    }
+    std::memcpy(s1 + j0, a1, sizeof a1);
+    std::memcpy(s2 + j0, a2, sizeof a2);
+  }
+  for (std::int64_t j = j0; j < w; ++j)
     s1[j] = s2[j] = 0.0;
   for (std::int64_t i = r0; i < r1; ++i) {
     const float* row = x + i * c + c0;
-    for (std::int64_t j = 0; j < w; ++j) {
+    for (std::int64_t j = j0; j < w; ++j) {
       const double v = row[j];
       s1[j] += v;
       s2[j] += v * v;
@@ -93,46 +168,120 @@ void row_moments(const float* x, std::int64_t c, std::int64_t r0, std::int64_t r
   }
 }
 
-// sdy[j] = sum dy, sdyx[j] = sum dy (x - mean[c0 + j]) over rows [r0, r1), row by row in double.
-LOCKSTEP_SIMD_CLONES
-void row_dy_dyx(const float* x, const float* dy, const float* mean, std::int64_t c, std::int64_t r0,
-                std::int64_t r1, std::int64_t c0, std::int64_t c1, double* sdy, double* sdyx) {
+// sdy[j] = sum g, sdyx[j] = sum g (x - mean[c0 + j]) over rows [r0, r1), row by row in double,
+// g = grad_at(dy, y); kSumCols columns at a time as row_moments.
+template <class Y>
+[[gnu::always_inline]] inline void row_dy_dyx_body(const float* x, const float* dy, const Y* y,
+                                                   const float* mean, std::int64_t c,
+                                                   std::int64_t r0, std::int64_t r1,
+                                                   std::int64_t c0, std::int64_t c1, double* sdy,
+                                                   double* sdyx) {
   const std::int64_t w = c1 - c0;
-  for (std::int64_t j = 0; j < w; ++j)
+  std::int64_t j0 = 0;
+  for (; j0 + kSumCols <= w; j0 += kSumCols) {
+    v8d a1[kSumVecs] = {}, a2[kSumVecs] = {}, m[kSumVecs];
+    for (int h = 0; h < kSumVecs; ++h)
+      m[h] = widen8(load8(mean + c0 + j0 + 8 * h));
+    for (std::int64_t i = r0; i < r1; ++i) {
+      const std::int64_t off = i * c + c0 + j0;
+      for (int h = 0; h < kSumVecs; ++h) {
+        const v8d g = widen8(grad_at8(dy, y, off + 8 * h));
+        a1[h] += g;
+        a2[h] += g * (widen8(load8(x + off + 8 * h)) - m[h]);
+      }
+    }
+    std::memcpy(sdy + j0, a1, sizeof a1);
+    std::memcpy(sdyx + j0, a2, sizeof a2);
+  }
+  for (std::int64_t j = j0; j < w; ++j)
     sdy[j] = sdyx[j] = 0.0;
   for (std::int64_t i = r0; i < r1; ++i) {
-    const float* xr = x + i * c + c0;
-    const float* gr = dy + i * c + c0;
-    for (std::int64_t j = 0; j < w; ++j) {
-      const double g = gr[j];
+    const std::int64_t off = i * c + c0;
+    for (std::int64_t j = j0; j < w; ++j) {
+      const double g = grad_at(dy, y, off + j);
       sdy[j] += g;
-      sdyx[j] += g * (static_cast<double>(xr[j]) - mean[c0 + j]);
+      sdyx[j] += g * (static_cast<double>(x[off + j]) - mean[c0 + j]);
     }
   }
 }
 
-// y = x * a[col] + b[col] over rows [r0, r1) of columns [c0, c1).
 LOCKSTEP_SIMD_CLONES
-void row_affine(const float* x, float* y, std::int64_t c, std::int64_t r0, std::int64_t r1,
-                std::int64_t c0, std::int64_t c1, const float* a, const float* b) {
-  for (std::int64_t i = r0; i < r1; ++i) {
-    const float* xr = x + i * c;
-    float* yr = y + i * c;
-    for (std::int64_t j = c0; j < c1; ++j)
-      yr[j] = xr[j] * a[j] + b[j];
+void row_dy_dyx(const float* x, const float* dy, const float* mean, std::int64_t c, std::int64_t r0,
+                std::int64_t r1, std::int64_t c0, std::int64_t c1, double* sdy, double* sdyx) {
+  row_dy_dyx_body<void>(x, dy, nullptr, mean, c, r0, r1, c0, c1, sdy, sdyx);
+}
+LOCKSTEP_SIMD_CLONES
+void row_dy_dyx_relu(const float* x, const float* dy, const float* y, const float* mean,
+                     std::int64_t c, std::int64_t r0, std::int64_t r1, std::int64_t c0,
+                     std::int64_t c1, double* sdy, double* sdyx) {
+  row_dy_dyx_body(x, dy, y, mean, c, r0, r1, c0, c1, sdy, sdyx);
+}
+LOCKSTEP_SIMD_CLONES
+void row_dy_dyx_relu16(const float* x, const float* dy, const std::uint16_t* y, const float* mean,
+                       std::int64_t c, std::int64_t r0, std::int64_t r1, std::int64_t c0,
+                       std::int64_t c1, double* sdy, double* sdyx) {
+  row_dy_dyx_body(x, dy, y, mean, c, r0, r1, c0, c1, sdy, sdyx);
+}
+
+// y = x * a[j] + b[j] over one row of n columns: the one place the affine map is written, so the
+// fused epilogues below give batchnorm_forward_*'s bits in every SIMD clone.
+LOCKSTEP_SIMD_CLONES
+void affine_row(const float* x, float* y, std::int64_t n, const float* a, const float* b) {
+  for (std::int64_t j = 0; j < n; ++j)
+    y[j] = x[j] * a[j] + b[j];
+}
+
+// y = x * a + b over one plane of n values (a channel of one sample, NCHW).
+void affine_plane(const float* x, float* y, std::int64_t n, float a, float b) {
+  for (std::int64_t k = 0; k < n; ++k)
+    y[k] = x[k] * a + b;
+}
+
+// The epilogue of batchnorm_act_forward_*, in place over z (n values): ops::add's z + residual,
+// then relu_forward's select, as those ops compute them.
+LOCKSTEP_SIMD_CLONES
+void epilogue_in_place(float* z, const float* residual, bool relu, std::int64_t n) {
+  if (residual) {
+    for (std::int64_t k = 0; k < n; ++k)
+      z[k] = z[k] + residual[k];
+  }
+  if (relu) {
+    for (std::int64_t k = 0; k < n; ++k)
+      z[k] = z[k] > 0.0f ? z[k] : 0.0f;
   }
 }
 
-// dx = dy * k1[col] + x * k2[col] + k3[col] over rows [r0, r1) of columns [c0, c1).
+// dx = g * k1[j] + x * k2[j] + k3[j] over one row of n columns, g = grad_at (x, dy, y at the
+// row's start).
+template <class Y>
+[[gnu::always_inline]] inline void backward_dx_row_body(const float* x, const float* dy,
+                                                        const Y* y, float* dx, std::int64_t n,
+                                                        const float* k1, const float* k2,
+                                                        const float* k3) {
+  for (std::int64_t j = 0; j < n; ++j)
+    dx[j] = grad_at(dy, y, j) * k1[j] + x[j] * k2[j] + k3[j];
+}
 LOCKSTEP_SIMD_CLONES
-void row_backward_dx(const float* x, const float* dy, float* dx, std::int64_t c, std::int64_t r0,
-                     std::int64_t r1, std::int64_t c0, std::int64_t c1, const float* k1,
+void backward_dx_row(const float* x, const float* dy, float* dx, std::int64_t n, const float* k1,
                      const float* k2, const float* k3) {
-  for (std::int64_t i = r0; i < r1; ++i) {
-    const std::int64_t off = i * c;
-    for (std::int64_t j = c0; j < c1; ++j)
-      dx[off + j] = dy[off + j] * k1[j] + x[off + j] * k2[j] + k3[j];
-  }
+  backward_dx_row_body<void>(x, dy, nullptr, dx, n, k1, k2, k3);
+}
+LOCKSTEP_SIMD_CLONES
+void backward_dx_row_relu(const float* x, const float* dy, const float* y, float* dx,
+                          std::int64_t n, const float* k1, const float* k2, const float* k3) {
+  backward_dx_row_body(x, dy, y, dx, n, k1, k2, k3);
+}
+LOCKSTEP_SIMD_CLONES
+void backward_dx_row_relu16(const float* x, const float* dy, const std::uint16_t* y, float* dx,
+                            std::int64_t n, const float* k1, const float* k2, const float* k3) {
+  backward_dx_row_body(x, dy, y, dx, n, k1, k2, k3);
+}
+
+// dx = g * k1 + x * k2 + k3 over one plane of n values (NCHW).
+void backward_dx_plane(const float* x, const float* g, float* dx, std::int64_t n, float k1,
+                       float k2, float k3) {
+  for (std::int64_t k = 0; k < n; ++k)
+    dx[k] = g[k] * k1 + x[k] * k2 + k3;
 }
 
 // Per-chunk column sums (s1, s2) of [N, C] into partial[(chunk * 2 + {0, 1}) * C + col], then
@@ -164,16 +313,75 @@ void for_row_blocks(ThreadPool& pool, const BnShape& sh, const F& fn) {
   parallel_range(pool, sh.n, rows, [&](std::int64_t r0, std::int64_t r1) { fn(r0, r1, 0, sh.c); });
 }
 
+// Where batchnorm_act_forward_*'s values go: an f32 or a bf16 y, through the epilogue.
+struct Epilogue {
+  const float* residual = nullptr;
+  bool relu = false;
+  float* y32 = nullptr;
+  std::uint16_t* y16 = nullptr;
+};
+Epilogue make_epilogue(const BatchNormEpilogue& e, Tensor& y) {
+  Epilogue out;
+  out.residual = e.residual.defined() ? e.residual.data<float>() : nullptr;
+  out.relu = e.relu;
+  if (y.dtype() == DType::BF16)
+    out.y16 = bf16_out(y);
+  else
+    out.y32 = y.data<float>();
+  return out;
+}
+
+// Stores epilogue(z) at y[off, off + n), z = x * a + b as affine(dst) writes it into dst: in y
+// itself when y is f32, else in the thread's scratch, rounded into y afterwards (ops.hpp: the f32
+// result cast once, and nothing in between stored).
+template <class Affine>
+void store(const Epilogue& e, std::int64_t off, std::int64_t n, const Affine& affine) {
+  float* z = e.y32 ? e.y32 + off : thread_scratch(static_cast<std::size_t>(n), 2);
+  affine(z);
+  if (e.residual || e.relu) epilogue_in_place(z, e.residual ? e.residual + off : nullptr, e.relu, n);
+  if (e.y16) round_to_bf16(z, e.y16 + off, n);
+}
+
+// y = epilogue(x * a[col] + b[col]) over [N, C] rows, a row at a time.
+void affine_rows(ThreadPool& pool, const BnShape& sh, const float* px, const float* a,
+                 const float* b, const Epilogue& e) {
+  for_row_blocks(pool, sh, [&](std::int64_t r0, std::int64_t r1, std::int64_t, std::int64_t) {
+    for (std::int64_t i = r0; i < r1; ++i)
+      store(e, i * sh.c, sh.c, [&](float* z) { affine_row(px + i * sh.c, z, sh.c, a, b); });
+  });
+}
+
+// The same for channel c of every sample ([N, C, S], S > 1), in chunks of kBf16Chunk.
+void affine_planes(const BnShape& sh, std::int64_t c, const float* px, float a, float b,
+                   const Epilogue& e) {
+  for (std::int64_t i = 0; i < sh.n; ++i) {
+    const std::int64_t plane = (i * sh.c + c) * sh.s;
+    for (std::int64_t k0 = 0; k0 < sh.s; k0 += kBf16Chunk) {
+      const std::int64_t n = std::min(kBf16Chunk, sh.s - k0);
+      store(e, plane + k0, n, [&](float* z) { affine_plane(px + plane + k0, z, n, a, b); });
+    }
+  }
+}
+
 }  // namespace
 
 void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                          Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                                          Tensor& running_mean, Tensor& running_var, float momentum,
                                          float eps) {
+  batchnorm_act_forward_train(x, gamma, beta, BatchNormEpilogue{}, y, save_mean, save_invstd,
+                              running_mean, running_var, momentum, eps);
+}
+
+void CpuBackend::batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma,
+                                             const Tensor& beta, const BatchNormEpilogue& epilogue,
+                                             Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                                             Tensor& running_mean, Tensor& running_var,
+                                             float momentum, float eps) {
   const BnShape sh = bn_shape(x);
   const double count = static_cast<double>(sh.n * sh.s);
   const float* px = x.data<float>();
-  float* py = y.data<float>();
+  const Epilogue out = make_epilogue(epilogue, y);
   const float* pg = gamma.data<float>();
   const float* pb = beta.data<float>();
   float* pm = save_mean.data<float>();
@@ -203,11 +411,7 @@ void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, c
         s2 += p2;
       }
       const auto [a, b] = finish(c, s1, s2);
-      for (std::int64_t i = 0; i < sh.n; ++i) {
-        const std::int64_t off = (i * sh.c + c) * sh.s;
-        for (std::int64_t k = 0; k < sh.s; ++k)
-          py[off + k] = px[off + k] * a + b;
-      }
+      affine_planes(sh, c, px, a, b, out);
     });
     return;
   }
@@ -221,22 +425,27 @@ void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, c
   float* ab = scratch_floats(static_cast<std::size_t>(2 * sh.c));
   for (std::int64_t c = 0; c < sh.c; ++c)
     std::tie(ab[c], ab[sh.c + c]) = finish(c, t1[c], t2[c]);
-  for_row_blocks(ctx_.pool(), sh,
-                 [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
-                   row_affine(px, py, sh.c, r0, r1, c0, c1, ab, ab + sh.c);
-                 });
+  affine_rows(ctx_.pool(), sh, px, ab, ab + sh.c, out);
 }
 
 void CpuBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                         const Tensor& running_mean, const Tensor& running_var,
                                         float eps, Tensor& y) {
+  batchnorm_act_forward_eval(x, gamma, beta, running_mean, running_var, eps, BatchNormEpilogue{},
+                             y);
+}
+
+void CpuBackend::batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma,
+                                            const Tensor& beta, const Tensor& running_mean,
+                                            const Tensor& running_var, float eps,
+                                            const BatchNormEpilogue& epilogue, Tensor& y) {
   const BnShape sh = bn_shape(x);
   const float* pg = gamma.data<float>();
   const float* pb = beta.data<float>();
   const float* prm = running_mean.data<float>();
   const float* prv = running_var.data<float>();
   const float* px = x.data<float>();
-  float* py = y.data<float>();
+  const Epilogue out = make_epilogue(epilogue, y);
   float* ab = scratch_floats(static_cast<std::size_t>(2 * sh.c));
   for (std::int64_t c = 0; c < sh.c; ++c) {
     const double invstd = 1.0 / std::sqrt(static_cast<double>(prv[c]) + eps);
@@ -244,41 +453,50 @@ void CpuBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, co
     ab[sh.c + c] = static_cast<float>(pb[c] - prm[c] * pg[c] * invstd);
   }
   if (sh.s > 1) {
-    for_channels(ctx_.pool(), sh, [&](std::int64_t c) {
-      const float a = ab[c], b = ab[sh.c + c];
-      for (std::int64_t i = 0; i < sh.n; ++i) {
-        const std::int64_t off = (i * sh.c + c) * sh.s;
-        for (std::int64_t k = 0; k < sh.s; ++k)
-          py[off + k] = px[off + k] * a + b;
-      }
-    });
+    for_channels(ctx_.pool(), sh,
+                 [&](std::int64_t c) { affine_planes(sh, c, px, ab[c], ab[sh.c + c], out); });
     return;
   }
-  for_row_blocks(ctx_.pool(), sh,
-                 [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
-                   row_affine(px, py, sh.c, r0, r1, c0, c1, ab, ab + sh.c);
-                 });
+  affine_rows(ctx_.pool(), sh, px, ab, ab + sh.c, out);
 }
 
 void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                                     const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
                                     Tensor& dgamma, Tensor& dbeta) {
-  // With xhat = (x - mean) * invstd:  dbeta = sum dy, dgamma = sum dy * xhat,
-  // dx = gamma * invstd * (dy - dbeta / count - xhat * dgamma / count).
+  batchnorm_backward_impl(x, dy, Tensor(), gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+void CpuBackend::batchnorm_relu_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                         const Tensor& gamma, const Tensor& save_mean,
+                                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
+                                         Tensor& dbeta) {
+  batchnorm_backward_impl(x, dy, y, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+void CpuBackend::batchnorm_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& relu_y,
+                                         const Tensor& gamma, const Tensor& save_mean,
+                                         const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
+                                         Tensor& dbeta) {
+  // With xhat = (x - mean) * invstd and g the gradient reaching the BatchNorm's output (dy, or dy
+  // through the ReLU: grad_at): dbeta = sum g, dgamma = sum g * xhat,
+  // dx = gamma * invstd * (g - dbeta / count - xhat * dgamma / count).
   const BnShape sh = bn_shape(x);
   const double count = static_cast<double>(sh.n * sh.s);
   const float* px = x.data<float>();
   const float* pdy = dy.data<float>();
+  const float* y32 = relu_y.defined() && relu_y.dtype() == DType::F32 ? relu_y.data<float>() : nullptr;
+  const std::uint16_t* y16 =
+      relu_y.defined() && relu_y.dtype() == DType::BF16 ? bf16_in(relu_y) : nullptr;
   const float* pg = gamma.data<float>();
   const float* pm = save_mean.data<float>();
   const float* pis = save_invstd.data<float>();
-  float* pdx = dx.data<float>();
+  const Epilogue dx_out = make_epilogue({}, dx);  // f32, or a bf16 dx rounded once
   float* pdg = dgamma.data<float>();
   float* pdb = dbeta.data<float>();
-  // Channel c's parameter gradients from its sums; returns dx = dy * k1 + x * k2 + k3's k's.
+  // Channel c's parameter gradients from its sums; returns dx = g * k1 + x * k2 + k3's k's.
   auto finish = [&](std::int64_t c, double sdy, double sdyx) {
     const double invstd = pis[c], mean = pm[c];
-    const double dgam = sdyx * invstd;  // sum dy * xhat
+    const double dgam = sdyx * invstd;  // sum g * xhat
     const double dbet = sdy;
     pdg[c] += static_cast<float>(dgam);
     pdb[c] += static_cast<float>(dbet);
@@ -289,19 +507,38 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Ten
   };
   if (sh.s > 1) {
     for_channels(ctx_.pool(), sh, [&](std::int64_t c) {
+      // Through a ReLU, a plane's g is made once into the thread's scratch and read twice.
+      float* g = (y32 || y16) ? thread_scratch(static_cast<std::size_t>(sh.s), 1) : nullptr;
+      auto grad = [&](std::int64_t off) -> const float* {
+        if (y32) {
+          for (std::int64_t k = 0; k < sh.s; ++k)
+            g[k] = grad_at(pdy + off, y32 + off, k);
+        } else if (y16) {
+          for (std::int64_t k = 0; k < sh.s; ++k)
+            g[k] = grad_at(pdy + off, y16 + off, k);
+        } else {
+          return pdy + off;
+        }
+        return g;
+      };
       double t1 = 0.0, t2 = 0.0;
       for (std::int64_t i = 0; i < sh.n; ++i) {
         const std::int64_t off = (i * sh.c + c) * sh.s;
         double p1, p2;
-        sum_dy_dyx(px + off, pdy + off, sh.s, pm[c], p1, p2);
+        sum_dy_dyx(px + off, grad(off), sh.s, pm[c], p1, p2);
         t1 += p1;
         t2 += p2;
       }
       const auto [a, b, d] = finish(c, t1, t2);
       for (std::int64_t i = 0; i < sh.n; ++i) {
         const std::int64_t off = (i * sh.c + c) * sh.s;
-        for (std::int64_t k = 0; k < sh.s; ++k)
-          pdx[off + k] = pdy[off + k] * a + px[off + k] * b + d;
+        const float* g_plane = grad(off);
+        for (std::int64_t k0 = 0; k0 < sh.s; k0 += kBf16Chunk) {
+          const std::int64_t n = std::min(kBf16Chunk, sh.s - k0);
+          store(dx_out, off + k0, n, [&](float* z) {
+            backward_dx_plane(px + off + k0, g_plane + k0, z, n, a, b, d);
+          });
+        }
       }
     });
     return;
@@ -312,7 +549,14 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Ten
   double* t2 = t1 + sh.c;
   row_sums(ctx_.pool(), sh, partial, t1, t2,
            [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1, double* sdy,
-               double* sdyx) { row_dy_dyx(px, pdy, pm, sh.c, r0, r1, c0, c1, sdy, sdyx); });
+               double* sdyx) {
+             if (y32)
+               row_dy_dyx_relu(px, pdy, y32, pm, sh.c, r0, r1, c0, c1, sdy, sdyx);
+             else if (y16)
+               row_dy_dyx_relu16(px, pdy, y16, pm, sh.c, r0, r1, c0, c1, sdy, sdyx);
+             else
+               row_dy_dyx(px, pdy, pm, sh.c, r0, r1, c0, c1, sdy, sdyx);
+           });
   float* k = scratch_floats(static_cast<std::size_t>(3 * sh.c));
   for (std::int64_t c = 0; c < sh.c; ++c) {
     const auto [a, b, d] = finish(c, t1[c], t2[c]);
@@ -320,10 +564,20 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Ten
     k[sh.c + c] = b;
     k[2 * sh.c + c] = d;
   }
-  for_row_blocks(ctx_.pool(), sh,
-                 [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
-                   row_backward_dx(px, pdy, pdx, sh.c, r0, r1, c0, c1, k, k + sh.c, k + 2 * sh.c);
-                 });
+  const float *k1 = k, *k2 = k + sh.c, *k3 = k + 2 * sh.c;
+  for_row_blocks(ctx_.pool(), sh, [&](std::int64_t r0, std::int64_t r1, std::int64_t, std::int64_t) {
+    for (std::int64_t i = r0; i < r1; ++i) {
+      const std::int64_t off = i * sh.c;
+      store(dx_out, off, sh.c, [&](float* z) {
+        if (y32)
+          backward_dx_row_relu(px + off, pdy + off, y32 + off, z, sh.c, k1, k2, k3);
+        else if (y16)
+          backward_dx_row_relu16(px + off, pdy + off, y16 + off, z, sh.c, k1, k2, k3);
+        else
+          backward_dx_row(px + off, pdy + off, z, sh.c, k1, k2, k3);
+      });
+    }
+  });
 }
 
 }  // namespace lockstep::ops::cpu

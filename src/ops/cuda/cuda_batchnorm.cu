@@ -358,6 +358,12 @@ void CudaBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, c
 void CudaBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                                      const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
                                      Tensor& dgamma, Tensor& dbeta) {
+  if (dx.dtype() == DType::BF16) {  // the f32 result rounded once (ops.hpp)
+    Tensor wide = Tensor::empty(dx.shape(), DType::F32, dx.device());
+    batchnorm_backward(x, dy, gamma, save_mean, save_invstd, wide, dgamma, dbeta);
+    cast(wide, dx);
+    return;
+  }
   activate();
   auto [n, c, inner] = bn_dims(x);
   if (inner == 1) {

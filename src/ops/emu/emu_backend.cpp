@@ -26,6 +26,9 @@ namespace {
 Tensor view(const Tensor& t) {
   return host_view(t);
 }
+BatchNormEpilogue view(const BatchNormEpilogue& e) {
+  return {e.residual.defined() ? view(e.residual) : Tensor(), e.relu};
+}
 
 // A flat plan of this device over the CPU's plan, which the kernels are given.
 class EmuFlatPlan final : public FlatPlan {
@@ -349,6 +352,38 @@ class EmuBackend final : public Backend {
     launch([=, x = view(x), a = view(a), weight = view(weight), bias = view(bias), s = view(s),
             y = view(y), mean = view(mean), rstd = view(rstd)](Backend& b) mutable {
       b.residual_layernorm_forward(x, a, weight, bias, eps, s, y, mean, rstd);
+    });
+  }
+  // The fused BatchNorm epilogues are the CPU's kernels too (bitwise their compositions).
+  void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   const BatchNormEpilogue& epilogue, Tensor& y, Tensor& save_mean,
+                                   Tensor& save_invstd, Tensor& running_mean, Tensor& running_var,
+                                   float momentum, float eps) override {
+    launch([=, x = view(x), gamma = view(gamma), beta = view(beta), epi = view(epilogue),
+            y = view(y), save_mean = view(save_mean), save_invstd = view(save_invstd),
+            running_mean = view(running_mean),
+            running_var = view(running_var)](Backend& b) mutable {
+      b.batchnorm_act_forward_train(x, gamma, beta, epi, y, save_mean, save_invstd, running_mean,
+                                    running_var, momentum, eps);
+    });
+  }
+  void batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  const Tensor& running_mean, const Tensor& running_var, float eps,
+                                  const BatchNormEpilogue& epilogue, Tensor& y) override {
+    launch([=, x = view(x), gamma = view(gamma), beta = view(beta),
+            running_mean = view(running_mean), running_var = view(running_var),
+            epi = view(epilogue), y = view(y)](Backend& b) mutable {
+      b.batchnorm_act_forward_eval(x, gamma, beta, running_mean, running_var, eps, epi, y);
+    });
+  }
+  void batchnorm_relu_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
+                               const Tensor& gamma, const Tensor& save_mean,
+                               const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
+                               Tensor& dbeta) override {
+    launch([x = view(x), y = view(y), dy = view(dy), gamma = view(gamma),
+            save_mean = view(save_mean), save_invstd = view(save_invstd), dx = view(dx),
+            dgamma = view(dgamma), dbeta = view(dbeta)](Backend& b) mutable {
+      b.batchnorm_relu_backward(x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
     });
   }
   void gelu_tanh_forward(const Tensor& x, Tensor& y) override {

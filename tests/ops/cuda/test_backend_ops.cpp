@@ -466,6 +466,39 @@ std::vector<Row> rows() {
                  for (const Tensor& t : {y, mean, invstd, rm, rv, dx, dg, dbeta})
                    io.out(t);
                }});
+  // The fused BatchNorm epilogues of a ResNet block (BN -> ReLU; BN -> + shortcut -> ReLU) over
+  // channels-last rows, with the ReLU's backward folded into the BatchNorm's; under bf16 the
+  // outputs and the input gradient a convolution reads are bf16.
+  for (bool bf16 : {false, true}) {
+    r.push_back({bf16 ? "batchnorm_act_rows_bf16" : "batchnorm_act_rows", 1e-5,
+                 [] {
+                   return std::vector<Tensor>{uniform({2500, 40}, 60, -2, 3),
+                                              uniform({40}, 61, 0.5f, 1.5f), uniform({40}, 62),
+                                              uniform({2500, 40}, 63), uniform({2500, 40}, 64)};
+                 },
+                 [bf16](Io& io) {
+                   const DType act = bf16 ? DType::BF16 : DType::F32;
+                   const Shape rows{2500, 40};
+                   Tensor y = io.empty(rows, act), ys = io.empty(rows), ye = io.empty(rows, act),
+                          mean = io.empty({40}), invstd = io.empty({40}), rm = io.zeros({40}),
+                          rv = io.empty({40}), dx = io.empty(rows, act), dg = io.zeros({40}),
+                          dbeta = io.zeros({40});
+                   ops::fill(io.ctx(), rv, 1.0f);
+                   ops::batchnorm_act_forward_train(io.ctx(), io.in(0), io.in(1), io.in(2),
+                                                    {io.in(3), true}, ys, mean, invstd, rm, rv,
+                                                    0.1f, 1e-5f);
+                   ops::batchnorm_act_forward_train(io.ctx(), io.in(0), io.in(1), io.in(2),
+                                                    {Tensor(), true}, y, mean, invstd, rm, rv,
+                                                    0.1f, 1e-5f);
+                   ops::batchnorm_act_forward_eval(io.ctx(), io.in(0), io.in(1), io.in(2), rm, rv,
+                                                   1e-5f, {Tensor(), true}, ye);
+                   ops::batchnorm_relu_backward(io.ctx(), io.in(0), y, io.in(4), io.in(1), mean,
+                                                invstd, dx, dg, dbeta);
+                   for (const Tensor& t : {y, ys, ye, mean, invstd, rm, rv, dx, dg, dbeta})
+                     io.out(t);
+                 },
+                 bf16});
+  }
   r.push_back(
       {"softmax_xent_and_accuracy", 1e-6,
        [] {
