@@ -411,15 +411,12 @@ std::int64_t check_bn_input(Context& ctx, const char* op, const Tensor& x) {
                  x.describe());
   return x.dim(1);
 }
-}  // namespace
-
-void batchnorm_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                             Tensor& y, Tensor& save_mean, Tensor& save_invstd,
-                             Tensor& running_mean, Tensor& running_var, float momentum, float eps) {
-  const char* op = "batchnorm_forward_train";
+// The per-channel vectors and settings of a training-mode forward; returns C.
+std::int64_t check_bn_train(Context& ctx, const char* op, const Tensor& x, const Tensor& gamma,
+                            const Tensor& beta, const Tensor& save_mean, const Tensor& save_invstd,
+                            const Tensor& running_mean, const Tensor& running_var, float momentum,
+                            float eps) {
   const std::int64_t c = check_bn_input(ctx, op, x);
-  check_f32(ctx, op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
   check_channel_vector(ctx, op, "gamma", gamma, c);
   check_channel_vector(ctx, op, "beta", beta, c);
   check_channel_vector(ctx, op, "save_mean", save_mean, c);
@@ -430,29 +427,28 @@ void batchnorm_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma,
                       ": expected more than 1 value per channel when training, got ", x.describe());
   LOCKSTEP_CHECK(momentum >= 0.0f && momentum <= 1.0f && eps > 0.0f, op, ": momentum ", momentum,
                  " must be in [0, 1] and eps ", eps, " positive");
-  ctx.backend().batchnorm_forward_train(x, gamma, beta, y, save_mean, save_invstd, running_mean,
-                                        running_var, momentum, eps);
+  return c;
 }
 
-void batchnorm_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                            const Tensor& running_mean, const Tensor& running_var, float eps,
-                            Tensor& y) {
-  const char* op = "batchnorm_forward_eval";
+// The same for evaluation mode (the running statistics).
+std::int64_t check_bn_eval(Context& ctx, const char* op, const Tensor& x, const Tensor& gamma,
+                           const Tensor& beta, const Tensor& running_mean,
+                           const Tensor& running_var, float eps) {
   const std::int64_t c = check_bn_input(ctx, op, x);
-  check_f32(ctx, op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
   check_channel_vector(ctx, op, "gamma", gamma, c);
   check_channel_vector(ctx, op, "beta", beta, c);
   check_channel_vector(ctx, op, "running_mean", running_mean, c);
   check_channel_vector(ctx, op, "running_var", running_var, c);
   LOCKSTEP_CHECK(eps > 0.0f, op, ": eps ", eps, " must be positive");
-  ctx.backend().batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y);
+  return c;
 }
 
-void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                        const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
-                        Tensor& dgamma, Tensor& dbeta) {
-  const char* op = "batchnorm_backward";
+// A backward's gradients: dy and dx of x's shape (dx f32 or a bf16 activation), the per-channel
+// vectors; returns C.
+std::int64_t check_bn_backward(Context& ctx, const char* op, const Tensor& x, const Tensor& dy,
+                               const Tensor& gamma, const Tensor& save_mean,
+                               const Tensor& save_invstd, const Tensor& dx, const Tensor& dgamma,
+                               const Tensor& dbeta) {
   const std::int64_t c = check_bn_input(ctx, op, x);
   check_f32(ctx, op, "dy", dy);
   check_act(ctx, op, "dx", dx);
@@ -463,6 +459,37 @@ void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
   check_channel_vector(ctx, op, "save_invstd", save_invstd, c);
   check_channel_vector(ctx, op, "dgamma", dgamma, c);
   check_channel_vector(ctx, op, "dbeta", dbeta, c);
+  return c;
+}
+}  // namespace
+
+void batchnorm_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                             Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+                             Tensor& running_mean, Tensor& running_var, float momentum, float eps) {
+  const char* op = "batchnorm_forward_train";
+  check_bn_train(ctx, op, x, gamma, beta, save_mean, save_invstd, running_mean, running_var,
+                 momentum, eps);
+  check_f32(ctx, op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  ctx.backend().batchnorm_forward_train(x, gamma, beta, y, save_mean, save_invstd, running_mean,
+                                        running_var, momentum, eps);
+}
+
+void batchnorm_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                            const Tensor& running_mean, const Tensor& running_var, float eps,
+                            Tensor& y) {
+  const char* op = "batchnorm_forward_eval";
+  check_bn_eval(ctx, op, x, gamma, beta, running_mean, running_var, eps);
+  check_f32(ctx, op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  ctx.backend().batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y);
+}
+
+void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                        const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
+                        Tensor& dgamma, Tensor& dbeta) {
+  check_bn_backward(ctx, "batchnorm_backward", x, dy, gamma, save_mean, save_invstd, dx, dgamma,
+                    dbeta);
   ctx.backend().batchnorm_backward(x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
 }
 
@@ -486,18 +513,9 @@ void batchnorm_act_forward_train(Context& ctx, const Tensor& x, const Tensor& ga
                                  Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
                                  Tensor& running_var, float momentum, float eps) {
   const char* op = "batchnorm_act_forward_train";
-  const std::int64_t c = check_bn_input(ctx, op, x);
+  check_bn_train(ctx, op, x, gamma, beta, save_mean, save_invstd, running_mean, running_var,
+                 momentum, eps);
   check_bn_epilogue(ctx, op, x, epilogue, y);
-  check_channel_vector(ctx, op, "gamma", gamma, c);
-  check_channel_vector(ctx, op, "beta", beta, c);
-  check_channel_vector(ctx, op, "save_mean", save_mean, c);
-  check_channel_vector(ctx, op, "save_invstd", save_invstd, c);
-  check_channel_vector(ctx, op, "running_mean", running_mean, c);
-  check_channel_vector(ctx, op, "running_var", running_var, c);
-  LOCKSTEP_CHECK_HINT(c == 0 || x.numel() / c > 1, "use a batch larger than 1", op,
-                      ": expected more than 1 value per channel when training, got ", x.describe());
-  LOCKSTEP_CHECK(momentum >= 0.0f && momentum <= 1.0f && eps > 0.0f, op, ": momentum ", momentum,
-                 " must be in [0, 1] and eps ", eps, " positive");
   ctx.backend().batchnorm_act_forward_train(x, gamma, beta, epilogue, y, save_mean, save_invstd,
                                             running_mean, running_var, momentum, eps);
 }
@@ -507,13 +525,8 @@ void batchnorm_act_forward_eval(Context& ctx, const Tensor& x, const Tensor& gam
                                 const Tensor& running_var, float eps,
                                 const BatchNormEpilogue& epilogue, Tensor& y) {
   const char* op = "batchnorm_act_forward_eval";
-  const std::int64_t c = check_bn_input(ctx, op, x);
+  check_bn_eval(ctx, op, x, gamma, beta, running_mean, running_var, eps);
   check_bn_epilogue(ctx, op, x, epilogue, y);
-  check_channel_vector(ctx, op, "gamma", gamma, c);
-  check_channel_vector(ctx, op, "beta", beta, c);
-  check_channel_vector(ctx, op, "running_mean", running_mean, c);
-  check_channel_vector(ctx, op, "running_var", running_var, c);
-  LOCKSTEP_CHECK(eps > 0.0f, op, ": eps ", eps, " must be positive");
   ctx.backend().batchnorm_act_forward_eval(x, gamma, beta, running_mean, running_var, eps,
                                            epilogue, y);
 }
@@ -523,18 +536,9 @@ void batchnorm_relu_backward(Context& ctx, const Tensor& x, const Tensor& y, con
                              const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
                              Tensor& dbeta) {
   const char* op = "batchnorm_relu_backward";
-  const std::int64_t c = check_bn_input(ctx, op, x);
+  check_bn_backward(ctx, op, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
   check_act(ctx, op, "y", y);
-  check_f32(ctx, op, "dy", dy);
-  check_act(ctx, op, "dx", dx);
   check_same_shape(op, "x", x, "y", y);
-  check_same_shape(op, "x", x, "dy", dy);
-  check_same_shape(op, "x", x, "dx", dx);
-  check_channel_vector(ctx, op, "gamma", gamma, c);
-  check_channel_vector(ctx, op, "save_mean", save_mean, c);
-  check_channel_vector(ctx, op, "save_invstd", save_invstd, c);
-  check_channel_vector(ctx, op, "dgamma", dgamma, c);
-  check_channel_vector(ctx, op, "dbeta", dbeta, c);
   LOCKSTEP_CHECK(!dx.shares_storage(x) && !dx.shares_storage(y), op,
                  ": dx must not share storage with x or y");
   ctx.backend().batchnorm_relu_backward(x, y, dy, gamma, save_mean, save_invstd, dx, dgamma,
