@@ -114,6 +114,22 @@ memory::desc weights(const memory::dims& d, ImageLayout layout, bool blocked, Dt
   return memory::desc(d, dt, any ? Tag::any : Tag::oihw);
 }
 
+// A 1x1, stride-1, unpadded convolution on channels-last activations is a GEMM over the
+// [N*H*W, C] rows, a linear layer applied at every pixel: its weight gradient is dy^T x and its
+// input gradient dy w. On ResNet-50's 1x1 shapes (bf16, 2 threads, batch 16) oneDNN 2.6.3's
+// backward-weights kernel ran 1.3-9.7x and its backward-data kernel 1.2-3.4x slower than its
+// matmul, so both take gemm; the forward stays on the convolution (its brgconv_1x1 kernel was
+// as fast or faster: 0.7-2.2x the matmul's time). LOCKSTEP_POINTWISE_GEMM=0 in the environment
+// keeps them all on the convolution primitives, for that comparison (docs/PERFORMANCE.md).
+bool pointwise_as_gemm(const Shape& w, const Conv2dParams& p) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("LOCKSTEP_POINTWISE_GEMM");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return enabled && p.layout == ImageLayout::NHWC && w[2] == 1 && w[3] == 1 && p.stride_h == 1 &&
+         p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
+}
+
 // Right padding that makes oneDNN's output size equal ours: the exact value can be below the
 // left padding when (in + 2 pad - k) is not a multiple of the stride; never negative.
 std::int64_t pad_right(std::int64_t in, std::int64_t out, int kernel, int stride, int pad_left) {
@@ -328,6 +344,12 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 
 void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
                                       const Conv2dParams& p) {
+  if (pointwise_as_gemm(w.shape(), p)) {  // dx[rows, I] = dy[rows, O] w[O, I]
+    const std::int64_t out = w.dim(0), in = w.dim(1), rows = dx.numel() / in;
+    Tensor dx_rows = dx.view({rows, in});
+    gemm(false, false, 1.0f, dy.view({rows, out}), w.view({out, in}), 0.0f, dx_rows);
+    return;
+  }
   DnnlState& s = *dnnl_;
   const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
   const bool dy16 = dy.dtype() == DType::BF16;
@@ -359,6 +381,14 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor&
 void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
                                          const Conv2dParams& p) {
   const bool bias = db.defined();
+  if (pointwise_as_gemm(dw.shape(), p)) {  // dw [O, I] += dy[rows, O]^T x[rows, I]
+    const std::int64_t out = dw.dim(0), in = dw.dim(1), rows = x.numel() / in;
+    Tensor dw_rows = dw.view({out, in});
+    const Tensor dy_rows = dy.view({rows, out});
+    gemm(true, false, 1.0f, dy_rows, x.view({rows, in}), 1.0f, dw_rows);
+    if (bias) sum_rows(dy_rows, db);
+    return;
+  }
   DnnlState& s = *dnnl_;
   const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
   const int inputs16 = (x.dtype() == DType::BF16 ? 1 : 0) | (dy.dtype() == DType::BF16 ? 2 : 0);
