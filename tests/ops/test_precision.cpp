@@ -269,6 +269,34 @@ TEST(Bf16Conv, ForwardBackwardDataAndWeightsAccumulateTheRoundedInputsInFloat) {
   }
 }
 
+// A 1x1, stride-1 convolution on channels-last activations takes its gradients as GEMMs over the
+// [N*H*W, C] rows under bf16 (cpu_conv.cpp): dw += dy^T x and dx = dy w, each within the GEMM bound
+// of the float64 products of the rounded inputs (the tensors' memory is NHWC, so their rows are
+// pixels). Row counts and channel counts off the kernels' blocks.
+TEST(Bf16Conv, PointwiseChannelsLastGradientsAreTheGemmsOfTheRoundedRows) {
+  SKIP_WITHOUT_BF16();
+  using lockstep::testing::gemm_reference;
+  using lockstep::testing::rounded_to_bf16;
+  for (int threads : {1, 2}) {
+    auto ctx = bf16_context(threads);
+    const std::int64_t n = 3, c = 24, h = 5, w = 7, o = 40, rows = n * h * w;
+    const ops::Conv2dParams p{1, 1, 0, 0, ops::ImageLayout::NHWC};
+    Tensor x = random_tensor({n, c, h, w}, 301), k = random_tensor({o, c, 1, 1}, 302);
+    Tensor dy = random_tensor({n, o, h, w}, 303), dw = random_tensor({o, c, 1, 1}, 304);
+    Tensor dx = Tensor::empty(x.shape()), no_bias;
+    const Tensor x16 = rounded_to_bf16(x).view({rows, c}), dy16 = rounded_to_bf16(dy).view({rows, o});
+    auto want_dw = gemm_reference(true, false, 1.0, dy16, x16, 1.0, dw.view({o, c}));
+    auto want_dx = gemm_reference(false, false, 1.0, dy16, rounded_to_bf16(k).view({o, c}), 0.0,
+                                  Tensor::zeros({rows, c}));
+    ops::conv2d_backward_weights(*ctx, x, dy, dw, no_bias, p);
+    ops::conv2d_backward_data(*ctx, dy, k, dx, p);
+    EXPECT_TRUE(within_bound(dw.view({o, c}), want_dw, gamma_f32(want_dw.terms + 3)))
+        << "weights, " << threads << " threads";
+    EXPECT_TRUE(within_bound(dx.view({rows, c}), want_dx, gamma_f32(want_dx.terms + 3)))
+        << "data, " << threads << " threads";
+  }
+}
+
 TEST(Bf16Conv, ErrorAgainstTheExactConvolutionIsWithinTheBf16Bound) {
   SKIP_WITHOUT_BF16();
   auto ctx = bf16_context(2);

@@ -120,13 +120,15 @@ memory::desc weights(const memory::dims& d, ImageLayout layout, bool blocked, Dt
 // backward-weights kernel ran 1.3-9.7x and its backward-data kernel 1.2-3.4x slower than its
 // matmul, so both take gemm; the forward stays on the convolution (its brgconv_1x1 kernel was
 // as fast or faster: 0.7-2.2x the matmul's time). LOCKSTEP_POINTWISE_GEMM=0 in the environment
-// keeps them all on the convolution primitives, for that comparison (docs/PERFORMANCE.md).
-bool pointwise_as_gemm(const Shape& w, const Conv2dParams& p) {
+// keeps them all on the convolution primitives, for that comparison (docs/PERFORMANCE.md). In
+// fp32 the same change made the step 1.16-1.30x slower (the f32 convolution kernels hold up, the
+// sgemm split over two threads does not), so fp32 keeps the primitives.
+bool pointwise_as_gemm(Precision precision, const Shape& w, const Conv2dParams& p) {
   static const bool enabled = [] {
     const char* v = std::getenv("LOCKSTEP_POINTWISE_GEMM");
     return !(v && std::strcmp(v, "0") == 0);
   }();
-  return enabled && p.layout == ImageLayout::NHWC && w[2] == 1 && w[3] == 1 && p.stride_h == 1 &&
+  return enabled && precision == Precision::BF16 && p.layout == ImageLayout::NHWC && w[2] == 1 && w[3] == 1 && p.stride_h == 1 &&
          p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
 }
 
@@ -344,7 +346,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 
 void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
                                       const Conv2dParams& p) {
-  if (pointwise_as_gemm(w.shape(), p)) {  // dx[rows, I] = dy[rows, O] w[O, I]
+  if (pointwise_as_gemm(ctx_.precision(), w.shape(), p)) {  // dx[rows, I] = dy[rows, O] w[O, I]
     const std::int64_t out = w.dim(0), in = w.dim(1), rows = dx.numel() / in;
     Tensor dx_rows = dx.view({rows, in});
     gemm(false, false, 1.0f, dy.view({rows, out}), w.view({out, in}), 0.0f, dx_rows);
@@ -381,7 +383,7 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor&
 void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
                                          const Conv2dParams& p) {
   const bool bias = db.defined();
-  if (pointwise_as_gemm(dw.shape(), p)) {  // dw [O, I] += dy[rows, O]^T x[rows, I]
+  if (pointwise_as_gemm(ctx_.precision(), dw.shape(), p)) {  // dw [O, I] += dy[rows, O]^T x[rows, I]
     const std::int64_t out = dw.dim(0), in = dw.dim(1), rows = x.numel() / in;
     Tensor dw_rows = dw.view({out, in});
     const Tensor dy_rows = dy.view({rows, out});
