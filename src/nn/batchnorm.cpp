@@ -109,8 +109,7 @@ Tensor BatchNorm::backward_residual_relu(ops::Context& ctx, const Tensor& dy, Te
 }
 
 DType BatchNorm::input_grad_dtype(const ops::Context& ctx) const {
-  return input_grad_to_conv_ && ctx.precision() == ops::Precision::BF16 ? DType::BF16
-                                                                         : DType::F32;
+  return input_grad_to_conv_ && ctx.precision() == ops::Precision::BF16 ? DType::BF16 : DType::F32;
 }
 
 // The BatchNorm's own backward, dy being the gradient of its normalised output (a fused ReLU's,

@@ -83,8 +83,8 @@ void Backend::compose_bn_epilogue(Tensor& z, const BatchNormEpilogue& epilogue, 
 void Backend::batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                           const BatchNormEpilogue& epilogue, Tensor& y,
                                           Tensor& save_mean, Tensor& save_invstd,
-                                          Tensor& running_mean, Tensor& running_var,
-                                          float momentum, float eps) {
+                                          Tensor& running_mean, Tensor& running_var, float momentum,
+                                          float eps) {
   Tensor z = f32_like(y);
   batchnorm_forward_train(x, gamma, beta, z, save_mean, save_invstd, running_mean, running_var,
                           momentum, eps);

@@ -527,22 +527,20 @@ void batchnorm_act_forward_eval(Context& ctx, const Tensor& x, const Tensor& gam
   const char* op = "batchnorm_act_forward_eval";
   check_bn_eval(ctx, op, x, gamma, beta, running_mean, running_var, eps);
   check_bn_epilogue(ctx, op, x, epilogue, y);
-  ctx.backend().batchnorm_act_forward_eval(x, gamma, beta, running_mean, running_var, eps,
-                                           epilogue, y);
+  ctx.backend().batchnorm_act_forward_eval(x, gamma, beta, running_mean, running_var, eps, epilogue,
+                                           y);
 }
 
 void batchnorm_relu_backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy,
                              const Tensor& gamma, const Tensor& save_mean,
-                             const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
-                             Tensor& dbeta) {
+                             const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
   const char* op = "batchnorm_relu_backward";
   check_bn_backward(ctx, op, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
   check_act(ctx, op, "y", y);
   check_same_shape(op, "x", x, "y", y);
   LOCKSTEP_CHECK(!dx.shares_storage(x) && !dx.shares_storage(y), op,
                  ": dx must not share storage with x or y");
-  ctx.backend().batchnorm_relu_backward(x, y, dy, gamma, save_mean, save_invstd, dx, dgamma,
-                                        dbeta);
+  ctx.backend().batchnorm_relu_backward(x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
 }
 
 // ---- loss

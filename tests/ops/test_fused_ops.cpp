@@ -1,17 +1,20 @@
 // The fused layer ops (ops.hpp: residual_layernorm_forward, linear_forward, linear_backward,
-// linear_recompute_activation, batchnorm_act_forward_train/_eval, batchnorm_relu_backward) are, on the CPU, the compositions their comments name, bit for bit:
-// each test runs the fused op and the separate ops on the same inputs and compares every output's
-// bits, in fp32 and (where the CPU has it) bf16, over shapes that are not multiples of the SIMD
-// width; with bf16 outputs, the f32 composition rounded once. The separate ops are themselves held
-// to float64 references in test_transformer_ops.cpp, test_gemm.cpp and test_precision.cpp (their
-// bf16 variants to the f32 ones in test_bf16_activations.cpp). The emulated GPU and CUDA are
-// compared with the CPU by tests/ops/cuda/test_backend_ops.cpp.
+// linear_recompute_activation, batchnorm_act_forward_train/_eval, batchnorm_relu_backward) are, on
+// the CPU, the compositions their comments name, bit for bit: each test runs the fused op and the
+// separate ops on the same inputs and compares every output's bits, in fp32 and (where the CPU has
+// it) bf16, over shapes that are not multiples of the SIMD width; with bf16 outputs, the f32
+// composition rounded once. The separate ops are themselves held to float64 references in
+// test_transformer_ops.cpp, test_gemm.cpp and test_precision.cpp (their bf16 variants to the f32
+// ones in test_bf16_activations.cpp). The emulated GPU and CUDA are compared with the CPU by
+// tests/ops/cuda/test_backend_ops.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "lockstep/core/error.hpp"
+#include "lockstep/ops/backend.hpp"
+#include "lockstep/ops/context.hpp"
 #include "lockstep/ops/ops.hpp"
 #include "ops_test_util.hpp"
 #include "support/precision_reference.hpp"
@@ -318,8 +321,8 @@ std::vector<BnCase> bn_cases(bool bf16) {
   // Rows uneven over the threads and channel counts off the SIMD width; planes of NCHW, one larger
   // than the kernels' chunk of 2048 values.
   for (const Shape& s : {Shape{2500, 40}, Shape{37, 67}, Shape{6, 5, 7, 9}, Shape{2, 3, 50, 50}}) {
-    for (auto [residual, relu] : {std::pair{false, true}, std::pair{true, true},
-                                  std::pair{true, false}}) {
+    for (auto [residual, relu] :
+         {std::pair{false, true}, std::pair{true, true}, std::pair{true, false}}) {
       out.push_back({s, residual, relu, false});
       if (bf16) out.push_back({s, residual, relu, true});
     }
@@ -357,12 +360,21 @@ void run_bn_epilogue_cases(ops::Precision precision) {
       ops::BatchNormEpilogue epi{c.residual ? residual : Tensor(), c.relu};
       // Training mode: the output, the saved statistics and the running averages.
       Tensor y = Tensor::empty(c.shape, out), mean = Tensor::empty({ch}),
-             invstd = Tensor::empty({ch}), rm = random_tensor({ch}, 34), rv = random_tensor({ch}, 35, 0.5f, 2);
+             invstd = Tensor::empty({ch}), rm = random_tensor({ch}, 34),
+             rv = random_tensor({ch}, 35, 0.5f, 2);
       Tensor z = Tensor::empty(c.shape), y_ref = Tensor::empty(c.shape, out),
-             mean_ref = Tensor::empty({ch}), invstd_ref = Tensor::empty({ch}),
-             rm_ref = rm.clone(), rv_ref = rv.clone();
+             mean_ref = Tensor::empty({ch}), invstd_ref = Tensor::empty({ch}), rm_ref = rm.clone(),
+             rv_ref = rv.clone();
+      Tensor y_def = Tensor::empty(c.shape, out), mean_def = Tensor::empty({ch}),
+             invstd_def = Tensor::empty({ch}), rm_def = rm.clone(), rv_def = rv.clone();
       ops::batchnorm_act_forward_train(ctx, x, gamma, beta, epi, y, mean, invstd, rm, rv, 0.1f,
                                        1e-5f);
+      // The Backend's default, the composition a backend without the fused kernel (CUDA) runs,
+      // here over the CPU's ops: the same bits.
+      ctx.backend().ops::Backend::batchnorm_act_forward_train(
+          x, gamma, beta, epi, y_def, mean_def, invstd_def, rm_def, rv_def, 0.1f, 1e-5f);
+      EXPECT_TRUE(bitwise_equal(f32_of(ctx, y), f32_of(ctx, y_def)));
+      EXPECT_TRUE(bitwise_equal(rv, rv_def));
       ops::batchnorm_forward_train(ctx, x, gamma, beta, z, mean_ref, invstd_ref, rm_ref, rv_ref,
                                    0.1f, 1e-5f);
       compose_epilogue(ctx, z, c, residual, y_ref);
@@ -373,7 +385,8 @@ void run_bn_epilogue_cases(ops::Precision precision) {
       // The ReLU's backward folded into the BatchNorm's (dgamma and dbeta accumulate).
       if (c.relu && !c.residual) {
         Tensor dy = random_tensor(c.shape, 36);
-        Tensor dx = Tensor::empty(c.shape), dg = random_tensor({ch}, 37), db = random_tensor({ch}, 38);
+        Tensor dx = Tensor::empty(c.shape), dg = random_tensor({ch}, 37),
+               db = random_tensor({ch}, 38);
         Tensor dx_ref = Tensor::empty(c.shape), dg_ref = dg.clone(), db_ref = db.clone();
         ops::batchnorm_relu_backward(ctx, x, y, dy, gamma, mean, invstd, dx, dg, db);
         Tensor y32 = c.bf16_out ? widen(ctx, y) : y, dz = Tensor::empty(c.shape);
@@ -382,8 +395,18 @@ void run_bn_epilogue_cases(ops::Precision precision) {
         EXPECT_TRUE(bitwise_equal(dx, dx_ref));
         EXPECT_TRUE(bitwise_equal(dg, dg_ref));
         EXPECT_TRUE(bitwise_equal(db, db_ref));
+        Tensor dx_def = Tensor::empty(c.shape), dg_def = Tensor::zeros({ch}),
+               db_def = Tensor::zeros({ch}), dg_once = Tensor::zeros({ch}),
+               db_once = Tensor::zeros({ch});
+        ctx.backend().ops::Backend::batchnorm_relu_backward(x, y, dy, gamma, mean, invstd, dx_def,
+                                                            dg_def, db_def);
+        ops::batchnorm_relu_backward(ctx, x, y, dy, gamma, mean, invstd, dx, dg_once, db_once);
+        EXPECT_TRUE(bitwise_equal(dx_def, dx));
+        EXPECT_TRUE(bitwise_equal(dg_def, dg_once));
+        EXPECT_TRUE(bitwise_equal(db_def, db_once));
         if (bf16) {  // a bf16 dx (for a convolution's backward) is the f32 one rounded once
-          Tensor dx16 = Tensor::empty(c.shape, DType::BF16), dx16_ref = Tensor::empty(c.shape, DType::BF16);
+          Tensor dx16 = Tensor::empty(c.shape, DType::BF16),
+                 dx16_ref = Tensor::empty(c.shape, DType::BF16);
           ops::cast(ctx, dx, dx16_ref);
           ops::batchnorm_relu_backward(ctx, x, y, dy, gamma, mean, invstd, dx16, dg, db);
           EXPECT_TRUE(bitwise_equal(widen(ctx, dx16), widen(ctx, dx16_ref)));
@@ -394,6 +417,10 @@ void run_bn_epilogue_cases(ops::Precision precision) {
       // Evaluation mode: the running statistics' fixed map.
       Tensor ye = Tensor::empty(c.shape, out), ye_ref = Tensor::empty(c.shape, out);
       ops::batchnorm_act_forward_eval(ctx, x, gamma, beta, rm, rv, 1e-5f, epi, ye);
+      Tensor ye_def = Tensor::empty(c.shape, out);
+      ctx.backend().ops::Backend::batchnorm_act_forward_eval(x, gamma, beta, rm, rv, 1e-5f, epi,
+                                                             ye_def);
+      EXPECT_TRUE(bitwise_equal(f32_of(ctx, ye), f32_of(ctx, ye_def)));
       ops::batchnorm_forward_eval(ctx, x, gamma, beta, rm, rv, 1e-5f, z);
       compose_epilogue(ctx, z, c, residual, ye_ref);
       EXPECT_TRUE(bitwise_equal(f32_of(ctx, ye), f32_of(ctx, ye_ref)));
@@ -424,18 +451,15 @@ TEST(BatchNormEpilogue, RefusesBadArgumentsNamingTheOpAndTensor) {
       "batchnorm_act_forward_train: x is");
   ops::BatchNormEpilogue onto_residual{y, true};
   expect_error_containing(
-      [&] {
-        ops::batchnorm_act_forward_eval(ctx, x, g, b, rm, rv, 1e-5f, onto_residual, y);
-      },
+      [&] { ops::batchnorm_act_forward_eval(ctx, x, g, b, rm, rv, 1e-5f, onto_residual, y); },
       "y must not share storage with the residual");
   Tensor y16 = Tensor::empty({8, 4}, DType::BF16);
   expect_error_containing(
       [&] { ops::batchnorm_act_forward_train(ctx, x, g, b, {}, y16, m, is, rm, rv, 0.1f, 1e-5f); },
       "y must be f32");
   Tensor dx = Tensor::empty({8, 4}), dg = Tensor::empty({4}), db = Tensor::empty({4});
-  expect_error_containing(
-      [&] { ops::batchnorm_relu_backward(ctx, x, y, y, g, m, is, y, dg, db); },
-      "dx must not share storage with x or y");
+  expect_error_containing([&] { ops::batchnorm_relu_backward(ctx, x, y, y, g, m, is, y, dg, db); },
+                          "dx must not share storage with x or y");
 }
 
 }  // namespace

@@ -284,7 +284,8 @@ TEST(Bf16Conv, PointwiseChannelsLastGradientsAreTheGemmsOfTheRoundedRows) {
     Tensor x = random_tensor({n, c, h, w}, 301), k = random_tensor({o, c, 1, 1}, 302);
     Tensor dy = random_tensor({n, o, h, w}, 303), dw = random_tensor({o, c, 1, 1}, 304);
     Tensor dx = Tensor::empty(x.shape()), no_bias;
-    const Tensor x16 = rounded_to_bf16(x).view({rows, c}), dy16 = rounded_to_bf16(dy).view({rows, o});
+    const Tensor x16 = rounded_to_bf16(x).view({rows, c}),
+                 dy16 = rounded_to_bf16(dy).view({rows, o});
     auto want_dw = gemm_reference(true, false, 1.0, dy16, x16, 1.0, dw.view({o, c}));
     auto want_dx = gemm_reference(false, false, 1.0, dy16, rounded_to_bf16(k).view({o, c}), 0.0,
                                   Tensor::zeros({rows, c}));

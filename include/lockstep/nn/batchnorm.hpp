@@ -69,8 +69,8 @@ class BatchNorm : public Module {
   Buffer running_mean_, running_var_;
   bool forward_was_training_ = true;
   Tensor x_;
-  Tensor y_;                  // the output, kept when the forward fused a ReLU
-  bool fused_relu_ = false;   // the last forward's
+  Tensor y_;                 // the output, kept when the forward fused a ReLU
+  bool fused_relu_ = false;  // the last forward's
   bool input_grad_to_conv_ = false;
   Tensor save_mean_, save_invstd_;
   Tensor zeros_, ones_, scratch_;  // evaluation-mode backward only

@@ -144,9 +144,9 @@ class Backend {
                                const LinearBackward& p);
   virtual void linear_recompute_activation(const Tensor& x, const Tensor& w, const Tensor& b,
                                            Activation act, Tensor& pre_act, Tensor& y);
-  virtual void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma,
-                                           const Tensor& beta, const BatchNormEpilogue& epilogue,
-                                           Tensor& y, Tensor& save_mean, Tensor& save_invstd,
+  virtual void batchnorm_act_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                           const BatchNormEpilogue& epilogue, Tensor& y,
+                                           Tensor& save_mean, Tensor& save_invstd,
                                            Tensor& running_mean, Tensor& running_var,
                                            float momentum, float eps);
   virtual void batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -117,9 +117,12 @@ using v8u = std::uint32_t __attribute__((vector_size(32)));
 template <class Y>
 [[gnu::always_inline]] inline float grad_at(const float* dy, const Y* y, std::int64_t k) {
   const float g = dy[k];  // loaded unconditionally, so the select vectorises
-  if constexpr (std::is_same_v<Y, float>) return y[k] > 0.0f ? g : 0.0f;
-  else if constexpr (std::is_same_v<Y, std::uint16_t>) return bf16_to_float(y[k]) > 0.0f ? g : 0.0f;
-  else return g;
+  if constexpr (std::is_same_v<Y, float>)
+    return y[k] > 0.0f ? g : 0.0f;
+  else if constexpr (std::is_same_v<Y, std::uint16_t>)
+    return bf16_to_float(y[k]) > 0.0f ? g : 0.0f;
+  else
+    return g;
 }
 
 // grad_at for 8 consecutive elements.
@@ -254,10 +257,9 @@ void epilogue_in_place(float* z, const float* residual, bool relu, std::int64_t 
 // dx = g * k1[j] + x * k2[j] + k3[j] over one row of n columns, g = grad_at (x, dy, y at the
 // row's start).
 template <class Y>
-[[gnu::always_inline]] inline void backward_dx_row_body(const float* x, const float* dy,
-                                                        const Y* y, float* dx, std::int64_t n,
-                                                        const float* k1, const float* k2,
-                                                        const float* k3) {
+[[gnu::always_inline]] inline void backward_dx_row_body(const float* x, const float* dy, const Y* y,
+                                                        float* dx, std::int64_t n, const float* k1,
+                                                        const float* k2, const float* k3) {
   for (std::int64_t j = 0; j < n; ++j)
     dx[j] = grad_at(dy, y, j) * k1[j] + x[j] * k2[j] + k3[j];
 }
@@ -338,7 +340,8 @@ template <class Affine>
 void store(const Epilogue& e, std::int64_t off, std::int64_t n, const Affine& affine) {
   float* z = e.y32 ? e.y32 + off : thread_scratch(static_cast<std::size_t>(n), 2);
   affine(z);
-  if (e.residual || e.relu) epilogue_in_place(z, e.residual ? e.residual + off : nullptr, e.relu, n);
+  if (e.residual || e.relu)
+    epilogue_in_place(z, e.residual ? e.residual + off : nullptr, e.relu, n);
   if (e.y16) round_to_bf16(z, e.y16 + off, n);
 }
 
@@ -484,7 +487,8 @@ void CpuBackend::batchnorm_backward_impl(const Tensor& x, const Tensor& dy, cons
   const double count = static_cast<double>(sh.n * sh.s);
   const float* px = x.data<float>();
   const float* pdy = dy.data<float>();
-  const float* y32 = relu_y.defined() && relu_y.dtype() == DType::F32 ? relu_y.data<float>() : nullptr;
+  const float* y32 =
+      relu_y.defined() && relu_y.dtype() == DType::F32 ? relu_y.data<float>() : nullptr;
   const std::uint16_t* y16 =
       relu_y.defined() && relu_y.dtype() == DType::BF16 ? bf16_in(relu_y) : nullptr;
   const float* pg = gamma.data<float>();
@@ -535,9 +539,8 @@ void CpuBackend::batchnorm_backward_impl(const Tensor& x, const Tensor& dy, cons
         const float* g_plane = grad(off);
         for (std::int64_t k0 = 0; k0 < sh.s; k0 += kBf16Chunk) {
           const std::int64_t n = std::min(kBf16Chunk, sh.s - k0);
-          store(dx_out, off + k0, n, [&](float* z) {
-            backward_dx_plane(px + off + k0, g_plane + k0, z, n, a, b, d);
-          });
+          store(dx_out, off + k0, n,
+                [&](float* z) { backward_dx_plane(px + off + k0, g_plane + k0, z, n, a, b, d); });
         }
       }
     });
@@ -565,19 +568,20 @@ void CpuBackend::batchnorm_backward_impl(const Tensor& x, const Tensor& dy, cons
     k[2 * sh.c + c] = d;
   }
   const float *k1 = k, *k2 = k + sh.c, *k3 = k + 2 * sh.c;
-  for_row_blocks(ctx_.pool(), sh, [&](std::int64_t r0, std::int64_t r1, std::int64_t, std::int64_t) {
-    for (std::int64_t i = r0; i < r1; ++i) {
-      const std::int64_t off = i * sh.c;
-      store(dx_out, off, sh.c, [&](float* z) {
-        if (y32)
-          backward_dx_row_relu(px + off, pdy + off, y32 + off, z, sh.c, k1, k2, k3);
-        else if (y16)
-          backward_dx_row_relu16(px + off, pdy + off, y16 + off, z, sh.c, k1, k2, k3);
-        else
-          backward_dx_row(px + off, pdy + off, z, sh.c, k1, k2, k3);
+  for_row_blocks(
+      ctx_.pool(), sh, [&](std::int64_t r0, std::int64_t r1, std::int64_t, std::int64_t) {
+        for (std::int64_t i = r0; i < r1; ++i) {
+          const std::int64_t off = i * sh.c;
+          store(dx_out, off, sh.c, [&](float* z) {
+            if (y32)
+              backward_dx_row_relu(px + off, pdy + off, y32 + off, z, sh.c, k1, k2, k3);
+            else if (y16)
+              backward_dx_row_relu16(px + off, pdy + off, y16 + off, z, sh.c, k1, k2, k3);
+            else
+              backward_dx_row(px + off, pdy + off, z, sh.c, k1, k2, k3);
+          });
+        }
       });
-    }
-  });
 }
 
 }  // namespace lockstep::ops::cpu

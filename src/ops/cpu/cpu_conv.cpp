@@ -128,8 +128,8 @@ bool pointwise_as_gemm(Precision precision, const Shape& w, const Conv2dParams& 
     const char* v = std::getenv("LOCKSTEP_POINTWISE_GEMM");
     return !(v && std::strcmp(v, "0") == 0);
   }();
-  return enabled && precision == Precision::BF16 && p.layout == ImageLayout::NHWC && w[2] == 1 && w[3] == 1 && p.stride_h == 1 &&
-         p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
+  return enabled && precision == Precision::BF16 && p.layout == ImageLayout::NHWC && w[2] == 1 &&
+         w[3] == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
 }
 
 // Right padding that makes oneDNN's output size equal ours: the exact value can be below the
@@ -383,7 +383,8 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor&
 void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
                                          const Conv2dParams& p) {
   const bool bias = db.defined();
-  if (pointwise_as_gemm(ctx_.precision(), dw.shape(), p)) {  // dw [O, I] += dy[rows, O]^T x[rows, I]
+  if (pointwise_as_gemm(ctx_.precision(), dw.shape(),
+                        p)) {  // dw [O, I] += dy[rows, O]^T x[rows, I]
     const std::int64_t out = dw.dim(0), in = dw.dim(1), rows = x.numel() / in;
     Tensor dw_rows = dw.view({out, in});
     const Tensor dy_rows = dy.view({rows, out});

@@ -488,8 +488,8 @@ std::vector<Row> rows() {
                                                     {io.in(3), true}, ys, mean, invstd, rm, rv,
                                                     0.1f, 1e-5f);
                    ops::batchnorm_act_forward_train(io.ctx(), io.in(0), io.in(1), io.in(2),
-                                                    {Tensor(), true}, y, mean, invstd, rm, rv,
-                                                    0.1f, 1e-5f);
+                                                    {Tensor(), true}, y, mean, invstd, rm, rv, 0.1f,
+                                                    1e-5f);
                    ops::batchnorm_act_forward_eval(io.ctx(), io.in(0), io.in(1), io.in(2), rm, rv,
                                                    1e-5f, {Tensor(), true}, ye);
                    ops::batchnorm_relu_backward(io.ctx(), io.in(0), y, io.in(4), io.in(1), mean,
