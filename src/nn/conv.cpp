@@ -48,7 +48,9 @@ Tensor rounded_once(ops::Context& ctx, const Tensor& t) {
 
 Tensor Conv2d::forward(ops::Context& ctx, const Tensor& x) {
   x_ = Tensor();  // a forward without backward (evaluation) leaves it set: free it first
-  Tensor y = ctx.transient(output_shape(x.shape()));
+  const bool y16 = output_to_bn_ && ctx.precision() == ops::Precision::BF16 &&
+                   ops::bf16_conv_bn_activations(ctx);
+  Tensor y = ctx.transient(output_shape(x.shape()), y16 ? DType::BF16 : DType::F32);
   x_ = rounded_once(ctx, x);
   ops::conv2d_forward(ctx, x_, weight_.value, has_bias_ ? bias_.value : Tensor(), y, params_);
   return y;

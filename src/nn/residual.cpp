@@ -15,6 +15,7 @@ ResidualBlock::ResidualBlock(std::int64_t in_channels, std::int64_t out_channels
     downsample_bn_ =
         std::make_unique<BatchNorm2d>(out_channels, kBatchNormEps, kBatchNormMomentum, device);
     downsample_bn_->set_input_grad_to_conv(true);
+    downsample_conv_->set_output_to_batchnorm(true);
   }
 }
 
@@ -47,8 +48,10 @@ Tensor ResidualBlock::forward(ops::Context& ctx, const Tensor& x) {
   Tensor h = x;
   for (std::size_t i = 0; i < last; ++i) {
     Module& m = *branch_[i].module;
-    if (auto* bn = dynamic_cast<BatchNorm*>(branch_[i + 1].module.get()))
+    if (auto* bn = dynamic_cast<BatchNorm*>(branch_[i + 1].module.get())) {
       bn->set_input_grad_to_conv(dynamic_cast<const Conv2d*>(&m) != nullptr);
+      if (auto* conv = dynamic_cast<Conv2d*>(&m)) conv->set_output_to_batchnorm(true);
+    }
     if (fused_into_bn(branch_, i + 1)) {
       // A convolution after the ReLU rounds its input to bf16 anyway: written rounded.
       const bool conv_next =

@@ -326,14 +326,15 @@ struct ConvNames {
 enum class ConvInputs { X, Y, Both };
 void check_conv(Context& ctx, const char* op, const Tensor& x, const Tensor& w, const Tensor& y,
                 const Conv2dParams& p, ConvNames n, ConvInputs inputs) {
-  // bf16 activations are the precision policy's own format: accepted only where it is bf16.
+  // bf16 activations are the precision policy's own format: accepted only where it is bf16, and
+  // never for backward-data's dx (an f32 sum).
   auto activation = [&](const char* name, const Tensor& t, bool input) {
     const bool bf16 = input && ctx.precision() == Precision::BF16 && t.dtype() == DType::BF16;
     check_tensor(ctx, op, name, t, bf16 ? DType::BF16 : DType::F32);
   };
   activation(n.x, x, inputs != ConvInputs::Y);
   check_f32(ctx, op, n.w, w);
-  activation(n.y, y, inputs != ConvInputs::X);
+  activation(n.y, y, true);  // dy, or the forward's output (f32, or bf16 rounded once)
   check_ndim(op, n.x, x, 4);
   check_ndim(op, n.w, w, 4);
   check_ndim(op, n.y, y, 4);
@@ -369,7 +370,18 @@ void conv2d_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor
                     const Conv2dParams& p) {
   check_conv(ctx, "conv2d_forward", x, w, y, p, {"x", "w", "y"}, ConvInputs::X);
   if (b.defined()) check_channel_vector(ctx, "conv2d_forward", "b", b, w.dim(0));
+  if (y.dtype() == DType::BF16 &&
+      !ctx.backend().bf16_conv_bn_activations()) {  // the f32 result, rounded once
+    Tensor wide = ctx.transient(y.shape());
+    ctx.backend().conv2d_forward(x, w, b, wide, p);
+    ctx.backend().cast(wide, y);
+    return;
+  }
   ctx.backend().conv2d_forward(x, w, b, y, p);
+}
+
+bool bf16_conv_bn_activations(Context& ctx) {
+  return ctx.backend().bf16_conv_bn_activations();
 }
 
 void conv2d_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, Tensor& dx,
@@ -406,7 +418,7 @@ void pool2d_backward(Context& ctx, PoolKind kind, const Tensor& dy, const Tensor
 
 namespace {
 std::int64_t check_bn_input(Context& ctx, const char* op, const Tensor& x) {
-  check_f32(ctx, op, "x", x);
+  check_act(ctx, op, "x", x);
   LOCKSTEP_CHECK(x.ndim() == 2 || x.ndim() == 4, op, ": x must be [N, C] or [N, C, H, W], got ",
                  x.describe());
   return x.dim(1);
@@ -443,6 +455,14 @@ std::int64_t check_bn_eval(Context& ctx, const char* op, const Tensor& x, const 
   return c;
 }
 
+// x as the backend reads it: a bf16 x widened to f32 (exact) where the backend reads only f32.
+Tensor bn_x(Context& ctx, const Tensor& x) {
+  if (x.dtype() != DType::BF16 || ctx.backend().bf16_conv_bn_activations()) return x;
+  Tensor wide = ctx.transient(x.shape());
+  ctx.backend().cast(x, wide);
+  return wide;
+}
+
 // A backward's gradients: dy and dx of x's shape (dx f32 or a bf16 activation), the per-channel
 // vectors; returns C.
 std::int64_t check_bn_backward(Context& ctx, const char* op, const Tensor& x, const Tensor& dy,
@@ -471,8 +491,8 @@ void batchnorm_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma,
                  momentum, eps);
   check_f32(ctx, op, "y", y);
   check_same_shape(op, "x", x, "y", y);
-  ctx.backend().batchnorm_forward_train(x, gamma, beta, y, save_mean, save_invstd, running_mean,
-                                        running_var, momentum, eps);
+  ctx.backend().batchnorm_forward_train(bn_x(ctx, x), gamma, beta, y, save_mean, save_invstd,
+                                        running_mean, running_var, momentum, eps);
 }
 
 void batchnorm_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -482,7 +502,8 @@ void batchnorm_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma, 
   check_bn_eval(ctx, op, x, gamma, beta, running_mean, running_var, eps);
   check_f32(ctx, op, "y", y);
   check_same_shape(op, "x", x, "y", y);
-  ctx.backend().batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y);
+  ctx.backend().batchnorm_forward_eval(bn_x(ctx, x), gamma, beta, running_mean, running_var, eps,
+                                       y);
 }
 
 void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& gamma,
@@ -490,7 +511,8 @@ void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
                         Tensor& dgamma, Tensor& dbeta) {
   check_bn_backward(ctx, "batchnorm_backward", x, dy, gamma, save_mean, save_invstd, dx, dgamma,
                     dbeta);
-  ctx.backend().batchnorm_backward(x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+  ctx.backend().batchnorm_backward(bn_x(ctx, x), dy, gamma, save_mean, save_invstd, dx, dgamma,
+                                   dbeta);
 }
 
 namespace {
@@ -516,8 +538,8 @@ void batchnorm_act_forward_train(Context& ctx, const Tensor& x, const Tensor& ga
   check_bn_train(ctx, op, x, gamma, beta, save_mean, save_invstd, running_mean, running_var,
                  momentum, eps);
   check_bn_epilogue(ctx, op, x, epilogue, y);
-  ctx.backend().batchnorm_act_forward_train(x, gamma, beta, epilogue, y, save_mean, save_invstd,
-                                            running_mean, running_var, momentum, eps);
+  ctx.backend().batchnorm_act_forward_train(bn_x(ctx, x), gamma, beta, epilogue, y, save_mean,
+                                            save_invstd, running_mean, running_var, momentum, eps);
 }
 
 void batchnorm_act_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma,
@@ -527,8 +549,8 @@ void batchnorm_act_forward_eval(Context& ctx, const Tensor& x, const Tensor& gam
   const char* op = "batchnorm_act_forward_eval";
   check_bn_eval(ctx, op, x, gamma, beta, running_mean, running_var, eps);
   check_bn_epilogue(ctx, op, x, epilogue, y);
-  ctx.backend().batchnorm_act_forward_eval(x, gamma, beta, running_mean, running_var, eps, epilogue,
-                                           y);
+  ctx.backend().batchnorm_act_forward_eval(bn_x(ctx, x), gamma, beta, running_mean, running_var,
+                                           eps, epilogue, y);
 }
 
 void batchnorm_relu_backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy,
@@ -540,7 +562,8 @@ void batchnorm_relu_backward(Context& ctx, const Tensor& x, const Tensor& y, con
   check_same_shape(op, "x", x, "y", y);
   LOCKSTEP_CHECK(!dx.shares_storage(x) && !dx.shares_storage(y), op,
                  ": dx must not share storage with x or y");
-  ctx.backend().batchnorm_relu_backward(x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+  ctx.backend().batchnorm_relu_backward(bn_x(ctx, x), y, dy, gamma, save_mean, save_invstd, dx,
+                                        dgamma, dbeta);
 }
 
 // ---- loss

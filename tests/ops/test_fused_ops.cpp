@@ -437,6 +437,67 @@ TEST(BatchNormEpilogue, WithABf16OutputIsTheF32ResultRoundedOnce) {
   run_bn_epilogue_cases(ops::Precision::BF16);
 }
 
+// A bf16 x (a convolution's rounded output) gives every BatchNorm op the bits of the same op on x
+// widened to f32: rows and NCHW planes, 1 and 3 threads, training, evaluation and both backwards.
+TEST(BatchNormOps, OfABf16InputAreTheOpsOnTheWidenedInput) {
+  LOCKSTEP_SKIP_WITHOUT_BF16();
+  for (int threads : {1, 3}) {
+    ops::Context ctx(Device::cpu(), threads);
+    ctx.set_precision(ops::Precision::BF16);
+    ASSERT_TRUE(ops::bf16_conv_bn_activations(ctx));  // the CPU reads it in its kernels
+    for (const BnCase& c : bn_cases(true)) {
+      if (c.residual) continue;  // the epilogues are held to the compositions above
+      SCOPED_TRACE(bn_case_name(c, threads));
+      const std::int64_t ch = c.shape[1];
+      const DType out = c.bf16_out ? DType::BF16 : DType::F32;
+      Tensor x16 = Tensor::empty(c.shape, DType::BF16);
+      ops::cast(ctx, random_tensor(c.shape, 40, -2, 3), x16);
+      const Tensor x = widen(ctx, x16);
+      Tensor gamma = random_tensor({ch}, 41, 0.5f, 1.5f), beta = random_tensor({ch}, 42);
+      Tensor dy = random_tensor(c.shape, 43);
+      // [0]: from x16, [1]: from x.
+      Tensor y[2], yp[2], ye[2], mean[2], invstd[2], rm[2], rv[2], dx[2], dxp[2], dg[2], db[2];
+      for (int k = 0; k < 2; ++k) {
+        const Tensor& in = k == 0 ? x16 : x;
+        y[k] = Tensor::empty(c.shape, out);
+        yp[k] = Tensor::empty(c.shape);
+        ye[k] = Tensor::empty(c.shape, out);
+        mean[k] = Tensor::empty({ch});
+        invstd[k] = Tensor::empty({ch});
+        rm[k] = random_tensor({ch}, 44);
+        rv[k] = random_tensor({ch}, 45, 0.5f, 2);
+        dx[k] = Tensor::empty(c.shape, out);
+        dxp[k] = Tensor::empty(c.shape);
+        dg[k] = random_tensor({ch}, 46);
+        db[k] = random_tensor({ch}, 47);
+        ops::batchnorm_forward_train(ctx, in, gamma, beta, yp[k], mean[k], invstd[k], rm[k], rv[k],
+                                     0.1f, 1e-5f);
+        ops::batchnorm_backward(ctx, in, dy, gamma, mean[k], invstd[k], dxp[k], dg[k], db[k]);
+        ops::batchnorm_act_forward_train(ctx, in, gamma, beta, {Tensor(), c.relu}, y[k], mean[k],
+                                         invstd[k], rm[k], rv[k], 0.1f, 1e-5f);
+        if (c.relu)
+          ops::batchnorm_relu_backward(ctx, in, y[k], dy, gamma, mean[k], invstd[k], dx[k], dg[k],
+                                       db[k]);
+        ops::batchnorm_act_forward_eval(ctx, in, gamma, beta, rm[k], rv[k], 1e-5f,
+                                        {Tensor(), c.relu}, ye[k]);
+      }
+      for (Tensor* t : {y, yp, ye, mean, invstd, rm, rv, dxp, dg, db})
+        EXPECT_TRUE(bitwise_equal(f32_of(ctx, t[0]), f32_of(ctx, t[1])));
+      if (c.relu) {
+        EXPECT_TRUE(bitwise_equal(f32_of(ctx, dx[0]), f32_of(ctx, dx[1])));
+      }
+    }
+  }
+  // Outside bf16 a bf16 x is refused, naming the op.
+  ops::Context fp32;
+  Tensor x16 = Tensor::empty({8, 4}, DType::BF16), y = Tensor::empty({8, 4});
+  Tensor v = random_tensor({4}, 1, 0.5f, 1.5f), m = Tensor::empty({4}), is = Tensor::empty({4});
+  Tensor rm = Tensor::zeros({4}), rv = random_tensor({4}, 2, 0.5f, 1.5f);
+  expect_error_containing(
+      [&] { ops::batchnorm_forward_train(fp32, x16, v, v, y, m, is, rm, rv, 0.1f, 1e-5f); },
+      "batchnorm_forward_train: x must be f32");
+}
+
 TEST(BatchNormEpilogue, RefusesBadArgumentsNamingTheOpAndTensor) {
   ops::Context ctx;
   Tensor x = random_tensor({8, 4}, 1), g = random_tensor({4}, 2), b = random_tensor({4}, 3);

@@ -472,8 +472,28 @@ TEST(Bf16Conv, Bf16ActivationsAreUsedAsTheyAreAndRefusedOutsideBf16) {
   EXPECT_TRUE(bitwise_equal(y1, y2));
   ops::Context fp32;
   EXPECT_THROW(ops::conv2d_forward(fp32, x16, w, Tensor(), y2, p), Error);
-  Tensor y16 = Tensor::empty({2, 4, 6, 6}, DType::BF16);  // outputs stay f32
-  EXPECT_THROW(ops::conv2d_forward(*ctx, x, w, Tensor(), y16, p), Error);
+  // A bf16 y is the f32 output rounded once (a BatchNorm reads it so), in both layouts; outside
+  // bf16 it is refused, and backward-data's dx (a sum) stays f32.
+  for (auto layout : {ops::ImageLayout::NCHW, ops::ImageLayout::NHWC}) {
+    SCOPED_TRACE(layout == ops::ImageLayout::NHWC ? "NHWC" : "NCHW");
+    ops::Conv2dParams pl = p;
+    pl.layout = layout;
+    Tensor y16 = Tensor::empty({2, 4, 6, 6}, DType::BF16), y16_ref = y16.clone();
+    ops::conv2d_forward(*ctx, x, w, Tensor(), y1, pl);
+    ops::cast(*ctx, y1, y16_ref);
+    ops::conv2d_forward(*ctx, x, w, Tensor(), y16, pl);
+    auto wide = [&](const Tensor& h) {
+      Tensor t = Tensor::empty(h.shape());
+      ops::cast(*ctx, h, t);
+      return t;
+    };
+    EXPECT_TRUE(bitwise_equal(wide(y16), wide(y16_ref)));
+    ops::conv2d_forward(*ctx, x16, w, Tensor(), y16, pl);
+    EXPECT_TRUE(bitwise_equal(wide(y16), wide(y16_ref)));
+    EXPECT_THROW(ops::conv2d_forward(fp32, x, w, Tensor(), y16, pl), Error);
+    Tensor dx16 = Tensor::empty(x.shape(), DType::BF16);
+    EXPECT_THROW(ops::conv2d_backward_data(*ctx, y1, w, dx16, pl), Error);
+  }
 }
 
 namespace {

@@ -25,6 +25,11 @@ class Conv2d final : public Module {
   bool supports_channels_last() const override { return true; }
   void set_channels_last(bool on) override;
 
+  // Whether only a BatchNorm reads this convolution's output (a ResNet block sets it): on a bf16
+  // context whose backend keeps that activation in bf16 (ops::bf16_conv_bn_activations) the output
+  // is then written rounded to bf16, as PyTorch's autocast does, and the BatchNorm reads it so.
+  void set_output_to_batchnorm(bool on) { output_to_bn_ = on; }
+
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }  // undefined value when built without bias
 
@@ -38,6 +43,7 @@ class Conv2d final : public Module {
   int kernel_;
   ops::Conv2dParams params_;
   bool has_bias_;
+  bool output_to_bn_ = false;
   Parameter weight_, bias_;
   Tensor x_;
 };

@@ -56,6 +56,9 @@ class Backend {
   virtual void pool2d_backward(PoolKind kind, const Tensor& dy, const Tensor& workspace, Tensor& dx,
                                const Pool2dParams& p) = 0;
 
+  // Whether conv2d_forward takes a bf16 y and the batchnorm ops a bf16 x (ops.hpp:
+  // bf16_conv_bn_activations); where not, ops.cpp rounds an f32 y and widens x around the call.
+  virtual bool bf16_conv_bn_activations() const { return false; }
   virtual void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                        Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                                        Tensor& running_mean, Tensor& running_var, float momentum,

@@ -133,6 +133,8 @@ void normalize_input(Context& ctx, const Tensor& x, const std::vector<float>& me
 // stay f32. On a bf16 context the activation inputs (x of forward and backward-weights, dy of
 // backward-data and backward-weights) may also be bf16 tensors, used as they are (f32 ones are
 // rounded to bf16 first), as gemm's operands: a layer rounds what two ops read only once.
+// conv2d_forward's y may be a bf16 activation on a bf16 context too: the f32 result rounded once
+// (what a BatchNorm after it reads; see bf16_conv_bn_activations).
 void conv2d_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                     const Conv2dParams& p);
 void conv2d_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, Tensor& dx,
@@ -148,7 +150,10 @@ void pool2d_backward(Context& ctx, PoolKind kind, const Tensor& dy, const Tensor
                      Tensor& dx, const Pool2dParams& p);
 
 // ---- batch normalisation over x of shape [N, C] or [N, C, H, W] (NCHW), statistics per channel.
-// An NHWC batch is x viewed as [N*H*W, C]: the same statistics, with contiguous channels.
+// An NHWC batch is x viewed as [N*H*W, C]: the same statistics, with contiguous channels. On a bf16
+// context x may be a bf16 activation (a convolution's rounded output): every op then gives the
+// bits of the same op on x widened to f32 (exact), which is what it runs where the backend reads
+// only f32 x.
 // Training: batch statistics, running stats updated with momentum (running = (1-m) running +
 // m * stat, unbiased variance, as PyTorch). save_mean/save_invstd ([C]) are for the backward.
 void batchnorm_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -162,6 +167,13 @@ void batchnorm_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma, 
 void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& gamma,
                         const Tensor& save_mean, const Tensor& save_invstd, Tensor& dx,
                         Tensor& dgamma, Tensor& dbeta);
+
+// Whether this context's backend writes bf16 convolution outputs and reads bf16 BatchNorm inputs
+// in its own kernels (the CPU), so that a bf16 model keeps the activation between them in bf16, as
+// PyTorch's autocast does: half the bytes written, kept and read twice. Elsewhere (CUDA, and the
+// emulated GPU that stands in for it) the ops above still accept bf16 but widen it in an extra
+// pass, which a layer should not ask for.
+bool bf16_conv_bn_activations(Context& ctx);
 
 // ---- fused BatchNorm epilogues: a ResNet block's BatchNorm -> [+ shortcut] -> ReLU in one op, so
 // the normalised values are not stored, read back, summed and stored again (each pass over a

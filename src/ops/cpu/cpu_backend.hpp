@@ -71,6 +71,7 @@ class CpuBackend final : public Backend {
   void pool2d_backward(PoolKind kind, const Tensor& dy, const Tensor& workspace, Tensor& dx,
                        const Pool2dParams& p) override;
 
+  bool bf16_conv_bn_activations() const override { return true; }
   void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                                Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
                                Tensor& running_var, float momentum, float eps) override;
@@ -168,6 +169,16 @@ class CpuBackend final : public Backend {
                                const Tensor& gamma, const Tensor& save_mean,
                                const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
                                Tensor& dbeta);
+  // The BatchNorm kernels over x's elements px, f32 or bf16 (cpu_batchnorm.cpp).
+  template <class X>
+  void bn_forward_train(const X* px, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                        const BatchNormEpilogue& epilogue, Tensor& y, Tensor& save_mean,
+                        Tensor& save_invstd, Tensor& running_mean, Tensor& running_var,
+                        float momentum, float eps);
+  template <class X>
+  void bn_backward(const X* px, const Tensor& x, const Tensor& dy, const Tensor& relu_y,
+                   const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                   Tensor& dx, Tensor& dgamma, Tensor& dbeta);
 
   // Scratch that grows to the largest request and is then reused (no allocation per call).
   double* scratch_doubles(std::size_t n);

@@ -12,7 +12,15 @@
 // the same arithmetic on each row or plane chunk, then the residual sum, the ReLU and the rounding
 // on it while it is in L1, so they give the separate ops' bits (tests/ops/test_fused_ops.cpp) with
 // fewer passes over memory.
+// x may be a bf16 activation (a convolution's rounded output, ops.hpp): the kernels read it widened
+// to f32, exactly, at the same point of the same arithmetic, so the result is the f32 op's on the
+// widened x. The row kernels are instantiated for both element types; the NCHW planes widen a
+// plane (or a chunk of one) into the thread's scratch and run the f32 loops on it.
 #include <algorithm>
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define LOCKSTEP_BN_AVX512 1
+#endif
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -110,6 +118,28 @@ using v8u = std::uint32_t __attribute__((vector_size(32)));
 [[gnu::always_inline]] inline v8d widen8(v8f v) {
   return __builtin_convertvector(v, v8d);
 }
+// 8 bf16 values as f32 (exact: the bits shifted into the high half).
+[[gnu::always_inline]] inline v8f load8(const std::uint16_t* p) {
+  v8h h;
+  std::memcpy(&h, p, sizeof h);
+  return reinterpret_cast<v8f>(__builtin_convertvector(h, v8u) << 16);
+}
+// Element k of x (f32 or bf16) as f32.
+[[gnu::always_inline]] inline float x_at(const float* x, std::int64_t k) {
+  return x[k];
+}
+[[gnu::always_inline]] inline float x_at(const std::uint16_t* x, std::int64_t k) {
+  return bf16_to_float(x[k]);
+}
+// x[0, n) as f32: x itself, or widened into the thread's scratch slot 3 (the planes of NCHW).
+inline const float* x_f32(const float* x, std::int64_t) {
+  return x;
+}
+inline const float* x_f32(const std::uint16_t* x, std::int64_t n) {
+  float* wide = thread_scratch(static_cast<std::size_t>(n), 3);
+  widen_bf16(x, wide, n);
+  return wide;
+}
 
 // The gradient a BatchNorm's backward reads at element k: dy itself, or through the ReLU after it
 // (batchnorm_relu_backward), dy where that ReLU's output y (f32 or bf16) is positive. The value is
@@ -132,24 +162,39 @@ template <class Y>
   if constexpr (std::is_same_v<Y, float>) {
     return reinterpret_cast<v8f>(reinterpret_cast<v8i>(g) & (load8(y + k) > 0.0f));
   } else if constexpr (std::is_same_v<Y, std::uint16_t>) {
-    v8h h;
-    std::memcpy(&h, y + k, sizeof h);
-    const v8f yf = reinterpret_cast<v8f>(__builtin_convertvector(h, v8u) << 16);
-    return reinterpret_cast<v8f>(reinterpret_cast<v8i>(g) & (yf > 0.0f));
+    return reinterpret_cast<v8f>(reinterpret_cast<v8i>(g) & (load8(y + k) > 0.0f));
   } else {
     return g;
   }
 }
 
-LOCKSTEP_SIMD_CLONES
-void row_moments(const float* x, std::int64_t c, std::int64_t r0, std::int64_t r1, std::int64_t c0,
-                 std::int64_t c1, double* s1, double* s2) {
+template <class X>
+[[gnu::always_inline]] inline void row_moments_tail(const X* x, std::int64_t c, std::int64_t r0,
+                                                    std::int64_t r1, std::int64_t c0,
+                                                    std::int64_t c1, std::int64_t j0, double* s1,
+                                                    double* s2) {
+  const std::int64_t w = c1 - c0;
+  for (std::int64_t j = j0; j < w; ++j)
+    s1[j] = s2[j] = 0.0;
+  for (std::int64_t i = r0; i < r1; ++i) {
+    const X* row = x + i * c + c0;
+    for (std::int64_t j = j0; j < w; ++j) {
+      const double v = x_at(row, j);
+      s1[j] += v;
+      s2[j] += v * v;
+    }
+  }
+}
+template <class X>
+[[gnu::always_inline]] inline void row_moments_body(const X* x, std::int64_t c, std::int64_t r0,
+                                                    std::int64_t r1, std::int64_t c0,
+                                                    std::int64_t c1, double* s1, double* s2) {
   const std::int64_t w = c1 - c0;
   std::int64_t j0 = 0;
   for (; j0 + kSumCols <= w; j0 += kSumCols) {
     v8d a1[kSumVecs] = {}, a2[kSumVecs] = {};
     for (std::int64_t i = r0; i < r1; ++i) {
-      const float* row = x + i * c + c0 + j0;
+      const X* row = x + i * c + c0 + j0;
       for (int h = 0; h < kSumVecs; ++h) {
         const v8d v = widen8(load8(row + 8 * h));
         a1[h] += v;
@@ -159,22 +204,41 @@ void row_moments(const float* x, std::int64_t c, std::int64_t r0, std::int64_t r
     std::memcpy(s1 + j0, a1, sizeof a1);
     std::memcpy(s2 + j0, a2, sizeof a2);
   }
-  for (std::int64_t j = j0; j < w; ++j)
-    s1[j] = s2[j] = 0.0;
-  for (std::int64_t i = r0; i < r1; ++i) {
-    const float* row = x + i * c + c0;
-    for (std::int64_t j = j0; j < w; ++j) {
-      const double v = row[j];
-      s1[j] += v;
-      s2[j] += v * v;
-    }
-  }
+  row_moments_tail(x, c, r0, r1, c0, c1, j0, s1, s2);
+}
+LOCKSTEP_SIMD_CLONES
+void row_moments(const float* x, std::int64_t c, std::int64_t r0, std::int64_t r1, std::int64_t c0,
+                 std::int64_t c1, double* s1, double* s2) {
+  row_moments_body(x, c, r0, r1, c0, c1, s1, s2);
+}
+LOCKSTEP_SIMD_CLONES
+void row_moments(const std::uint16_t* x, std::int64_t c, std::int64_t r0, std::int64_t r1,
+                 std::int64_t c0, std::int64_t c1, double* s1, double* s2) {
+  row_moments_body(x, c, r0, r1, c0, c1, s1, s2);
 }
 
 // sdy[j] = sum g, sdyx[j] = sum g (x - mean[c0 + j]) over rows [r0, r1), row by row in double,
 // g = grad_at(dy, y); kSumCols columns at a time as row_moments.
-template <class Y>
-[[gnu::always_inline]] inline void row_dy_dyx_body(const float* x, const float* dy, const Y* y,
+template <class X, class Y>
+[[gnu::always_inline]] inline void row_dy_dyx_tail(const X* x, const float* dy, const Y* y,
+                                                   const float* mean, std::int64_t c,
+                                                   std::int64_t r0, std::int64_t r1,
+                                                   std::int64_t c0, std::int64_t c1,
+                                                   std::int64_t j0, double* sdy, double* sdyx) {
+  const std::int64_t w = c1 - c0;
+  for (std::int64_t j = j0; j < w; ++j)
+    sdy[j] = sdyx[j] = 0.0;
+  for (std::int64_t i = r0; i < r1; ++i) {
+    const std::int64_t off = i * c + c0;
+    for (std::int64_t j = j0; j < w; ++j) {
+      const double g = grad_at(dy, y, off + j);
+      sdy[j] += g;
+      sdyx[j] += g * (static_cast<double>(x_at(x, off + j)) - mean[c0 + j]);
+    }
+  }
+}
+template <class X, class Y>
+[[gnu::always_inline]] inline void row_dy_dyx_body(const X* x, const float* dy, const Y* y,
                                                    const float* mean, std::int64_t c,
                                                    std::int64_t r0, std::int64_t r1,
                                                    std::int64_t c0, std::int64_t c1, double* sdy,
@@ -196,42 +260,165 @@ template <class Y>
     std::memcpy(sdy + j0, a1, sizeof a1);
     std::memcpy(sdyx + j0, a2, sizeof a2);
   }
-  for (std::int64_t j = j0; j < w; ++j)
-    sdy[j] = sdyx[j] = 0.0;
-  for (std::int64_t i = r0; i < r1; ++i) {
-    const std::int64_t off = i * c + c0;
-    for (std::int64_t j = j0; j < w; ++j) {
-      const double g = grad_at(dy, y, off + j);
-      sdy[j] += g;
-      sdyx[j] += g * (static_cast<double>(x[off + j]) - mean[c0 + j]);
-    }
+  row_dy_dyx_tail(x, dy, y, mean, c, r0, r1, c0, c1, j0, sdy, sdyx);
+}
+// One clone set per (x, y) element type: y is the fused ReLU's output (f32 or bf16) or none.
+#define LOCKSTEP_ROW_DY_DYX(X, Y)                                                                  \
+  LOCKSTEP_SIMD_CLONES                                                                             \
+  void row_dy_dyx(const X* x, const float* dy, const Y* y, const float* mean, std::int64_t c,      \
+                  std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1, double* sdy, \
+                  double* sdyx) {                                                                  \
+    row_dy_dyx_body(x, dy, y, mean, c, r0, r1, c0, c1, sdy, sdyx);                                 \
+  }
+LOCKSTEP_ROW_DY_DYX(float, void)
+LOCKSTEP_ROW_DY_DYX(float, float)
+LOCKSTEP_ROW_DY_DYX(float, std::uint16_t)
+LOCKSTEP_ROW_DY_DYX(std::uint16_t, void)
+LOCKSTEP_ROW_DY_DYX(std::uint16_t, float)
+LOCKSTEP_ROW_DY_DYX(std::uint16_t, std::uint16_t)
+#undef LOCKSTEP_ROW_DY_DYX
+
+#ifdef LOCKSTEP_BN_AVX512
+// The column groups of row_moments and row_dy_dyx in AVX-512 intrinsics, picked at run time where
+// the CPU has it: GCC 12 splits the vector types' f32 -> f64 (and bf16 -> f32) conversions into
+// 128-bit pieces even in the AVX-512 clone, which made these sums bound by instructions rather
+// than memory. The arithmetic is the same per column (widen, add, multiply, in the same order, no
+// FMA), so the bits are the generic loops'.
+// f32 -> f64 of 8 lanes (_mm512_cvtps_pd's undefined pass-through trips GCC 12's
+// -Wmaybe-uninitialized; an all-ones mask compiles to the same instruction).
+__attribute__((target("avx512f"))) inline __m512d widen8d(__m256 v) {
+  return _mm512_mask_cvtps_pd(_mm512_setzero_pd(), 0xFF, v);
+}
+__attribute__((target("avx512f"))) inline __m512d load8d(const float* p) {
+  return widen8d(_mm256_loadu_ps(p));
+}
+__attribute__((target("avx512f"))) inline __m256 load8s(const std::uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+__attribute__((target("avx512f"))) inline __m256 load8s(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+__attribute__((target("avx512f"))) inline __m512d load8d(const std::uint16_t* p) {
+  return widen8d(load8s(p));
+}
+// grad_at8 as doubles: dy, or dy where y > 0 (an ordered compare: a NaN y gives 0, as there).
+template <class Y>
+__attribute__((target("avx512f"))) inline __m512d grad8d(const float* dy, const Y* y,
+                                                         std::int64_t k) {
+  const __m256 g = _mm256_loadu_ps(dy + k);
+  if constexpr (std::is_same_v<Y, void>) {
+    return widen8d(g);
+  } else {
+    const __m256 pos = _mm256_cmp_ps(load8s(y + k), _mm256_setzero_ps(), _CMP_GT_OQ);
+    return widen8d(_mm256_and_ps(g, pos));
   }
 }
 
-LOCKSTEP_SIMD_CLONES
-void row_dy_dyx(const float* x, const float* dy, const float* mean, std::int64_t c, std::int64_t r0,
-                std::int64_t r1, std::int64_t c0, std::int64_t c1, double* sdy, double* sdyx) {
-  row_dy_dyx_body<void>(x, dy, nullptr, mean, c, r0, r1, c0, c1, sdy, sdyx);
+template <class X>
+__attribute__((target("avx512f"))) std::int64_t row_moments_groups_avx512(
+    const X* x, std::int64_t c, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1,
+    double* s1, double* s2) {
+  const std::int64_t w = c1 - c0;
+  std::int64_t j0 = 0;
+  for (; j0 + kSumCols <= w; j0 += kSumCols) {
+    __m512d a1[kSumVecs], a2[kSumVecs];
+    for (int h = 0; h < kSumVecs; ++h)
+      a1[h] = a2[h] = _mm512_setzero_pd();
+    for (std::int64_t i = r0; i < r1; ++i) {
+      const X* row = x + i * c + c0 + j0;
+      for (int h = 0; h < kSumVecs; ++h) {
+        const __m512d v = load8d(row + 8 * h);
+        a1[h] = _mm512_add_pd(a1[h], v);
+        a2[h] = _mm512_add_pd(a2[h], _mm512_mul_pd(v, v));
+      }
+    }
+    for (int h = 0; h < kSumVecs; ++h) {
+      _mm512_storeu_pd(s1 + j0 + 8 * h, a1[h]);
+      _mm512_storeu_pd(s2 + j0 + 8 * h, a2[h]);
+    }
+  }
+  return j0;
 }
-LOCKSTEP_SIMD_CLONES
-void row_dy_dyx_relu(const float* x, const float* dy, const float* y, const float* mean,
-                     std::int64_t c, std::int64_t r0, std::int64_t r1, std::int64_t c0,
-                     std::int64_t c1, double* sdy, double* sdyx) {
-  row_dy_dyx_body(x, dy, y, mean, c, r0, r1, c0, c1, sdy, sdyx);
+
+template <class X, class Y>
+__attribute__((target("avx512f"))) std::int64_t row_dy_dyx_groups_avx512(
+    const X* x, const float* dy, const Y* y, const float* mean, std::int64_t c, std::int64_t r0,
+    std::int64_t r1, std::int64_t c0, std::int64_t c1, double* sdy, double* sdyx) {
+  const std::int64_t w = c1 - c0;
+  std::int64_t j0 = 0;
+  for (; j0 + kSumCols <= w; j0 += kSumCols) {
+    __m512d a1[kSumVecs], a2[kSumVecs], m[kSumVecs];
+    for (int h = 0; h < kSumVecs; ++h) {
+      a1[h] = a2[h] = _mm512_setzero_pd();
+      m[h] = load8d(mean + c0 + j0 + 8 * h);
+    }
+    for (std::int64_t i = r0; i < r1; ++i) {
+      const std::int64_t off = i * c + c0 + j0;
+      for (int h = 0; h < kSumVecs; ++h) {
+        const __m512d g = grad8d(dy, y, off + 8 * h);
+        a1[h] = _mm512_add_pd(a1[h], g);
+        a2[h] =
+            _mm512_add_pd(a2[h], _mm512_mul_pd(g, _mm512_sub_pd(load8d(x + off + 8 * h), m[h])));
+      }
+    }
+    for (int h = 0; h < kSumVecs; ++h) {
+      _mm512_storeu_pd(sdy + j0 + 8 * h, a1[h]);
+      _mm512_storeu_pd(sdyx + j0 + 8 * h, a2[h]);
+    }
+  }
+  return j0;
 }
-LOCKSTEP_SIMD_CLONES
-void row_dy_dyx_relu16(const float* x, const float* dy, const std::uint16_t* y, const float* mean,
-                       std::int64_t c, std::int64_t r0, std::int64_t r1, std::int64_t c0,
-                       std::int64_t c1, double* sdy, double* sdyx) {
-  row_dy_dyx_body(x, dy, y, mean, c, r0, r1, c0, c1, sdy, sdyx);
+
+bool bn_avx512() {
+  static const bool on = __builtin_cpu_supports("avx512f");
+  return on;
+}
+#endif
+
+// The row sums as the kernels call them: the AVX-512 groups where the CPU has them, else the
+// cloned generic loops.
+template <class X>
+void moments(const X* x, std::int64_t c, std::int64_t r0, std::int64_t r1, std::int64_t c0,
+             std::int64_t c1, double* s1, double* s2) {
+#ifdef LOCKSTEP_BN_AVX512
+  if (bn_avx512()) {
+    const std::int64_t j0 = row_moments_groups_avx512(x, c, r0, r1, c0, c1, s1, s2);
+    row_moments_tail(x, c, r0, r1, c0, c1, j0, s1, s2);
+    return;
+  }
+#endif
+  row_moments(x, c, r0, r1, c0, c1, s1, s2);
+}
+template <class X, class Y>
+void dy_dyx(const X* x, const float* dy, const Y* y, const float* mean, std::int64_t c,
+            std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1, double* sdy,
+            double* sdyx) {
+#ifdef LOCKSTEP_BN_AVX512
+  if (bn_avx512()) {
+    const std::int64_t j0 = row_dy_dyx_groups_avx512(x, dy, y, mean, c, r0, r1, c0, c1, sdy, sdyx);
+    row_dy_dyx_tail(x, dy, y, mean, c, r0, r1, c0, c1, j0, sdy, sdyx);
+    return;
+  }
+#endif
+  row_dy_dyx(x, dy, y, mean, c, r0, r1, c0, c1, sdy, sdyx);
 }
 
 // y = x * a[j] + b[j] over one row of n columns: the one place the affine map is written, so the
 // fused epilogues below give batchnorm_forward_*'s bits in every SIMD clone.
+template <class X>
+[[gnu::always_inline]] inline void affine_row_body(const X* x, float* y, std::int64_t n,
+                                                   const float* a, const float* b) {
+  for (std::int64_t j = 0; j < n; ++j)
+    y[j] = x_at(x, j) * a[j] + b[j];
+}
 LOCKSTEP_SIMD_CLONES
 void affine_row(const float* x, float* y, std::int64_t n, const float* a, const float* b) {
-  for (std::int64_t j = 0; j < n; ++j)
-    y[j] = x[j] * a[j] + b[j];
+  affine_row_body(x, y, n, a, b);
+}
+LOCKSTEP_SIMD_CLONES
+void affine_row(const std::uint16_t* x, float* y, std::int64_t n, const float* a, const float* b) {
+  affine_row_body(x, y, n, a, b);
 }
 
 // y = x * a + b over one plane of n values (a channel of one sample, NCHW).
@@ -256,28 +443,26 @@ void epilogue_in_place(float* z, const float* residual, bool relu, std::int64_t 
 
 // dx = g * k1[j] + x * k2[j] + k3[j] over one row of n columns, g = grad_at (x, dy, y at the
 // row's start).
-template <class Y>
-[[gnu::always_inline]] inline void backward_dx_row_body(const float* x, const float* dy, const Y* y,
+template <class X, class Y>
+[[gnu::always_inline]] inline void backward_dx_row_body(const X* x, const float* dy, const Y* y,
                                                         float* dx, std::int64_t n, const float* k1,
                                                         const float* k2, const float* k3) {
   for (std::int64_t j = 0; j < n; ++j)
-    dx[j] = grad_at(dy, y, j) * k1[j] + x[j] * k2[j] + k3[j];
+    dx[j] = grad_at(dy, y, j) * k1[j] + x_at(x, j) * k2[j] + k3[j];
 }
-LOCKSTEP_SIMD_CLONES
-void backward_dx_row(const float* x, const float* dy, float* dx, std::int64_t n, const float* k1,
-                     const float* k2, const float* k3) {
-  backward_dx_row_body<void>(x, dy, nullptr, dx, n, k1, k2, k3);
-}
-LOCKSTEP_SIMD_CLONES
-void backward_dx_row_relu(const float* x, const float* dy, const float* y, float* dx,
-                          std::int64_t n, const float* k1, const float* k2, const float* k3) {
-  backward_dx_row_body(x, dy, y, dx, n, k1, k2, k3);
-}
-LOCKSTEP_SIMD_CLONES
-void backward_dx_row_relu16(const float* x, const float* dy, const std::uint16_t* y, float* dx,
-                            std::int64_t n, const float* k1, const float* k2, const float* k3) {
-  backward_dx_row_body(x, dy, y, dx, n, k1, k2, k3);
-}
+#define LOCKSTEP_BACKWARD_DX_ROW(X, Y)                                                     \
+  LOCKSTEP_SIMD_CLONES                                                                     \
+  void backward_dx_row(const X* x, const float* dy, const Y* y, float* dx, std::int64_t n, \
+                       const float* k1, const float* k2, const float* k3) {                \
+    backward_dx_row_body(x, dy, y, dx, n, k1, k2, k3);                                     \
+  }
+LOCKSTEP_BACKWARD_DX_ROW(float, void)
+LOCKSTEP_BACKWARD_DX_ROW(float, float)
+LOCKSTEP_BACKWARD_DX_ROW(float, std::uint16_t)
+LOCKSTEP_BACKWARD_DX_ROW(std::uint16_t, void)
+LOCKSTEP_BACKWARD_DX_ROW(std::uint16_t, float)
+LOCKSTEP_BACKWARD_DX_ROW(std::uint16_t, std::uint16_t)
+#undef LOCKSTEP_BACKWARD_DX_ROW
 
 // dx = g * k1 + x * k2 + k3 over one plane of n values (NCHW).
 void backward_dx_plane(const float* x, const float* g, float* dx, std::int64_t n, float k1,
@@ -285,6 +470,9 @@ void backward_dx_plane(const float* x, const float* g, float* dx, std::int64_t n
   for (std::int64_t k = 0; k < n; ++k)
     dx[k] = g[k] * k1 + x[k] * k2 + k3;
 }
+
+// The y argument of row_dy_dyx and backward_dx_row without a ReLU.
+constexpr const void* kNoRelu = nullptr;
 
 // Per-chunk column sums (s1, s2) of [N, C] into partial[(chunk * 2 + {0, 1}) * C + col], then
 // their totals in chunk order into t1, t2 (C each).
@@ -346,8 +534,9 @@ void store(const Epilogue& e, std::int64_t off, std::int64_t n, const Affine& af
 }
 
 // y = epilogue(x * a[col] + b[col]) over [N, C] rows, a row at a time.
-void affine_rows(ThreadPool& pool, const BnShape& sh, const float* px, const float* a,
-                 const float* b, const Epilogue& e) {
+template <class X>
+void affine_rows(ThreadPool& pool, const BnShape& sh, const X* px, const float* a, const float* b,
+                 const Epilogue& e) {
   for_row_blocks(pool, sh, [&](std::int64_t r0, std::int64_t r1, std::int64_t, std::int64_t) {
     for (std::int64_t i = r0; i < r1; ++i)
       store(e, i * sh.c, sh.c, [&](float* z) { affine_row(px + i * sh.c, z, sh.c, a, b); });
@@ -355,13 +544,15 @@ void affine_rows(ThreadPool& pool, const BnShape& sh, const float* px, const flo
 }
 
 // The same for channel c of every sample ([N, C, S], S > 1), in chunks of kBf16Chunk.
-void affine_planes(const BnShape& sh, std::int64_t c, const float* px, float a, float b,
+template <class X>
+void affine_planes(const BnShape& sh, std::int64_t c, const X* px, float a, float b,
                    const Epilogue& e) {
   for (std::int64_t i = 0; i < sh.n; ++i) {
     const std::int64_t plane = (i * sh.c + c) * sh.s;
     for (std::int64_t k0 = 0; k0 < sh.s; k0 += kBf16Chunk) {
       const std::int64_t n = std::min(kBf16Chunk, sh.s - k0);
-      store(e, plane + k0, n, [&](float* z) { affine_plane(px + plane + k0, z, n, a, b); });
+      store(e, plane + k0, n,
+            [&](float* z) { affine_plane(x_f32(px + plane + k0, n), z, n, a, b); });
     }
   }
 }
@@ -381,9 +572,21 @@ void CpuBackend::batchnorm_act_forward_train(const Tensor& x, const Tensor& gamm
                                              Tensor& y, Tensor& save_mean, Tensor& save_invstd,
                                              Tensor& running_mean, Tensor& running_var,
                                              float momentum, float eps) {
+  if (x.dtype() == DType::BF16)
+    bn_forward_train(bf16_in(x), x, gamma, beta, epilogue, y, save_mean, save_invstd, running_mean,
+                     running_var, momentum, eps);
+  else
+    bn_forward_train(x.data<float>(), x, gamma, beta, epilogue, y, save_mean, save_invstd,
+                     running_mean, running_var, momentum, eps);
+}
+
+template <class X>
+void CpuBackend::bn_forward_train(const X* px, const Tensor& x, const Tensor& gamma,
+                                  const Tensor& beta, const BatchNormEpilogue& epilogue, Tensor& y,
+                                  Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
+                                  Tensor& running_var, float momentum, float eps) {
   const BnShape sh = bn_shape(x);
   const double count = static_cast<double>(sh.n * sh.s);
-  const float* px = x.data<float>();
   const Epilogue out = make_epilogue(epilogue, y);
   const float* pg = gamma.data<float>();
   const float* pb = beta.data<float>();
@@ -409,7 +612,7 @@ void CpuBackend::batchnorm_act_forward_train(const Tensor& x, const Tensor& gamm
       double s1 = 0.0, s2 = 0.0;
       for (std::int64_t i = 0; i < sh.n; ++i) {
         double p1, p2;
-        sum_and_squares(px + (i * sh.c + c) * sh.s, sh.s, p1, p2);
+        sum_and_squares(x_f32(px + (i * sh.c + c) * sh.s, sh.s), sh.s, p1, p2);
         s1 += p1;
         s2 += p2;
       }
@@ -424,7 +627,7 @@ void CpuBackend::batchnorm_act_forward_train(const Tensor& x, const Tensor& gamm
   double* t2 = t1 + sh.c;
   row_sums(ctx_.pool(), sh, partial, t1, t2,
            [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1, double* s1,
-               double* s2) { row_moments(px, sh.c, r0, r1, c0, c1, s1, s2); });
+               double* s2) { moments(px, sh.c, r0, r1, c0, c1, s1, s2); });
   float* ab = scratch_floats(static_cast<std::size_t>(2 * sh.c));
   for (std::int64_t c = 0; c < sh.c; ++c)
     std::tie(ab[c], ab[sh.c + c]) = finish(c, t1[c], t2[c]);
@@ -447,7 +650,6 @@ void CpuBackend::batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma
   const float* pb = beta.data<float>();
   const float* prm = running_mean.data<float>();
   const float* prv = running_var.data<float>();
-  const float* px = x.data<float>();
   const Epilogue out = make_epilogue(epilogue, y);
   float* ab = scratch_floats(static_cast<std::size_t>(2 * sh.c));
   for (std::int64_t c = 0; c < sh.c; ++c) {
@@ -455,12 +657,18 @@ void CpuBackend::batchnorm_act_forward_eval(const Tensor& x, const Tensor& gamma
     ab[c] = static_cast<float>(pg[c] * invstd);
     ab[sh.c + c] = static_cast<float>(pb[c] - prm[c] * pg[c] * invstd);
   }
-  if (sh.s > 1) {
-    for_channels(ctx_.pool(), sh,
-                 [&](std::int64_t c) { affine_planes(sh, c, px, ab[c], ab[sh.c + c], out); });
-    return;
-  }
-  affine_rows(ctx_.pool(), sh, px, ab, ab + sh.c, out);
+  auto apply = [&](const auto* px) {
+    if (sh.s > 1) {
+      for_channels(ctx_.pool(), sh,
+                   [&](std::int64_t c) { affine_planes(sh, c, px, ab[c], ab[sh.c + c], out); });
+      return;
+    }
+    affine_rows(ctx_.pool(), sh, px, ab, ab + sh.c, out);
+  };
+  if (x.dtype() == DType::BF16)
+    apply(bf16_in(x));
+  else
+    apply(x.data<float>());
 }
 
 void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
@@ -483,9 +691,18 @@ void CpuBackend::batchnorm_backward_impl(const Tensor& x, const Tensor& dy, cons
   // With xhat = (x - mean) * invstd and g the gradient reaching the BatchNorm's output (dy, or dy
   // through the ReLU: grad_at): dbeta = sum g, dgamma = sum g * xhat,
   // dx = gamma * invstd * (g - dbeta / count - xhat * dgamma / count).
+  if (x.dtype() == DType::BF16)
+    bn_backward(bf16_in(x), x, dy, relu_y, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+  else
+    bn_backward(x.data<float>(), x, dy, relu_y, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+template <class X>
+void CpuBackend::bn_backward(const X* px, const Tensor& x, const Tensor& dy, const Tensor& relu_y,
+                             const Tensor& gamma, const Tensor& save_mean,
+                             const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
   const BnShape sh = bn_shape(x);
   const double count = static_cast<double>(sh.n * sh.s);
-  const float* px = x.data<float>();
   const float* pdy = dy.data<float>();
   const float* y32 =
       relu_y.defined() && relu_y.dtype() == DType::F32 ? relu_y.data<float>() : nullptr;
@@ -529,7 +746,7 @@ void CpuBackend::batchnorm_backward_impl(const Tensor& x, const Tensor& dy, cons
       for (std::int64_t i = 0; i < sh.n; ++i) {
         const std::int64_t off = (i * sh.c + c) * sh.s;
         double p1, p2;
-        sum_dy_dyx(px + off, grad(off), sh.s, pm[c], p1, p2);
+        sum_dy_dyx(x_f32(px + off, sh.s), grad(off), sh.s, pm[c], p1, p2);
         t1 += p1;
         t2 += p2;
       }
@@ -539,8 +756,9 @@ void CpuBackend::batchnorm_backward_impl(const Tensor& x, const Tensor& dy, cons
         const float* g_plane = grad(off);
         for (std::int64_t k0 = 0; k0 < sh.s; k0 += kBf16Chunk) {
           const std::int64_t n = std::min(kBf16Chunk, sh.s - k0);
-          store(dx_out, off + k0, n,
-                [&](float* z) { backward_dx_plane(px + off + k0, g_plane + k0, z, n, a, b, d); });
+          store(dx_out, off + k0, n, [&](float* z) {
+            backward_dx_plane(x_f32(px + off + k0, n), g_plane + k0, z, n, a, b, d);
+          });
         }
       }
     });
@@ -554,11 +772,11 @@ void CpuBackend::batchnorm_backward_impl(const Tensor& x, const Tensor& dy, cons
            [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1, double* sdy,
                double* sdyx) {
              if (y32)
-               row_dy_dyx_relu(px, pdy, y32, pm, sh.c, r0, r1, c0, c1, sdy, sdyx);
+               dy_dyx(px, pdy, y32, pm, sh.c, r0, r1, c0, c1, sdy, sdyx);
              else if (y16)
-               row_dy_dyx_relu16(px, pdy, y16, pm, sh.c, r0, r1, c0, c1, sdy, sdyx);
+               dy_dyx(px, pdy, y16, pm, sh.c, r0, r1, c0, c1, sdy, sdyx);
              else
-               row_dy_dyx(px, pdy, pm, sh.c, r0, r1, c0, c1, sdy, sdyx);
+               dy_dyx(px, pdy, kNoRelu, pm, sh.c, r0, r1, c0, c1, sdy, sdyx);
            });
   float* k = scratch_floats(static_cast<std::size_t>(3 * sh.c));
   for (std::int64_t c = 0; c < sh.c; ++c) {
@@ -568,20 +786,20 @@ void CpuBackend::batchnorm_backward_impl(const Tensor& x, const Tensor& dy, cons
     k[2 * sh.c + c] = d;
   }
   const float *k1 = k, *k2 = k + sh.c, *k3 = k + 2 * sh.c;
-  for_row_blocks(
-      ctx_.pool(), sh, [&](std::int64_t r0, std::int64_t r1, std::int64_t, std::int64_t) {
-        for (std::int64_t i = r0; i < r1; ++i) {
-          const std::int64_t off = i * sh.c;
-          store(dx_out, off, sh.c, [&](float* z) {
-            if (y32)
-              backward_dx_row_relu(px + off, pdy + off, y32 + off, z, sh.c, k1, k2, k3);
-            else if (y16)
-              backward_dx_row_relu16(px + off, pdy + off, y16 + off, z, sh.c, k1, k2, k3);
-            else
-              backward_dx_row(px + off, pdy + off, z, sh.c, k1, k2, k3);
-          });
-        }
-      });
+  for_row_blocks(ctx_.pool(), sh,
+                 [&](std::int64_t r0, std::int64_t r1, std::int64_t, std::int64_t) {
+                   for (std::int64_t i = r0; i < r1; ++i) {
+                     const std::int64_t off = i * sh.c;
+                     store(dx_out, off, sh.c, [&](float* z) {
+                       if (y32)
+                         backward_dx_row(px + off, pdy + off, y32 + off, z, sh.c, k1, k2, k3);
+                       else if (y16)
+                         backward_dx_row(px + off, pdy + off, y16 + off, z, sh.c, k1, k2, k3);
+                       else
+                         backward_dx_row(px + off, pdy + off, kNoRelu, z, sh.c, k1, k2, k3);
+                     });
+                   }
+                 });
 }
 
 }  // namespace lockstep::ops::cpu

@@ -25,7 +25,9 @@
 // diff_dst) and f32 outputs (dst, diff_src, diff_weights, bias), accumulating in f32; the input
 // reorders above then also convert f32 -> bf16, so a bf16 convolution costs no extra pass, and an
 // input already in bf16 (a layer that passes the same activation to two ops rounds it once)
-// needs none at all in NHWC. The weights are converted per call: convolution weights are small
+// needs none at all in NHWC. The forward's dst is bf16 where the caller passes a bf16 y (a
+// convolution feeding a BatchNorm, ops.hpp: bf16_conv_bn_activations): the kernel rounds its f32
+// accumulators as it stores them. The weights are converted per call: convolution weights are small
 // next to the activations (18K elements against 1.6M for fashion_cnn's second layer at batch 256).
 #include <omp.h>
 
@@ -281,7 +283,7 @@ ConvGeom conv_geom(const Shape& x, const Shape& w, const Shape& y, const Conv2dP
              pad_right(x[3], y[3], static_cast<int>(w[3]), p.stride_w, p.pad_w)};
   return g;
 }
-// bf16_inputs: which activation inputs arrive as bf16 tensors (bit 0: x, bit 1: dy).
+// bf16_inputs: which activation tensors are bf16 (bit 0: x, bit 1: dy, bit 2: the forward's y).
 Key conv_key(PrimKind kind, const Shape& x, const Shape& w, const Conv2dParams& p, bool bias,
              bool bf16, int bf16_inputs = 0) {
   return {static_cast<std::int64_t>(kind),
@@ -301,14 +303,15 @@ Key conv_key(PrimKind kind, const Shape& x, const Shape& w, const Conv2dParams& 
           static_cast<std::int64_t>(p.layout),
           bf16_inputs};
 }
-// Inputs (src, weights) are bf16 when `in` is; dst and bias stay f32.
+// Inputs (src, weights) are bf16 when `in` is; bias stays f32, and dst is `out` (f32, or bf16 when
+// the caller asked for a rounded output: oneDNN rounds its f32 accumulators to nearest even).
 dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ConvGeom& g, ImageLayout layout,
                                                       bool bias, bool blocked, Dt in,
-                                                      const dnnl::engine& eng) {
+                                                      const dnnl::engine& eng, Dt out = Dt::f32) {
   using CF = dnnl::convolution_forward;
   const auto src = activation(g.src, layout, blocked, in),
              wei = weights(g.wei, layout, blocked, in);
-  const auto dst = activation(g.dst, layout, blocked);
+  const auto dst = activation(g.dst, layout, blocked, out);
   auto d = bias ? CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                            src, wei, plain(g.bias, Tag::x), dst, g.strides, g.pad_l, g.pad_r)
                 : CF::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
@@ -323,24 +326,26 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
   const bool bias = b.defined();
   DnnlState& s = *dnnl_;
   const Dt in = ctx_.precision() == Precision::BF16 ? Dt::bf16 : Dt::f32;
-  const bool x16 = x.dtype() == DType::BF16;
-  Prim& prim = s.get(
-      conv_key(PrimKind::ConvFwd, x.shape(), w.shape(), p, bias, in == Dt::bf16, x16 ? 1 : 0),
-      [&](Prim& e) {
-        ConvGeom g = conv_geom(x.shape(), w.shape(), y.shape(), p);
-        const Tag act = user_tag(p.layout);
-        auto pd = conv_fwd_pd(g, p.layout, bias, g.src[1] >= kBlockedMinChannels, in, s.engine);
-        e.prim = dnnl::convolution_forward(pd);
-        s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, act, dt_of(x)), pd.src_desc());
-        s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
-        if (bias) s.add_port(e, DNNL_ARG_BIAS, false, plain(g.bias, Tag::x), pd.bias_desc());
-        s.add_port(e, DNNL_ARG_DST, true, plain(g.dst, act), pd.dst_desc());
-        s.add_scratchpad(e, pd);
-      });
+  const bool x16 = x.dtype() == DType::BF16, y16 = y.dtype() == DType::BF16;
+  Prim& prim =
+      s.get(conv_key(PrimKind::ConvFwd, x.shape(), w.shape(), p, bias, in == Dt::bf16,
+                     (x16 ? 1 : 0) | (y16 ? 4 : 0)),
+            [&](Prim& e) {
+              ConvGeom g = conv_geom(x.shape(), w.shape(), y.shape(), p);
+              const Tag act = user_tag(p.layout);
+              auto pd = conv_fwd_pd(g, p.layout, bias, g.src[1] >= kBlockedMinChannels, in,
+                                    s.engine, dt_of(y));
+              e.prim = dnnl::convolution_forward(pd);
+              s.add_port(e, DNNL_ARG_SRC, false, plain(g.src, act, dt_of(x)), pd.src_desc());
+              s.add_port(e, DNNL_ARG_WEIGHTS, false, plain(g.wei, Tag::oihw), pd.weights_desc());
+              if (bias) s.add_port(e, DNNL_ARG_BIAS, false, plain(g.bias, Tag::x), pd.bias_desc());
+              s.add_port(e, DNNL_ARG_DST, true, plain(g.dst, act, dt_of(y)), pd.dst_desc());
+              s.add_scratchpad(e, pd);
+            });
   s.set(prim, DNNL_ARG_SRC, x.raw_data());
   s.set(prim, DNNL_ARG_WEIGHTS, w.data<float>());
   if (bias) s.set(prim, DNNL_ARG_BIAS, b.data<float>());
-  s.set(prim, DNNL_ARG_DST, y.data<float>());
+  s.set(prim, DNNL_ARG_DST, y.raw_data());
   s.execute(prim, ctx_.threads());
 }
 

@@ -499,6 +499,37 @@ std::vector<Row> rows() {
                  },
                  bf16});
   }
+  // A convolution's bf16 output read by the BatchNorm ops as their x (the CPU writes and reads it
+  // in its kernels; a device that does not widens it around f32 kernels: the same values).
+  r.push_back({"conv_bn_bf16_activations", 1e-3,
+               [] {
+                 return std::vector<Tensor>{uniform({2, 24, 9, 9}, 65), uniform({16, 24, 3, 3}, 66),
+                                            uniform({16}, 67, 0.5f, 1.5f), uniform({16}, 68),
+                                            uniform({50, 16}, 69)};
+               },
+               [](Io& io) {
+                 const Shape rows{50, 16};
+                 Tensor y = io.empty({2, 16, 5, 5}, DType::BF16), a = io.empty(rows, DType::BF16),
+                        b = io.empty(rows), e = io.empty(rows), mean = io.empty({16}),
+                        invstd = io.empty({16}), rm = io.zeros({16}), rv = io.empty({16}),
+                        dx = io.empty(rows, DType::BF16), dx2 = io.empty(rows), dg = io.zeros({16}),
+                        dbeta = io.zeros({16});
+                 ops::fill(io.ctx(), rv, 1.0f);
+                 ops::conv2d_forward(io.ctx(), io.in(0), io.in(1), Tensor(), y, kConvNhwc);
+                 const Tensor x = y.view(rows);  // channels-last [N*H*W, C]
+                 ops::batchnorm_act_forward_train(io.ctx(), x, io.in(2), io.in(3), {Tensor(), true},
+                                                  a, mean, invstd, rm, rv, 0.1f, 1e-5f);
+                 ops::batchnorm_relu_backward(io.ctx(), x, a, io.in(4), io.in(2), mean, invstd, dx,
+                                              dg, dbeta);
+                 ops::batchnorm_forward_train(io.ctx(), x, io.in(2), io.in(3), b, mean, invstd, rm,
+                                              rv, 0.1f, 1e-5f);
+                 ops::batchnorm_backward(io.ctx(), x, io.in(4), io.in(2), mean, invstd, dx2, dg,
+                                         dbeta);
+                 ops::batchnorm_forward_eval(io.ctx(), x, io.in(2), io.in(3), rm, rv, 1e-5f, e);
+                 for (const Tensor& t : {y, a, b, e, mean, invstd, rm, rv, dx, dx2, dg, dbeta})
+                   io.out(t);
+               },
+               true});
   r.push_back(
       {"softmax_xent_and_accuracy", 1e-6,
        [] {
