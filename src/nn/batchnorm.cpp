@@ -101,11 +101,21 @@ Tensor BatchNorm::backward(ops::Context& ctx, const Tensor& dy) {
   return dx;
 }
 
-Tensor BatchNorm::backward_residual_relu(ops::Context& ctx, const Tensor& dy, Tensor& dsum) {
-  Tensor y = detail::take_cached(y_, type().c_str());
-  dsum = ctx.transient(y.shape());
-  ops::relu_backward(ctx, y, dy, dsum);
-  return backward_impl(ctx, dsum);
+Tensor BatchNorm::backward_through_relu(ops::Context& ctx, const Tensor& dy, const Tensor& relu_y) {
+  LOCKSTEP_CHECK(!fused_relu_, type(), ": backward_through_relu follows a plain forward");
+  if (!forward_was_training_) {
+    Tensor dz = ctx.transient(dy.shape());
+    ops::relu_backward(ctx, relu_y, dy, dz);
+    return backward_impl(ctx, dz);
+  }
+  Tensor x = detail::take_cached(x_, type().c_str());
+  Tensor dx = ctx.transient(x.shape(), input_grad_dtype(ctx));
+  Tensor dxo = as_ops_input(dx);
+  ops::batchnorm_relu_backward(ctx, as_ops_input(x), as_ops_input(relu_y), as_ops_input(dy),
+                               gamma_.value, save_mean_, save_invstd_, dxo, gamma_.grad,
+                               beta_.grad);
+  if (!input_grad_) return Tensor();
+  return dx;
 }
 
 DType BatchNorm::input_grad_dtype(const ops::Context& ctx) const {

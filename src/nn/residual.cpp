@@ -68,21 +68,28 @@ Tensor ResidualBlock::forward(ops::Context& ctx, const Tensor& x) {
 }
 
 Tensor ResidualBlock::backward(ops::Context& ctx, const Tensor& dy) {
-  // The sum node passes its gradient (dsum, through the closing ReLU) unchanged to both the main
-  // path and the shortcut.
-  Tensor dsum;
-  Tensor dx_main = last_bn_->backward_residual_relu(ctx, dy, dsum);
+  // The sum node passes its gradient (dsum = dy where the closing ReLU's output y > 0) unchanged
+  // to both the main path and the shortcut. dsum is never stored: each consumer masks dy by y
+  // itself, the last BatchNorm and a downsampling BatchNorm inside their backward
+  // (ops::batchnorm_relu_backward) and an identity shortcut in the final sum
+  // (ops::relu_backward_add); the bits are those of relu_backward, then the BatchNorms' backward
+  // and add.
+  const Tensor y = last_bn_->relu_output();
+  Tensor dx_main = last_bn_->backward(ctx, dy);
   for (std::size_t i = branch_.size() - 1; i-- > 0;) {
     if (fused_into_bn(branch_, i)) continue;  // in its BatchNorm's backward
     dx_main = branch_[i].module->backward(ctx, dx_main);
   }
-  Tensor dx_short = dsum;
+  Tensor dx_short;
   if (has_downsample()) {
-    dx_short = downsample_conv_->backward(ctx, downsample_bn_->backward(ctx, dsum));
+    dx_short = downsample_conv_->backward(ctx, downsample_bn_->backward_through_relu(ctx, dy, y));
   }
   if (!input_grad_) return Tensor();
   Tensor dx = ctx.transient(dx_main.shape());
-  ops::add(ctx, dx_main, dx_short, dx);
+  if (has_downsample())
+    ops::add(ctx, dx_main, dx_short, dx);
+  else
+    ops::relu_backward_add(ctx, y, dy, dx_main, dx);
   return dx;
 }
 

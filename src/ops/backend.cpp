@@ -113,4 +113,9 @@ void Backend::batchnorm_relu_backward(const Tensor& x, const Tensor& y, const Te
   batchnorm_backward(x, dz, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
 }
 
+void Backend::relu_backward_add(const Tensor& y, const Tensor& dy, const Tensor& a, Tensor& dx) {
+  relu_backward(y, dy, dx);
+  add(a, dx, dx);  // elementwise, each element read before it is written
+}
+
 }  // namespace lockstep::ops

@@ -255,6 +255,20 @@ void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
   ctx.backend().add(a, b, out);
 }
 
+void relu_backward_add(Context& ctx, const Tensor& y, const Tensor& dy, const Tensor& a,
+                       Tensor& dx) {
+  const char* op = "relu_backward_add";
+  for (auto [name, t] : {std::pair{"y", &y}, std::pair{"dy", &dy}, std::pair{"a", &a}})
+    check_f32(ctx, op, name, *t);
+  check_f32(ctx, op, "dx", dx);
+  check_same_shape(op, "y", y, "dy", dy);
+  check_same_shape(op, "y", y, "a", a);
+  check_same_shape(op, "y", y, "dx", dx);
+  LOCKSTEP_CHECK(!dx.shares_storage(y) && !dx.shares_storage(a), op,
+                 ": dx must not share storage with y or a");
+  ctx.backend().relu_backward_add(y, dy, a, dx);
+}
+
 void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y) {
   check_f32(ctx, "axpy", "x", x);
   check_f32(ctx, "axpy", "y", y);

@@ -498,6 +498,32 @@ TEST(BatchNormOps, OfABf16InputAreTheOpsOnTheWidenedInput) {
       "batchnorm_forward_train: x must be f32");
 }
 
+// An identity shortcut's input gradient: a + relu_backward(y, dy), bit for bit, on the CPU's loop
+// and on the Backend's composition; aliased outputs are refused.
+TEST(ReluBackwardAdd, IsReluBackwardThenAddBitForBit) {
+  for (int threads : {1, 3}) {
+    ops::Context ctx(Device::cpu(), threads);
+    for (const Shape& s : {Shape{37, 67}, Shape{2, 5, 7, 9}, Shape{70000}}) {
+      SCOPED_TRACE(str(shape_str(s), ", ", threads, " threads"));
+      Tensor y = random_tensor(s, 50, -1, 1), dy = random_tensor(s, 51), a = random_tensor(s, 52);
+      Tensor dx = Tensor::empty(s), dx_def = Tensor::empty(s), ref = Tensor::empty(s);
+      ops::relu_backward_add(ctx, y, dy, a, dx);
+      ctx.backend().ops::Backend::relu_backward_add(y, dy, a, dx_def);
+      ops::relu_backward(ctx, y, dy, ref);
+      ops::add(ctx, a, ref, ref);
+      EXPECT_TRUE(bitwise_equal(dx, ref));
+      EXPECT_TRUE(bitwise_equal(dx_def, ref));
+    }
+  }
+  ops::Context ctx;
+  Tensor y = random_tensor({8, 4}, 1), dy = random_tensor({8, 4}, 2), a = random_tensor({8, 4}, 3);
+  expect_error_containing([&] { ops::relu_backward_add(ctx, y, dy, a, a); },
+                          "relu_backward_add: dx must not share storage with y or a");
+  Tensor short_dx = Tensor::empty({7, 4});
+  expect_error_containing([&] { ops::relu_backward_add(ctx, y, dy, a, short_dx); },
+                          "relu_backward_add");
+}
+
 TEST(BatchNormEpilogue, RefusesBadArgumentsNamingTheOpAndTensor) {
   ops::Context ctx;
   Tensor x = random_tensor({8, 4}, 1), g = random_tensor({4}, 2), b = random_tensor({4}, 3);

@@ -37,11 +37,15 @@ class BatchNorm : public Module {
   // would round its input anyway) is written rounded. Same values as bn -> [add ->] relu, except
   // that with a bf16 output an f32 value too small to survive the rounding (below bf16's normal
   // range) counts as ReLU's zero in the backward. backward(dy) then takes the ReLU's output
-  // gradient; with a residual, backward_residual also returns the sum's gradient (dsum) for the
-  // shortcut.
+  // gradient (with a residual, the ReLU's output is relu_output(), which a block keeps for its
+  // shortcut's gradient before calling backward).
   Tensor forward_relu(ops::Context& ctx, const Tensor& x, bool bf16_output);
   Tensor forward_residual_relu(ops::Context& ctx, const Tensor& x, const Tensor& residual);
-  Tensor backward_residual_relu(ops::Context& ctx, const Tensor& dy, Tensor& dsum);
+  const Tensor& relu_output() const { return y_; }
+  // backward of a plain forward whose output reached a ReLU (another layer's, output relu_y) only
+  // through a sum: dy masked by relu_y > 0 (a downsampling shortcut's BatchNorm, whose block ends
+  // in + and ReLU), in the BatchNorm's backward (ops::batchnorm_relu_backward) when training.
+  Tensor backward_through_relu(ops::Context& ctx, const Tensor& dy, const Tensor& relu_y);
   // The input gradient goes to a convolution's backward, which rounds it to bf16 on a bf16
   // context: it is then written rounded (training mode), saving that pass.
   void set_input_grad_to_conv(bool on) { input_grad_to_conv_ = on; }

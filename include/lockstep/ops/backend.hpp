@@ -159,6 +159,7 @@ class Backend {
                                        const Tensor& gamma, const Tensor& save_mean,
                                        const Tensor& save_invstd, Tensor& dx, Tensor& dgamma,
                                        Tensor& dbeta);
+  virtual void relu_backward_add(const Tensor& y, const Tensor& dy, const Tensor& a, Tensor& dx);
 
  protected:
   // batchnorm_act_forward_*'s epilogue over z, an f32 BatchNorm output: + residual, ReLU, in place

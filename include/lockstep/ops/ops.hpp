@@ -202,6 +202,12 @@ void batchnorm_relu_backward(Context& ctx, const Tensor& x, const Tensor& y, con
                              const Tensor& gamma, const Tensor& save_mean,
                              const Tensor& save_invstd, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
 
+// A ResNet block's input gradient with an identity shortcut: dx = a + (y > 0 ? dy : 0), a being
+// the main branch's input gradient and y the block's output (after its closing ReLU). Composition:
+// relu_backward(y, dy, dx), then add(a, dx, dx). dx shares storage with neither y nor a.
+void relu_backward_add(Context& ctx, const Tensor& y, const Tensor& dy, const Tensor& a,
+                       Tensor& dx);
+
 // ---- loss: softmax cross-entropy over logits [N, C] with i32 labels [N].
 // probs [N, C] receives softmax(logits); loss [1] receives the mean over N of -log p[label].
 // Labels outside [0, C) are an error naming the first bad one. probs may be logits itself, and

@@ -72,6 +72,7 @@ class CpuBackend final : public Backend {
                        const Pool2dParams& p) override;
 
   bool bf16_conv_bn_activations() const override { return true; }
+  void relu_backward_add(const Tensor& y, const Tensor& dy, const Tensor& a, Tensor& dx) override;
   void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                                Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
                                Tensor& running_var, float momentum, float eps) override;

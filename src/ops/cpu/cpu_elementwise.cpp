@@ -87,6 +87,21 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   });
 }
 
+// relu_backward then add in one pass: the same two roundings (none, then the sum's).
+void CpuBackend::relu_backward_add(const Tensor& y, const Tensor& dy, const Tensor& a, Tensor& dx) {
+  const float* py = y.data<float>();
+  const float* pdy = dy.data<float>();
+  const float* pa = a.data<float>();
+  float* pdx = dx.data<float>();
+  parallel_range(ctx_.pool(), y.numel(), kParallelGrain, [&](std::int64_t b, std::int64_t e) {
+    LOCKSTEP_IVDEP
+    for (std::int64_t i = b; i < e; ++i) {
+      const float g = pdy[i];
+      pdx[i] = pa[i] + (py[i] > 0.0f ? g : 0.0f);
+    }
+  });
+}
+
 void CpuBackend::axpy(float alpha, const Tensor& x, Tensor& y) {
   const float* px = x.data<float>();
   float* py = y.data<float>();

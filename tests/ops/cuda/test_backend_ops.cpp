@@ -530,6 +530,16 @@ std::vector<Row> rows() {
                    io.out(t);
                },
                true});
+  r.push_back({"relu_backward_add", 1e-6,
+               [] {
+                 return std::vector<Tensor>{uniform({70, 33}, 70, -1, 1), uniform({70, 33}, 71),
+                                            uniform({70, 33}, 72)};
+               },
+               [](Io& io) {
+                 Tensor dx = io.empty({70, 33});
+                 ops::relu_backward_add(io.ctx(), io.in(0), io.in(1), io.in(2), dx);
+                 io.out(dx);
+               }});
   r.push_back(
       {"softmax_xent_and_accuracy", 1e-6,
        [] {
