@@ -90,11 +90,15 @@ Tensor BatchNorm::forward_impl(ops::Context& ctx, const Tensor& x,
 Tensor BatchNorm::backward(ops::Context& ctx, const Tensor& dy) {
   if (!fused_relu_ || !forward_was_training_) return backward_impl(ctx, dy);
   // Through the fused ReLU in one op (training mode: the saved statistics).
+  return relu_backward_train(ctx, dy, detail::take_cached(y_, type().c_str()));
+}
+
+// Training mode's backward with dy masked by relu_y > 0, in one op.
+Tensor BatchNorm::relu_backward_train(ops::Context& ctx, const Tensor& dy, const Tensor& relu_y) {
   Tensor x = detail::take_cached(x_, type().c_str());
-  Tensor y = detail::take_cached(y_, type().c_str());
   Tensor dx = ctx.transient(x.shape(), input_grad_dtype(ctx));
   Tensor dxo = as_ops_input(dx);
-  ops::batchnorm_relu_backward(ctx, as_ops_input(x), as_ops_input(y), as_ops_input(dy),
+  ops::batchnorm_relu_backward(ctx, as_ops_input(x), as_ops_input(relu_y), as_ops_input(dy),
                                gamma_.value, save_mean_, save_invstd_, dxo, gamma_.grad,
                                beta_.grad);
   if (!input_grad_) return Tensor();
@@ -108,14 +112,7 @@ Tensor BatchNorm::backward_through_relu(ops::Context& ctx, const Tensor& dy, con
     ops::relu_backward(ctx, relu_y, dy, dz);
     return backward_impl(ctx, dz);
   }
-  Tensor x = detail::take_cached(x_, type().c_str());
-  Tensor dx = ctx.transient(x.shape(), input_grad_dtype(ctx));
-  Tensor dxo = as_ops_input(dx);
-  ops::batchnorm_relu_backward(ctx, as_ops_input(x), as_ops_input(relu_y), as_ops_input(dy),
-                               gamma_.value, save_mean_, save_invstd_, dxo, gamma_.grad,
-                               beta_.grad);
-  if (!input_grad_) return Tensor();
-  return dx;
+  return relu_backward_train(ctx, dy, relu_y);
 }
 
 DType BatchNorm::input_grad_dtype(const ops::Context& ctx) const {

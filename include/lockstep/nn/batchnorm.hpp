@@ -61,6 +61,7 @@ class BatchNorm : public Module {
   Tensor forward_impl(ops::Context& ctx, const Tensor& x, const ops::BatchNormEpilogue& epilogue,
                       DType out);
   Tensor backward_impl(ops::Context& ctx, const Tensor& dy);
+  Tensor relu_backward_train(ops::Context& ctx, const Tensor& dy, const Tensor& relu_y);
   DType input_grad_dtype(const ops::Context& ctx) const;
   Tensor backward_eval(ops::Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx);
   // What the ops see of t: t itself, or channels-last its [N*H*W, C] rows.

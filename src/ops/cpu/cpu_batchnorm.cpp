@@ -262,7 +262,14 @@ template <class X, class Y>
   }
   row_dy_dyx_tail(x, dy, y, mean, c, r0, r1, c0, c1, j0, sdy, sdyx);
 }
-// One clone set per (x, y) element type: y is the fused ReLU's output (f32 or bf16) or none.
+// M(X, Y) for every (x, y) element type the kernels take: x f32 or bf16, y the fused ReLU's output
+// (f32 or bf16) or none.
+#define LOCKSTEP_BN_XY_TYPES(M)                                                          \
+  M(float, void)                                                                         \
+  M(float, float) M(float, std::uint16_t) M(std::uint16_t, void) M(std::uint16_t, float) \
+      M(std::uint16_t, std::uint16_t)
+
+// One clone set per (x, y) element type.
 #define LOCKSTEP_ROW_DY_DYX(X, Y)                                                                  \
   LOCKSTEP_SIMD_CLONES                                                                             \
   void row_dy_dyx(const X* x, const float* dy, const Y* y, const float* mean, std::int64_t c,      \
@@ -270,12 +277,7 @@ template <class X, class Y>
                   double* sdyx) {                                                                  \
     row_dy_dyx_body(x, dy, y, mean, c, r0, r1, c0, c1, sdy, sdyx);                                 \
   }
-LOCKSTEP_ROW_DY_DYX(float, void)
-LOCKSTEP_ROW_DY_DYX(float, float)
-LOCKSTEP_ROW_DY_DYX(float, std::uint16_t)
-LOCKSTEP_ROW_DY_DYX(std::uint16_t, void)
-LOCKSTEP_ROW_DY_DYX(std::uint16_t, float)
-LOCKSTEP_ROW_DY_DYX(std::uint16_t, std::uint16_t)
+LOCKSTEP_BN_XY_TYPES(LOCKSTEP_ROW_DY_DYX)
 #undef LOCKSTEP_ROW_DY_DYX
 
 #ifdef LOCKSTEP_BN_AVX512
@@ -456,13 +458,9 @@ template <class X, class Y>
                        const float* k1, const float* k2, const float* k3) {                \
     backward_dx_row_body(x, dy, y, dx, n, k1, k2, k3);                                     \
   }
-LOCKSTEP_BACKWARD_DX_ROW(float, void)
-LOCKSTEP_BACKWARD_DX_ROW(float, float)
-LOCKSTEP_BACKWARD_DX_ROW(float, std::uint16_t)
-LOCKSTEP_BACKWARD_DX_ROW(std::uint16_t, void)
-LOCKSTEP_BACKWARD_DX_ROW(std::uint16_t, float)
-LOCKSTEP_BACKWARD_DX_ROW(std::uint16_t, std::uint16_t)
+LOCKSTEP_BN_XY_TYPES(LOCKSTEP_BACKWARD_DX_ROW)
 #undef LOCKSTEP_BACKWARD_DX_ROW
+#undef LOCKSTEP_BN_XY_TYPES
 
 // dx = g * k1 + x * k2 + k3 over one plane of n values (NCHW).
 void backward_dx_plane(const float* x, const float* g, float* dx, std::int64_t n, float k1,
