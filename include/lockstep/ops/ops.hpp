@@ -130,11 +130,11 @@ void normalize_input(Context& ctx, const Tensor& x, const std::vector<float>& me
 
 // ---- convolution and pooling (f32 [N, C, H, W] in the params' layout); w is [O, I, KH, KW], b is
 // [O] or undefined. Convolutions compute in the context's precision (ops/precision.hpp); outputs
-// stay f32. On a bf16 context the activation inputs (x of forward and backward-weights, dy of
-// backward-data and backward-weights) may also be bf16 tensors, used as they are (f32 ones are
-// rounded to bf16 first), as gemm's operands: a layer rounds what two ops read only once.
-// conv2d_forward's y may be a bf16 activation on a bf16 context too: the f32 result rounded once
-// (what a BatchNorm after it reads; see bf16_conv_bn_activations).
+// are f32 (but see conv2d_forward's y below). On a bf16 context the activation inputs (x of forward
+// and backward-weights, dy of backward-data and backward-weights) may also be bf16 tensors, used as
+// they are (f32 ones are rounded to bf16 first), as gemm's operands: a layer rounds what two ops
+// read only once. conv2d_forward's y may be a bf16 activation on a bf16 context too: the f32 result
+// rounded once (what a BatchNorm after it reads; see bf16_conv_bn_activations).
 void conv2d_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                     const Conv2dParams& p);
 void conv2d_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, Tensor& dx,
