@@ -16,6 +16,7 @@
 #include "lockstep/ops/backend.hpp"
 #include "lockstep/ops/context.hpp"
 #include "lockstep/ops/ops.hpp"
+#include "ops/cpu/cpu_backend.hpp"
 #include "ops_test_util.hpp"
 #include "support/precision_reference.hpp"
 
@@ -522,6 +523,51 @@ TEST(ReluBackwardAdd, IsReluBackwardThenAddBitForBit) {
   Tensor short_dx = Tensor::empty({7, 4});
   expect_error_containing([&] { ops::relu_backward_add(ctx, y, dy, a, short_dx); },
                           "relu_backward_add");
+}
+
+// The row sums' AVX-512 path (picked at run time) gives the generic loops' bits: every BatchNorm op
+// whose sums it runs, f32 and bf16 x, through no ReLU and through f32 and bf16 ReLU outputs, on
+// widths with and without a tail of columns past the last group of 32.
+TEST(BatchNormOps, AvxAndGenericRowSumsGiveTheSameBits) {
+  LOCKSTEP_SKIP_WITHOUT_BF16();
+  if (!ops::cpu::use_bn_avx512(true)) GTEST_SKIP() << "this CPU has no AVX-512F: one path only";
+  ops::Context ctx(Device::cpu(), 3);
+  ctx.set_precision(ops::Precision::BF16);
+  for (const Shape& s : {Shape{2500, 40}, Shape{37, 67}, Shape{300, 64}}) {
+    const std::int64_t ch = s[1];
+    Tensor x32 = random_tensor(s, 80, -2, 3), x16 = Tensor::empty(s, DType::BF16);
+    ops::cast(ctx, x32, x16);
+    Tensor gamma = random_tensor({ch}, 81, 0.5f, 1.5f), beta = random_tensor({ch}, 82);
+    Tensor dy = random_tensor(s, 83), r32 = random_tensor(s, 84, -1, 1),
+           r16 = Tensor::empty(s, DType::BF16);
+    ops::cast(ctx, r32, r16);
+    for (const Tensor* x : {&x32, &x16}) {
+      for (const Tensor* relu_y : std::initializer_list<const Tensor*>{nullptr, &r32, &r16}) {
+        SCOPED_TRACE(str(shape_str(s), x == &x16 ? " bf16 x" : " f32 x",
+                         relu_y == nullptr ? ", no ReLU"
+                         : relu_y == &r16  ? ", bf16 y"
+                                           : ", f32 y"));
+        Tensor out[2][6];
+        for (int avx = 0; avx < 2; ++avx) {
+          ops::cpu::use_bn_avx512(avx == 1);
+          Tensor y = Tensor::empty(s), mean = Tensor::empty({ch}), invstd = Tensor::empty({ch}),
+                 rm = Tensor::zeros({ch}), rv = Tensor::zeros({ch}), dx = Tensor::empty(s),
+                 dg = Tensor::zeros({ch}), db = Tensor::zeros({ch});
+          ops::batchnorm_forward_train(ctx, *x, gamma, beta, y, mean, invstd, rm, rv, 0.1f, 1e-5f);
+          if (relu_y)
+            ops::batchnorm_relu_backward(ctx, *x, *relu_y, dy, gamma, mean, invstd, dx, dg, db);
+          else
+            ops::batchnorm_backward(ctx, *x, dy, gamma, mean, invstd, dx, dg, db);
+          int k = 0;
+          for (const Tensor& t : {y, mean, invstd, dx, dg, db})
+            out[avx][k++] = t;
+        }
+        ops::cpu::use_bn_avx512(true);
+        for (int k = 0; k < 6; ++k)
+          EXPECT_TRUE(bitwise_equal(out[0][k], out[1][k])) << "output " << k;
+      }
+    }
+  }
 }
 
 TEST(BatchNormEpilogue, RefusesBadArgumentsNamingTheOpAndTensor) {

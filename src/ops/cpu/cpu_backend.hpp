@@ -196,4 +196,9 @@ class CpuBackend final : public Backend {
   CastCache casts_;                                  // bf16 copies of GEMM operands
 };
 
+// Whether the BatchNorm row sums take their AVX-512 path (cpu_batchnorm.cpp): on wherever the CPU
+// has AVX-512F. Sets it (never on where the CPU lacks it) and returns the previous setting, so
+// tests can run the generic loops on an AVX-512 machine and compare bits.
+bool use_bn_avx512(bool on);
+
 }  // namespace lockstep::ops::cpu

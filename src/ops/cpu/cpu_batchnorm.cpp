@@ -17,11 +17,8 @@
 // widened x. The row kernels are instantiated for both element types; the NCHW planes widen a
 // plane (or a chunk of one) into the thread's scratch and run the f32 loops on it.
 #include <algorithm>
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h>
-#define LOCKSTEP_BN_AVX512 1
-#endif
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -34,6 +31,11 @@
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/parallel.hpp"
 #include "ops/cpu/reduce.hpp"
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define LOCKSTEP_BN_AVX512 1
+#endif
 
 namespace lockstep::ops::cpu {
 namespace {
@@ -264,10 +266,16 @@ template <class X, class Y>
 }
 // M(X, Y) for every (x, y) element type the kernels take: x f32 or bf16, y the fused ReLU's output
 // (f32 or bf16) or none.
-#define LOCKSTEP_BN_XY_TYPES(M)                                                          \
-  M(float, void)                                                                         \
-  M(float, float) M(float, std::uint16_t) M(std::uint16_t, void) M(std::uint16_t, float) \
-      M(std::uint16_t, std::uint16_t)
+// (clang-format reflows a list of macro calls differently on every run: kept as written.)
+// clang-format off
+#define LOCKSTEP_BN_XY_TYPES(M) \
+  M(float, void)                \
+  M(float, float)               \
+  M(float, std::uint16_t)       \
+  M(std::uint16_t, void)        \
+  M(std::uint16_t, float)       \
+  M(std::uint16_t, std::uint16_t)
+// clang-format on
 
 // One clone set per (x, y) element type.
 #define LOCKSTEP_ROW_DY_DYX(X, Y)                                                                  \
@@ -372,9 +380,16 @@ __attribute__((target("avx512f"))) std::int64_t row_dy_dyx_groups_avx512(
   return j0;
 }
 
-bool bn_avx512() {
-  static const bool on = __builtin_cpu_supports("avx512f");
+bool cpu_has_avx512f() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+std::atomic<bool>& bn_avx512_setting() {
+  static std::atomic<bool> on{cpu_has_avx512f()};
   return on;
+}
+bool bn_avx512() {
+  return bn_avx512_setting().load(std::memory_order_relaxed);
 }
 #endif
 
@@ -556,6 +571,15 @@ void affine_planes(const BnShape& sh, std::int64_t c, const X* px, float a, floa
 }
 
 }  // namespace
+
+bool use_bn_avx512(bool on) {
+#ifdef LOCKSTEP_BN_AVX512
+  return bn_avx512_setting().exchange(on && cpu_has_avx512f());
+#else
+  (void)on;
+  return false;
+#endif
+}
 
 void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                          Tensor& y, Tensor& save_mean, Tensor& save_invstd,
