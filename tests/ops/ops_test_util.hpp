@@ -12,9 +12,34 @@
 #include "lockstep/core/error.hpp"
 #include "lockstep/core/rng.hpp"
 #include "lockstep/core/tensor.hpp"
+#include "lockstep/ops/ops.hpp"
 #include "support/random_tensor.hpp"
 
 namespace lockstep::testing {
+
+// The same [N, C, H, W] values in the other memory order: from NCHW into `to`, or back.
+inline Tensor in_layout(const Tensor& nchw, ops::ImageLayout to) {
+  if (to == ops::ImageLayout::NCHW) return nchw.clone();
+  const std::int64_t n = nchw.dim(0), c = nchw.dim(1), hw = nchw.dim(2) * nchw.dim(3);
+  std::vector<float> v = nchw.to_vector<float>(), out(v.size());
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < c; ++j)
+      for (std::int64_t p = 0; p < hw; ++p)
+        out[static_cast<std::size_t>((i * hw + p) * c + j)] =
+            v[static_cast<std::size_t>((i * c + j) * hw + p)];
+  return Tensor::from_vector(out, nchw.shape());
+}
+inline Tensor from_layout(const Tensor& t, ops::ImageLayout from) {
+  if (from == ops::ImageLayout::NCHW) return t.clone();
+  const std::int64_t n = t.dim(0), c = t.dim(1), hw = t.dim(2) * t.dim(3);
+  std::vector<float> v = t.to_vector<float>(), out(v.size());
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < c; ++j)
+      for (std::int64_t p = 0; p < hw; ++p)
+        out[static_cast<std::size_t>((i * c + j) * hw + p)] =
+            v[static_cast<std::size_t>((i * hw + p) * c + j)];
+  return Tensor::from_vector(out, t.shape());
+}
 
 inline std::vector<double> to_double(const Tensor& t) {
   std::vector<float> v = t.to_vector<float>();

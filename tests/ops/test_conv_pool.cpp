@@ -11,6 +11,8 @@
 
 using namespace lockstep;
 using lockstep::testing::all_close;
+using lockstep::testing::from_layout;
+using lockstep::testing::in_layout;
 using lockstep::testing::random_tensor;
 using lockstep::testing::to_double;
 
@@ -31,29 +33,6 @@ const ConvCase kConvCases[] = {
     {2, 16, 6, 6, 32, 1, 1, 2, 0},  // a strided 1x1 downsample
 };
 
-// The same [N, C, H, W] values in the other memory order: from NCHW into `to`, or back.
-Tensor in_layout(const Tensor& nchw, ops::ImageLayout to) {
-  if (to == ops::ImageLayout::NCHW) return nchw.clone();
-  const std::int64_t n = nchw.dim(0), c = nchw.dim(1), hw = nchw.dim(2) * nchw.dim(3);
-  std::vector<float> v = nchw.to_vector<float>(), out(v.size());
-  for (std::int64_t i = 0; i < n; ++i)
-    for (std::int64_t j = 0; j < c; ++j)
-      for (std::int64_t p = 0; p < hw; ++p)
-        out[static_cast<std::size_t>((i * hw + p) * c + j)] =
-            v[static_cast<std::size_t>((i * c + j) * hw + p)];
-  return Tensor::from_vector(out, nchw.shape());
-}
-Tensor from_layout(const Tensor& t, ops::ImageLayout from) {
-  if (from == ops::ImageLayout::NCHW) return t.clone();
-  const std::int64_t n = t.dim(0), c = t.dim(1), hw = t.dim(2) * t.dim(3);
-  std::vector<float> v = t.to_vector<float>(), out(v.size());
-  for (std::int64_t i = 0; i < n; ++i)
-    for (std::int64_t j = 0; j < c; ++j)
-      for (std::int64_t p = 0; p < hw; ++p)
-        out[static_cast<std::size_t>((i * c + j) * hw + p)] =
-            v[static_cast<std::size_t>((i * hw + p) * c + j)];
-  return Tensor::from_vector(out, t.shape());
-}
 const ops::ImageLayout kLayouts[] = {ops::ImageLayout::NCHW, ops::ImageLayout::NHWC};
 const char* layout_name(ops::ImageLayout l) {
   return l == ops::ImageLayout::NHWC ? "NHWC" : "NCHW";

@@ -298,6 +298,50 @@ TEST(Bf16Conv, PointwiseChannelsLastGradientsAreTheGemmsOfTheRoundedRows) {
   }
 }
 
+// A strided one (ResNet's downsampling shortcuts) takes the same GEMMs over the pixels the stride
+// reads, gathered for the weights and scattered for the input gradient, which is zero at the
+// pixels no output reads. Against the float64 direct convolution of the rounded inputs (NCHW
+// loops; the ops get NHWC copies): every element within the GEMM bound, and the unread pixels'
+// gradient exactly zero (their bound is 0). Sizes where the stride leaves rows and columns unread
+// at the end, and an f32 input (rounded as it is gathered) giving the bf16 input's bits.
+TEST(Bf16Conv, StridedPointwiseChannelsLastGradientsAreThoseOfTheDirectConvolution) {
+  SKIP_WITHOUT_BF16();
+  using lockstep::testing::ConvShape;
+  using lockstep::testing::from_layout;
+  using lockstep::testing::in_layout;
+  using lockstep::testing::rounded_to_bf16;
+  const ops::ImageLayout nhwc = ops::ImageLayout::NHWC;
+  const ConvShape cases[] = {
+      {2, 24, 6, 6, 40, 1, 1, 2, 0}, {3, 16, 7, 5, 8, 1, 1, 2, 0}, {2, 8, 10, 9, 16, 1, 1, 3, 0}};
+  for (int threads : {1, 2}) {
+    auto ctx = bf16_context(threads);
+    std::uint64_t stream = 320;
+    for (const auto& k : cases) {
+      const ops::Conv2dParams p{k.stride, k.stride, 0, 0, nhwc};
+      Tensor x = random_tensor({k.n, k.c, k.h, k.w}, ++stream);
+      Tensor w = random_tensor({k.o, k.c, 1, 1}, ++stream), no_bias;
+      Tensor dy = random_tensor({k.n, k.o, k.oh(), k.ow()}, ++stream);
+      Tensor dw = random_tensor(w.shape(), ++stream), dw16 = dw.clone();
+      const auto want = lockstep::testing::conv_reference(
+          k, rounded_to_bf16(x), rounded_to_bf16(w), Tensor::zeros({k.o}), rounded_to_bf16(dy), dw);
+      const std::string what = std::to_string(k.c) + "x" + std::to_string(k.h) + "x" +
+                               std::to_string(k.w) + " stride " + std::to_string(k.stride) + ", " +
+                               std::to_string(threads) + " threads";
+      const Tensor x_nhwc = in_layout(x, nhwc), dy_nhwc = in_layout(dy, nhwc);
+      Tensor dx = Tensor::empty(x.shape());
+      ops::conv2d_backward_data(*ctx, dy_nhwc, w, dx, p);
+      EXPECT_TRUE(within_bound(from_layout(dx, nhwc), want.dx, gamma_f32(want.dx.terms + 3)))
+          << "data, " << what;
+      ops::conv2d_backward_weights(*ctx, x_nhwc, dy_nhwc, dw, no_bias, p);
+      EXPECT_TRUE(within_bound(dw, want.dw, gamma_f32(want.dw.terms + 3))) << "weights, " << what;
+      Tensor x16 = Tensor::empty(x.shape(), DType::BF16);
+      ops::cast(*ctx, x_nhwc, x16);
+      ops::conv2d_backward_weights(*ctx, x16, dy_nhwc, dw16, no_bias, p);
+      EXPECT_TRUE(bitwise_equal(dw16, dw)) << "weights from a bf16 input, " << what;
+    }
+  }
+}
+
 TEST(Bf16Conv, ErrorAgainstTheExactConvolutionIsWithinTheBf16Bound) {
   SKIP_WITHOUT_BF16();
   auto ctx = bf16_context(2);

@@ -39,6 +39,7 @@
 #include <unordered_map>
 
 #include "lockstep/core/error.hpp"
+#include "ops/cpu/bf16_rows.hpp"
 #include "ops/cpu/cpu_backend.hpp"
 #include "ops/cpu/parallel.hpp"
 
@@ -125,13 +126,69 @@ memory::desc weights(const memory::dims& d, ImageLayout layout, bool blocked, Dt
 // keeps them all on the convolution primitives, for that comparison (docs/PERFORMANCE.md). In
 // fp32 the same change made the step 1.16-1.30x slower (the f32 convolution kernels hold up, the
 // sgemm split over two threads does not), so fp32 keeps the primitives.
+// A strided one (ResNet's downsampling shortcuts) reads only the pixels (stride_h i, stride_w j):
+// the same GEMMs over those rows, gathered for backward-weights and scattered, with zeros between,
+// for backward-data. There oneDNN 2.6.3's kernels took 1.9-8x the GEMMs' time on ResNet-50's three
+// strided shortcuts (1 thread, batch 16; docs/PERFORMANCE.md), the gather and scatter included.
 bool pointwise_as_gemm(Precision precision, const Shape& w, const Conv2dParams& p) {
   static const bool enabled = [] {
     const char* v = std::getenv("LOCKSTEP_POINTWISE_GEMM");
     return !(v && std::strcmp(v, "0") == 0);
   }();
   return enabled && precision == Precision::BF16 && p.layout == ImageLayout::NHWC && w[2] == 1 &&
-         w[3] == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
+         w[3] == 1 && p.pad_h == 0 && p.pad_w == 0;
+}
+
+// The pixels a strided 1x1 convolution reads, x[n, sh i, sw j, :] of the NHWC x, as the rows of
+// the bf16 `rows` [N*Ho*Wo, C] (rounded to bf16 when x is f32, as the GEMM would round them).
+void gather_strided_pixels(ThreadPool& pool, const Tensor& x, const Conv2dParams& p,
+                           std::int64_t ho, std::int64_t wo, Tensor& rows) {
+  const std::int64_t h = x.dim(2), w = x.dim(3), c = x.dim(1);
+  const bool x16 = x.dtype() == DType::BF16;
+  const std::size_t elem = x16 ? 2 : 4;
+  const auto* src = static_cast<const std::byte*>(x.raw_data());
+  auto* dst = static_cast<std::uint16_t*>(rows.raw_data());
+  parallel_range(pool, x.dim(0) * ho, std::max<std::int64_t>(1, kParallelGrain / (wo * c)),
+                 [&](std::int64_t b, std::int64_t e) {
+                   for (std::int64_t r = b; r < e; ++r) {
+                     const std::int64_t n = r / ho, i = r % ho;
+                     const std::byte* line = src + ((n * h + i * p.stride_h) * w * c) * elem;
+                     for (std::int64_t j = 0; j < wo; ++j) {
+                       const std::byte* px = line + j * p.stride_w * c * elem;
+                       std::uint16_t* out = dst + (r * wo + j) * c;
+                       if (x16) {
+                         std::memcpy(out, px, static_cast<std::size_t>(c) * 2);
+                       } else {
+                         round_to_bf16(reinterpret_cast<const float*>(px), out, c);
+                       }
+                     }
+                   }
+                 });
+}
+
+// dx[n, y, x, :] = rows[n, y / sh, x / sw, :] where sh divides y and sw divides x, else 0: the
+// input gradient of a strided 1x1 convolution from the GEMM's [N*Ho*Wo, C] rows (NHWC dx, f32).
+void scatter_strided_pixels(ThreadPool& pool, const float* rows, const Conv2dParams& p,
+                            std::int64_t ho, std::int64_t wo, Tensor& dx) {
+  const std::int64_t h = dx.dim(2), w = dx.dim(3), c = dx.dim(1);
+  float* out = dx.data<float>();
+  parallel_range(pool, dx.dim(0) * h, std::max<std::int64_t>(1, kParallelGrain / (w * c)),
+                 [&](std::int64_t b, std::int64_t e) {
+                   for (std::int64_t r = b; r < e; ++r) {
+                     const std::int64_t n = r / h, y = r % h;
+                     float* line = out + r * w * c;
+                     const bool sampled = y % p.stride_h == 0 && y / p.stride_h < ho;
+                     for (std::int64_t x = 0; x < w; ++x) {
+                       float* px = line + x * c;
+                       if (sampled && x % p.stride_w == 0 && x / p.stride_w < wo) {
+                         const std::int64_t row = (n * ho + y / p.stride_h) * wo + x / p.stride_w;
+                         std::memcpy(px, rows + row * c, static_cast<std::size_t>(c) * 4);
+                       } else {
+                         std::memset(px, 0, static_cast<std::size_t>(c) * 4);
+                       }
+                     }
+                   }
+                 });
 }
 
 // Right padding that makes oneDNN's output size equal ours: the exact value can be below the
@@ -352,9 +409,17 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& 
 void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx,
                                       const Conv2dParams& p) {
   if (pointwise_as_gemm(ctx_.precision(), w.shape(), p)) {  // dx[rows, I] = dy[rows, O] w[O, I]
-    const std::int64_t out = w.dim(0), in = w.dim(1), rows = dx.numel() / in;
-    Tensor dx_rows = dx.view({rows, in});
-    gemm(false, false, 1.0f, dy.view({rows, out}), w.view({out, in}), 0.0f, dx_rows);
+    const std::int64_t out = w.dim(0), in = w.dim(1), rows = dy.numel() / out;
+    const Tensor w_rows = w.view({out, in});
+    if (p.stride_h == 1 && p.stride_w == 1) {
+      Tensor dx_rows = dx.view({rows, in});
+      gemm(false, false, 1.0f, dy.view({rows, out}), w_rows, 0.0f, dx_rows);
+      return;
+    }
+    Tensor sampled = Tensor::borrow(scratch_floats(static_cast<std::size_t>(rows * in)), {rows, in},
+                                    DType::F32, Device::cpu());
+    gemm(false, false, 1.0f, dy.view({rows, out}), w_rows, 0.0f, sampled);
+    scatter_strided_pixels(ctx_.pool(), sampled.data<float>(), p, dy.dim(2), dy.dim(3), dx);
     return;
   }
   DnnlState& s = *dnnl_;
@@ -390,10 +455,17 @@ void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, Tens
   const bool bias = db.defined();
   if (pointwise_as_gemm(ctx_.precision(), dw.shape(),
                         p)) {  // dw [O, I] += dy[rows, O]^T x[rows, I]
-    const std::int64_t out = dw.dim(0), in = dw.dim(1), rows = x.numel() / in;
+    const std::int64_t out = dw.dim(0), in = dw.dim(1), rows = dy.numel() / out;
     Tensor dw_rows = dw.view({out, in});
     const Tensor dy_rows = dy.view({rows, out});
-    gemm(true, false, 1.0f, dy_rows, x.view({rows, in}), 1.0f, dw_rows);
+    Tensor x_rows;
+    if (p.stride_h == 1 && p.stride_w == 1) {
+      x_rows = x.view({rows, in});
+    } else {  // slot 2: gemm_bf16 converts its operands in slots 0 and 1
+      x_rows = casts_.scratch(ctx_, 2, {rows, in});
+      gather_strided_pixels(ctx_.pool(), x, p, dy.dim(2), dy.dim(3), x_rows);
+    }
+    gemm(true, false, 1.0f, dy_rows, x_rows, 1.0f, dw_rows);
     if (bias) sum_rows(dy_rows, db);
     return;
   }
