@@ -56,9 +56,10 @@ Tensor BatchNorm::forward_relu(ops::Context& ctx, const Tensor& x, bool bf16_out
   return forward_impl(ctx, x, {Tensor(), true}, bf16 ? DType::BF16 : DType::F32);
 }
 
-Tensor BatchNorm::forward_residual_relu(ops::Context& ctx, const Tensor& x,
-                                        const Tensor& residual) {
-  return forward_impl(ctx, x, {as_ops_input(residual), true}, DType::F32);
+Tensor BatchNorm::forward_residual_relu(ops::Context& ctx, const Tensor& x, const Tensor& residual,
+                                        bool bf16_output) {
+  const bool bf16 = bf16_output && ctx.precision() == ops::Precision::BF16;
+  return forward_impl(ctx, x, {as_ops_input(residual), true}, bf16 ? DType::BF16 : DType::F32);
 }
 
 Tensor BatchNorm::forward_impl(ops::Context& ctx, const Tensor& x,

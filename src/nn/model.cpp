@@ -86,6 +86,7 @@ Model::Model(Sequential modules, const Shape& sample_shape, std::int64_t num_cla
     parameters_.insert(parameters_.end(), layer_params_.back().begin(), layer_params_.back().end());
   }
   nhwc_input_.assign(layers_.size(), 0);
+  link_bf16_outputs();
   // Nothing upstream of the first layer with parameters needs a gradient.
   for (std::size_t k = 0; k < layers_.size(); ++k) {
     layers_.at(k).set_input_grad(false);
@@ -126,6 +127,16 @@ Tensor convert_layout(ops::Context& ctx, const Tensor& x, bool to_nhwc) {
 
 }  // namespace
 
+// bf16 outputs (Module::set_output_bf16) only into a layer of the same layout: the layout
+// conversion between two layers reads f32.
+void Model::link_bf16_outputs() {
+  for (std::size_t k = 0; k < layers_.size(); ++k) {
+    const bool next = k + 1 < layers_.size() && layers_.at(k + 1).reads_bf16_input() &&
+                      nhwc_input_[k + 1] == nhwc_input_[k];
+    layers_.at(k).set_output_bf16(next);
+  }
+}
+
 std::int64_t Model::set_channels_last(bool on) {
   channels_last_ = on;
   std::int64_t layers = 0;
@@ -139,6 +150,7 @@ std::int64_t Model::set_channels_last(bool on) {
     layers += nhwc;
     shape = out_shapes_[k];
   }
+  link_bf16_outputs();
   return layers;
 }
 

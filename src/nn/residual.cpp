@@ -64,7 +64,8 @@ Tensor ResidualBlock::forward(ops::Context& ctx, const Tensor& x) {
   }
   Tensor shortcut = x;
   if (has_downsample()) shortcut = downsample_bn_->forward(ctx, downsample_conv_->forward(ctx, x));
-  return last_bn_->forward_residual_relu(ctx, h, shortcut);
+  const bool y16 = output_bf16_ && ops::bf16_conv_bn_activations(ctx);
+  return last_bn_->forward_residual_relu(ctx, h, shortcut, y16);
 }
 
 Tensor ResidualBlock::backward(ops::Context& ctx, const Tensor& dy) {

@@ -75,6 +75,15 @@ void check_labels_tensor(Context& ctx, const char* op, const Tensor& rows, const
                  rows.dim(0), "] to match ", rows.describe(), ", got ", labels.describe());
 }
 
+// An activation as the backend reads it: a bf16 one (a BatchNorm input or residual, a block
+// output) widened to f32 (exact) where the backend reads only f32 (bf16_conv_bn_activations).
+Tensor bn_x(Context& ctx, const Tensor& x) {
+  if (x.dtype() != DType::BF16 || ctx.backend().bf16_conv_bn_activations()) return x;
+  Tensor wide = ctx.transient(x.shape());
+  ctx.backend().cast(x, wide);
+  return wide;
+}
+
 }  // namespace
 
 std::int64_t window_output_size(std::int64_t in, int kernel, int stride, int pad) {
@@ -258,15 +267,16 @@ void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
 void relu_backward_add(Context& ctx, const Tensor& y, const Tensor& dy, const Tensor& a,
                        Tensor& dx) {
   const char* op = "relu_backward_add";
-  for (auto [name, t] : {std::pair{"y", &y}, std::pair{"dy", &dy}, std::pair{"a", &a}})
-    check_f32(ctx, op, name, *t);
+  check_act(ctx, op, "y", y);
+  check_f32(ctx, op, "dy", dy);
+  check_f32(ctx, op, "a", a);
   check_f32(ctx, op, "dx", dx);
   check_same_shape(op, "y", y, "dy", dy);
   check_same_shape(op, "y", y, "a", a);
   check_same_shape(op, "y", y, "dx", dx);
   LOCKSTEP_CHECK(!dx.shares_storage(y) && !dx.shares_storage(a), op,
                  ": dx must not share storage with y or a");
-  ctx.backend().relu_backward_add(y, dy, a, dx);
+  ctx.backend().relu_backward_add(bn_x(ctx, y), dy, a, dx);
 }
 
 void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y) {
@@ -469,14 +479,6 @@ std::int64_t check_bn_eval(Context& ctx, const char* op, const Tensor& x, const 
   return c;
 }
 
-// x as the backend reads it: a bf16 x widened to f32 (exact) where the backend reads only f32.
-Tensor bn_x(Context& ctx, const Tensor& x) {
-  if (x.dtype() != DType::BF16 || ctx.backend().bf16_conv_bn_activations()) return x;
-  Tensor wide = ctx.transient(x.shape());
-  ctx.backend().cast(x, wide);
-  return wide;
-}
-
 // A backward's gradients: dy and dx of x's shape (dx f32 or a bf16 activation), the per-channel
 // vectors; returns C.
 std::int64_t check_bn_backward(Context& ctx, const char* op, const Tensor& x, const Tensor& dy,
@@ -530,13 +532,18 @@ void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
 }
 
 namespace {
+// The epilogue as the backend reads it: a bf16 residual widened where it reads only f32.
+BatchNormEpilogue bn_epilogue(Context& ctx, const BatchNormEpilogue& e) {
+  return {e.residual.defined() ? bn_x(ctx, e.residual) : Tensor(), e.relu};
+}
+
 void check_bn_epilogue(Context& ctx, const char* op, const Tensor& x,
                        const BatchNormEpilogue& epilogue, const Tensor& y) {
   check_act(ctx, op, "y", y);
   check_same_shape(op, "x", x, "y", y);
   LOCKSTEP_CHECK(!y.shares_storage(x), op, ": y must not share storage with x");
   if (epilogue.residual.defined()) {
-    check_f32(ctx, op, "residual", epilogue.residual);
+    check_act(ctx, op, "residual", epilogue.residual);
     check_same_shape(op, "x", x, "residual", epilogue.residual);
     LOCKSTEP_CHECK(!y.shares_storage(epilogue.residual), op,
                    ": y must not share storage with the residual");
@@ -552,8 +559,9 @@ void batchnorm_act_forward_train(Context& ctx, const Tensor& x, const Tensor& ga
   check_bn_train(ctx, op, x, gamma, beta, save_mean, save_invstd, running_mean, running_var,
                  momentum, eps);
   check_bn_epilogue(ctx, op, x, epilogue, y);
-  ctx.backend().batchnorm_act_forward_train(bn_x(ctx, x), gamma, beta, epilogue, y, save_mean,
-                                            save_invstd, running_mean, running_var, momentum, eps);
+  ctx.backend().batchnorm_act_forward_train(bn_x(ctx, x), gamma, beta, bn_epilogue(ctx, epilogue),
+                                            y, save_mean, save_invstd, running_mean, running_var,
+                                            momentum, eps);
 }
 
 void batchnorm_act_forward_eval(Context& ctx, const Tensor& x, const Tensor& gamma,
@@ -564,7 +572,7 @@ void batchnorm_act_forward_eval(Context& ctx, const Tensor& x, const Tensor& gam
   check_bn_eval(ctx, op, x, gamma, beta, running_mean, running_var, eps);
   check_bn_epilogue(ctx, op, x, epilogue, y);
   ctx.backend().batchnorm_act_forward_eval(bn_x(ctx, x), gamma, beta, running_mean, running_var,
-                                           eps, epilogue, y);
+                                           eps, bn_epilogue(ctx, epilogue), y);
 }
 
 void batchnorm_relu_backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy,

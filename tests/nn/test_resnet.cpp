@@ -10,6 +10,7 @@
 #include "gradcheck.hpp"
 #include "lockstep/nn/layers.hpp"
 #include "lockstep/nn/model.hpp"
+#include "support/precision_reference.hpp"
 
 using namespace lockstep;
 using namespace lockstep::nn;
@@ -352,4 +353,73 @@ TEST(LabelSmoothing, InPlaceEqualsOutOfPlace) {
 TEST(LabelSmoothing, OutsideZeroToOneIsAnError) {
   EXPECT_THROW(SoftmaxCrossEntropy(-0.1f), Error);
   EXPECT_THROW(SoftmaxCrossEntropy(1.0f), Error);
+}
+
+// A block's output kept in bf16 for the next block (Module::set_output_bf16: the residual stream in
+// bf16, as autocast keeps it, on a bf16 context whose backend reads it in its kernels): the output
+// is the f32-output block's rounded once and every gradient is that block's bit for bit (the
+// backward reads the output only as the closing ReLU's mask); the next block computes from it
+// what it computes from its widened value, through an identity shortcut (the bf16 residual) and
+// through a strided downsample (a convolution's bf16 input). Both layouts.
+TEST(Bf16ResidualStream, ABlockOutputIsRoundedOnceAndReadAsItsWidenedValue) {
+  LOCKSTEP_SKIP_WITHOUT_BF16();
+  ops::Context ctx(Device::cpu(), 2);
+  ctx.set_precision(ops::Precision::BF16);
+  ASSERT_TRUE(ops::bf16_conv_bn_activations(ctx));
+  auto grads = [](Module& m) {
+    std::vector<Parameter*> ps;
+    m.collect_parameters("", ps);
+    std::vector<std::vector<float>> out;
+    for (Parameter* p : ps)
+      out.push_back(p->grad.to_vector<float>());
+    return out;
+  };
+  for (bool nhwc : {false, true}) {
+    for (int next_stride : {1, 2}) {
+      SCOPED_TRACE(str(nhwc ? "NHWC" : "NCHW", ", next block's stride ", next_stride));
+      Bottleneck a16(8, 2), a32(8, 2), b16(8, 2, next_stride), b32(8, 2, next_stride);
+      for (Module* m : std::initializer_list<Module*>{&a16, &a32, &b16, &b32}) {
+        init(*m, m == &a16 || m == &a32 ? 5 : 6);
+        m->set_channels_last(nhwc);
+      }
+      a16.set_output_bf16(true);
+      const Tensor x = random_tensor({2, 8, 7, 7}, 50);
+      const Tensor y16 = a16.forward(ctx, x), y32 = a32.forward(ctx, x);
+      ASSERT_EQ(y16.dtype(), DType::BF16);
+      ASSERT_EQ(y32.dtype(), DType::F32);
+      Tensor rounded = Tensor::empty(y32.shape(), DType::BF16);
+      ops::cast(ctx, y32, rounded);
+      Tensor wide16 = Tensor::empty(y16.shape()), wide_rounded = Tensor::empty(y16.shape());
+      ops::cast(ctx, y16, wide16);
+      ops::cast(ctx, rounded, wide_rounded);
+      EXPECT_EQ(wide16.to_vector<float>(), wide_rounded.to_vector<float>());
+
+      const Tensor z16 = b16.forward(ctx, y16), z32 = b32.forward(ctx, wide16);
+      EXPECT_EQ(z16.to_vector<float>(), z32.to_vector<float>());
+      const Tensor dz = random_tensor(z16.shape(), 51);
+      const Tensor dy16 = b16.backward(ctx, dz), dy32 = b32.backward(ctx, dz);
+      EXPECT_EQ(dy16.to_vector<float>(), dy32.to_vector<float>());
+      EXPECT_EQ(grads(b16), grads(b32));
+      const Tensor dx16 = a16.backward(ctx, dy16), dx32 = a32.backward(ctx, dy32);
+      EXPECT_EQ(dx16.to_vector<float>(), dx32.to_vector<float>());
+      EXPECT_EQ(grads(a16), grads(a32));
+    }
+  }
+}
+
+// The model tells a block that another block follows (its output may be bf16), and not the last
+// block, whose output the pooling reads, nor a layer followed by one that reads f32.
+TEST(Bf16ResidualStream, TheModelLinksEachBlockToTheNextAndNotTheLast) {
+  for (bool channels_last : {false, true}) {
+    Model model = Model::build(
+        "conv(8,3,stride=2,pad=1,bias=0)-bn-relu-maxpool(3,stride=2,pad=1)-bottleneck(2)-"
+        "bottleneck(2)-res(12,2)-gap-linear(5)",
+        {3, 17, 17}, 5, 2);
+    model.set_channels_last(channels_last);
+    std::vector<bool> linked;
+    for (std::size_t k = 0; k < model.num_layers(); ++k)
+      if (auto* block = dynamic_cast<ResidualBlock*>(&model.layer(k)))
+        linked.push_back(block->output_bf16());
+    EXPECT_EQ(linked, (std::vector<bool>{true, true, false}));
+  }
 }

@@ -499,6 +499,65 @@ TEST(BatchNormOps, OfABf16InputAreTheOpsOnTheWidenedInput) {
       "batchnorm_forward_train: x must be f32");
 }
 
+// A residual stream kept in bf16 (a ResNet block's output, read by the next block): the epilogue's
+// bf16 residual and relu_backward_add's bf16 y give the bits of the same ops on their widened
+// values, through the CPU's kernels and, for the residual, in training and evaluation; both are
+// refused outside bf16, naming the op and the tensor.
+TEST(BatchNormOps, ABf16ResidualStreamIsReadAsItsWidenedValues) {
+  LOCKSTEP_SKIP_WITHOUT_BF16();
+  for (int threads : {1, 3}) {
+    ops::Context ctx(Device::cpu(), threads);
+    ctx.set_precision(ops::Precision::BF16);
+    for (const BnCase& c : bn_cases(true)) {
+      if (!c.residual) continue;
+      SCOPED_TRACE(bn_case_name(c, threads));
+      const std::int64_t ch = c.shape[1];
+      const DType out = c.bf16_out ? DType::BF16 : DType::F32;
+      const Tensor x = random_tensor(c.shape, 60, -2, 3);
+      Tensor gamma = random_tensor({ch}, 61, 0.5f, 1.5f), beta = random_tensor({ch}, 62);
+      Tensor r16 = Tensor::empty(c.shape, DType::BF16);
+      ops::cast(ctx, random_tensor(c.shape, 63, -1, 2), r16);
+      const Tensor r = widen(ctx, r16);
+      Tensor y[2], ye[2], mean[2], invstd[2], rm[2], rv[2];
+      for (int k = 0; k < 2; ++k) {  // [0]: the bf16 residual, [1]: widened
+        y[k] = Tensor::empty(c.shape, out);
+        ye[k] = Tensor::empty(c.shape, out);
+        mean[k] = Tensor::empty({ch});
+        invstd[k] = Tensor::empty({ch});
+        rm[k] = random_tensor({ch}, 64);
+        rv[k] = random_tensor({ch}, 65, 0.5f, 2);
+        const ops::BatchNormEpilogue e{k == 0 ? r16 : r, c.relu};
+        ops::batchnorm_act_forward_train(ctx, x, gamma, beta, e, y[k], mean[k], invstd[k], rm[k],
+                                         rv[k], 0.1f, 1e-5f);
+        ops::batchnorm_act_forward_eval(ctx, x, gamma, beta, rm[k], rv[k], 1e-5f, e, ye[k]);
+      }
+      for (Tensor* t : {y, ye, mean, invstd, rm, rv})
+        EXPECT_TRUE(bitwise_equal(f32_of(ctx, t[0]), f32_of(ctx, t[1])));
+    }
+    for (const Shape& s : {Shape{37, 67}, Shape{70000}}) {
+      SCOPED_TRACE(str(shape_str(s), ", ", threads, " threads"));
+      Tensor y16 = Tensor::empty(s, DType::BF16);
+      ops::cast(ctx, random_tensor(s, 66, -1, 1), y16);
+      const Tensor dy = random_tensor(s, 67), a = random_tensor(s, 68);
+      Tensor dx16 = Tensor::empty(s), dx = Tensor::empty(s);
+      ops::relu_backward_add(ctx, y16, dy, a, dx16);
+      ops::relu_backward_add(ctx, widen(ctx, y16), dy, a, dx);
+      EXPECT_TRUE(bitwise_equal(dx16, dx));
+    }
+  }
+  ops::Context fp32;
+  Tensor x = random_tensor({8, 4}, 1), r16 = Tensor::empty({8, 4}, DType::BF16);
+  Tensor y = Tensor::empty({8, 4}), v = random_tensor({4}, 2, 0.5f, 1.5f);
+  Tensor m = Tensor::empty({4}), is = Tensor::empty({4}), rm = Tensor::zeros({4}), rv = v.clone();
+  expect_error_containing(
+      [&] {
+        ops::batchnorm_act_forward_train(fp32, x, v, v, {r16, true}, y, m, is, rm, rv, 0.1f, 1e-5f);
+      },
+      "batchnorm_act_forward_train: residual must be f32");
+  expect_error_containing([&] { ops::relu_backward_add(fp32, r16, x, x, y); },
+                          "relu_backward_add: y must be f32");
+}
+
 // An identity shortcut's input gradient: a + relu_backward(y, dy), bit for bit, on the CPU's loop
 // and on the Backend's composition; aliased outputs are refused.
 TEST(ReluBackwardAdd, IsReluBackwardThenAddBitForBit) {

@@ -34,13 +34,14 @@ class BatchNorm : public Module {
   // The ReLU after this layer (and, for a residual block's last BatchNorm, the shortcut's sum
   // before it) in this layer's op (ops::batchnorm_act_forward_*), so the normalised values are
   // never stored and read again; a bf16_output (only on a bf16 context, for a convolution that
-  // would round its input anyway) is written rounded. Same values as bn -> [add ->] relu, except
-  // that with a bf16 output an f32 value too small to survive the rounding (below bf16's normal
-  // range) counts as ReLU's zero in the backward. backward(dy) then takes the ReLU's output
-  // gradient (with a residual, the ReLU's output is relu_output(), which a block keeps for its
-  // shortcut's gradient before calling backward).
+  // would round its input anyway, or a block that reads it as it is) is written rounded. Same
+  // values as bn -> [add ->] relu, except that with a bf16 output an f32 value too small to survive
+  // the rounding (below bf16's normal range) counts as ReLU's zero in the backward. backward(dy)
+  // then takes the ReLU's output gradient (with a residual, the ReLU's output is relu_output(),
+  // which a block keeps for its shortcut's gradient before calling backward).
   Tensor forward_relu(ops::Context& ctx, const Tensor& x, bool bf16_output);
-  Tensor forward_residual_relu(ops::Context& ctx, const Tensor& x, const Tensor& residual);
+  Tensor forward_residual_relu(ops::Context& ctx, const Tensor& x, const Tensor& residual,
+                               bool bf16_output = false);
   const Tensor& relu_output() const { return y_; }
   // backward of a plain forward whose output reached a ReLU (another layer's, output relu_y) only
   // through a sum: dy masked by relu_y > 0 (a downsampling shortcut's BatchNorm, whose block ends

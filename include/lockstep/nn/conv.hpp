@@ -29,6 +29,7 @@ class Conv2d final : public Module {
   // context whose backend keeps that activation in bf16 (ops::bf16_conv_bn_activations) the output
   // is then written rounded to bf16, as PyTorch's autocast does, and the BatchNorm reads it so.
   void set_output_to_batchnorm(bool on) { output_to_bn_ = on; }
+  bool reads_bf16_input() const override { return true; }
 
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }  // undefined value when built without bias

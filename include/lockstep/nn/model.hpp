@@ -145,7 +145,8 @@ class Model {
     bool fused = false;
   };
   LossStep loss_step_;
-  std::vector<Shape> out_shapes_;                      // per layer, for one sample
+  void link_bf16_outputs();        // tells each layer whether its output may be bf16 (Module)
+  std::vector<Shape> out_shapes_;  // per layer, for one sample
   std::vector<std::vector<Parameter*>> layer_params_;  // per layer, forward order
   std::vector<Parameter*> parameters_;
   std::vector<Buffer*> buffers_;

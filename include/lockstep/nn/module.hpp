@@ -108,6 +108,14 @@ class Module {
   virtual bool supports_channels_last() const { return false; }
   virtual void set_channels_last(bool on);
   bool channels_last() const { return channels_last_; }
+  // bf16 activations between layers (decided by the model, like channels-last): a layer whose
+  // forward reads a bf16 input as it is (a convolution rounds its input to bf16 anyway) says so,
+  // and the model tells the layer before it (in the same layout) that its output may be bf16. A
+  // layer acts on that only on a bf16 context whose backend reads such activations in its own
+  // kernels (ops::bf16_conv_bn_activations): ResNet's blocks keep the residual stream in bf16 as
+  // PyTorch's autocast does.
+  virtual bool reads_bf16_input() const { return false; }
+  virtual void set_output_bf16(bool on) { (void)on; }
   // Forward FLOPs for one sample of the given input shape (multiply-add = 2); for benchmarks.
   virtual double forward_flops(const Shape& input) const {
     (void)input;

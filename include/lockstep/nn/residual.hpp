@@ -41,6 +41,11 @@ class ResidualBlock : public Module {
   double forward_flops(const Shape& input) const override;
   bool supports_channels_last() const override;  // its layers do; the sum is elementwise
   void set_channels_last(bool on) override;
+  // Its input goes to convolutions and, for an identity shortcut, into the closing sum, which
+  // reads bf16 as it is; its output is bf16 when the next layer reads that (Module).
+  bool reads_bf16_input() const override { return true; }
+  void set_output_bf16(bool on) override { output_bf16_ = on; }
+  bool output_bf16() const { return output_bf16_; }
 
   bool has_downsample() const { return downsample_conv_ != nullptr; }
   // The BatchNorm that closes the branch: with its scale 0 the block starts as
@@ -72,6 +77,7 @@ class ResidualBlock : public Module {
   BatchNorm* last_bn_ = nullptr;
   std::unique_ptr<Conv2d> downsample_conv_;  // null for the identity shortcut
   std::unique_ptr<BatchNorm2d> downsample_bn_;
+  bool output_bf16_ = false;
 };
 
 // The basic block: two 3x3 convolutions, the first with the block's stride (spec token `res`).

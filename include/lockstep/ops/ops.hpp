@@ -179,13 +179,15 @@ bool bf16_conv_bn_activations(Context& ctx);
 // the normalised values are not stored, read back, summed and stored again (each pass over a
 // ResNet-50 activation costs as much as the BatchNorm's own; docs/PERFORMANCE.md).
 struct BatchNormEpilogue {
-  Tensor residual;    // added to the normalised x (undefined: none): f32, x's shape
+  Tensor residual;    // added to the normalised x (undefined: none): x's shape, f32 or bf16 (below)
   bool relu = false;  // then max(., 0)
 };
 // y = relu?(batchnorm(x) + residual?), where y is f32 or (on a bf16 context) a bf16 activation.
 // Composition, and so the bits on every backend: batchnorm_forward_train (_eval) into an f32 z,
 // add(z, residual, z), relu_forward(z, z), then cast(z, y) when y is bf16. y shares storage with
 // neither x nor the residual. The statistics and running averages are batchnorm_forward_train's.
+// On a bf16 context the residual may be a bf16 activation (the previous block's output, a residual
+// stream kept in bf16 as autocast keeps it): the bits of the same op on it widened (exact).
 void batchnorm_act_forward_train(Context& ctx, const Tensor& x, const Tensor& gamma,
                                  const Tensor& beta, const BatchNormEpilogue& epilogue, Tensor& y,
                                  Tensor& save_mean, Tensor& save_invstd, Tensor& running_mean,
@@ -204,7 +206,8 @@ void batchnorm_relu_backward(Context& ctx, const Tensor& x, const Tensor& y, con
 
 // A ResNet block's input gradient with an identity shortcut: dx = a + (y > 0 ? dy : 0), a being
 // the main branch's input gradient and y the block's output (after its closing ReLU). Composition:
-// relu_backward(y, dy, dx), then add(a, dx, dx). dx shares storage with neither y nor a.
+// relu_backward(y, dy, dx), then add(a, dx, dx). dx shares storage with neither y nor a. On a bf16
+// context y may be a bf16 activation (a block output kept in bf16): the bits of y widened.
 void relu_backward_add(Context& ctx, const Tensor& y, const Tensor& dy, const Tensor& a,
                        Tensor& dx);
 

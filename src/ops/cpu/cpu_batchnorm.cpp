@@ -457,6 +457,16 @@ void epilogue_in_place(float* z, const float* residual, bool relu, std::int64_t 
       z[k] = z[k] > 0.0f ? z[k] : 0.0f;
   }
 }
+// The same with a bf16 residual, read widened (exact): add's bits on the widened residual.
+LOCKSTEP_SIMD_CLONES
+void epilogue_in_place(float* z, const std::uint16_t* residual, bool relu, std::int64_t n) {
+  for (std::int64_t k = 0; k < n; ++k)
+    z[k] = z[k] + bf16_to_float(residual[k]);
+  if (relu) {
+    for (std::int64_t k = 0; k < n; ++k)
+      z[k] = z[k] > 0.0f ? z[k] : 0.0f;
+  }
+}
 
 // dx = g * k1[j] + x * k2[j] + k3[j] over one row of n columns, g = grad_at (x, dy, y at the
 // row's start).
@@ -519,13 +529,17 @@ void for_row_blocks(ThreadPool& pool, const BnShape& sh, const F& fn) {
 // Where batchnorm_act_forward_*'s values go: an f32 or a bf16 y, through the epilogue.
 struct Epilogue {
   const float* residual = nullptr;
+  const std::uint16_t* residual16 = nullptr;  // a bf16 residual instead
   bool relu = false;
   float* y32 = nullptr;
   std::uint16_t* y16 = nullptr;
 };
 Epilogue make_epilogue(const BatchNormEpilogue& e, Tensor& y) {
   Epilogue out;
-  out.residual = e.residual.defined() ? e.residual.data<float>() : nullptr;
+  if (e.residual.defined() && e.residual.dtype() == DType::BF16)
+    out.residual16 = bf16_in(e.residual);
+  else if (e.residual.defined())
+    out.residual = e.residual.data<float>();
   out.relu = e.relu;
   if (y.dtype() == DType::BF16)
     out.y16 = bf16_out(y);
@@ -541,7 +555,9 @@ template <class Affine>
 void store(const Epilogue& e, std::int64_t off, std::int64_t n, const Affine& affine) {
   float* z = e.y32 ? e.y32 + off : thread_scratch(static_cast<std::size_t>(n), 2);
   affine(z);
-  if (e.residual || e.relu)
+  if (e.residual16)
+    epilogue_in_place(z, e.residual16 + off, e.relu, n);
+  else if (e.residual || e.relu)
     epilogue_in_place(z, e.residual ? e.residual + off : nullptr, e.relu, n);
   if (e.y16) round_to_bf16(z, e.y16 + off, n);
 }

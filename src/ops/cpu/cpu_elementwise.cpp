@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lockstep/core/bf16.hpp"
 #include "lockstep/core/rng.hpp"
 #include "ops/cpu/bf16_rows.hpp"
 #include "ops/cpu/cpu_backend.hpp"
@@ -88,18 +89,33 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 // relu_backward then add in one pass: the same two roundings (none, then the sum's).
+namespace {
+inline float widened(float v) {
+  return v;
+}
+inline float widened(std::uint16_t v) {
+  return bf16_to_float(v);
+}
+}  // namespace
+
+// y f32, or a bf16 block output (whose sign is its widened value's).
 void CpuBackend::relu_backward_add(const Tensor& y, const Tensor& dy, const Tensor& a, Tensor& dx) {
-  const float* py = y.data<float>();
   const float* pdy = dy.data<float>();
   const float* pa = a.data<float>();
   float* pdx = dx.data<float>();
-  parallel_range(ctx_.pool(), y.numel(), kParallelGrain, [&](std::int64_t b, std::int64_t e) {
-    LOCKSTEP_IVDEP
-    for (std::int64_t i = b; i < e; ++i) {
-      const float g = pdy[i];
-      pdx[i] = pa[i] + (py[i] > 0.0f ? g : 0.0f);
-    }
-  });
+  auto run = [&](const auto* py) {
+    parallel_range(ctx_.pool(), y.numel(), kParallelGrain, [&](std::int64_t b, std::int64_t e) {
+      LOCKSTEP_IVDEP
+      for (std::int64_t i = b; i < e; ++i) {
+        const float g = pdy[i];
+        pdx[i] = pa[i] + (widened(py[i]) > 0.0f ? g : 0.0f);
+      }
+    });
+  };
+  if (y.dtype() == DType::BF16)
+    run(bf16_in(y));
+  else
+    run(y.data<float>());
 }
 
 void CpuBackend::axpy(float alpha, const Tensor& x, Tensor& y) {

@@ -530,6 +530,31 @@ std::vector<Row> rows() {
                    io.out(t);
                },
                true});
+  // A residual stream kept in bf16: a block's output written bf16 with a bf16 residual (the block
+  // before's output), then the identity shortcut's gradient through that bf16 output.
+  r.push_back({"bf16_residual_stream", 1e-3,
+               [] {
+                 return std::vector<Tensor>{uniform({50, 16}, 73),         uniform({50, 16}, 74),
+                                            uniform({16}, 75, 0.5f, 1.5f), uniform({16}, 76),
+                                            uniform({50, 16}, 77),         uniform({50, 16}, 78)};
+               },
+               [](Io& io) {
+                 const Shape rows{50, 16};
+                 Tensor r = io.empty(rows, DType::BF16), y = io.empty(rows, DType::BF16),
+                        ye = io.empty(rows, DType::BF16), mean = io.empty({16}),
+                        invstd = io.empty({16}), rm = io.zeros({16}), rv = io.empty({16}),
+                        dx = io.empty(rows);
+                 ops::fill(io.ctx(), rv, 1.0f);
+                 ops::cast(io.ctx(), io.in(1), r);
+                 ops::batchnorm_act_forward_train(io.ctx(), io.in(0), io.in(2), io.in(3), {r, true},
+                                                  y, mean, invstd, rm, rv, 0.1f, 1e-5f);
+                 ops::batchnorm_act_forward_eval(io.ctx(), io.in(0), io.in(2), io.in(3), rm, rv,
+                                                 1e-5f, {r, true}, ye);
+                 ops::relu_backward_add(io.ctx(), y, io.in(4), io.in(5), dx);
+                 for (const Tensor& t : {y, ye, mean, invstd, rm, rv, dx})
+                   io.out(t);
+               },
+               true});
   r.push_back({"relu_backward_add", 1e-6,
                [] {
                  return std::vector<Tensor>{uniform({70, 33}, 70, -1, 1), uniform({70, 33}, 71),
