@@ -128,8 +128,9 @@ memory::desc weights(const memory::dims& d, ImageLayout layout, bool blocked, Dt
 // sgemm split over two threads does not), so fp32 keeps the primitives.
 // A strided one (ResNet's downsampling shortcuts) reads only the pixels (stride_h i, stride_w j):
 // the same GEMMs over those rows, gathered for backward-weights and scattered, with zeros between,
-// for backward-data. There oneDNN 2.6.3's kernels took 1.9-8x the GEMMs' time on ResNet-50's three
-// strided shortcuts (1 thread, batch 16; docs/PERFORMANCE.md), the gather and scatter included.
+// for backward-data. On ResNet-50's three strided shortcuts (bf16, 2 threads, batch 16) oneDNN
+// 2.6.3's kernels took 3.6-6.3x (backward-weights) and 4.3-5.1x (backward-data) the matmuls' time,
+// 113 against 25 ms a step (docs/PERFORMANCE.md); the gather and scatter are a copy of the pixels.
 bool pointwise_as_gemm(Precision precision, const Shape& w, const Conv2dParams& p) {
   static const bool enabled = [] {
     const char* v = std::getenv("LOCKSTEP_POINTWISE_GEMM");
