@@ -171,9 +171,8 @@ void batchnorm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const T
 // Whether this context's backend writes bf16 convolution outputs and reads bf16 BatchNorm inputs
 // and residuals in its own kernels (the CPU), so that a bf16 model keeps the activations between
 // them (and a ResNet's residual stream) in bf16, as PyTorch's autocast does: half the bytes
-// written, kept and read twice. Elsewhere (CUDA, and the
-// emulated GPU that stands in for it) the ops above still accept bf16 but widen it in an extra
-// pass, which a layer should not ask for.
+// written, kept and read twice. Elsewhere (CUDA, and the emulated GPU that stands in for it) the
+// ops above still accept bf16 but widen it in an extra pass, which a layer should not ask for.
 bool bf16_conv_bn_activations(Context& ctx);
 
 // ---- fused BatchNorm epilogues: a ResNet block's BatchNorm -> [+ shortcut] -> ReLU in one op, so

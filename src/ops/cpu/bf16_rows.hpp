@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "lockstep/core/bf16.hpp"
 #include "lockstep/core/tensor.hpp"
 
 namespace lockstep::ops::cpu {
@@ -25,6 +26,14 @@ void round_to_bf16(const float* src, std::uint16_t* dst, std::int64_t n);
 // buffers apart); it grows to the largest request and is then reused, so a steady-state step does
 // not allocate. Valid until the same thread asks for the same slot again.
 float* thread_scratch(std::size_t n, int slot = 0);
+
+// An element of an f32 or bf16 activation as f32 (exact), for kernels templated on the type.
+[[gnu::always_inline]] inline float widened(float v) {
+  return v;
+}
+[[gnu::always_inline]] inline float widened(std::uint16_t v) {
+  return bf16_to_float(v);
+}
 
 inline const std::uint16_t* bf16_in(const Tensor& t) {
   return static_cast<const std::uint16_t*>(t.raw_data());

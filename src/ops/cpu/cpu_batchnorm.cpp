@@ -127,11 +127,9 @@ using v8u = std::uint32_t __attribute__((vector_size(32)));
   return reinterpret_cast<v8f>(__builtin_convertvector(h, v8u) << 16);
 }
 // Element k of x (f32 or bf16) as f32.
-[[gnu::always_inline]] inline float x_at(const float* x, std::int64_t k) {
-  return x[k];
-}
-[[gnu::always_inline]] inline float x_at(const std::uint16_t* x, std::int64_t k) {
-  return bf16_to_float(x[k]);
+template <class X>
+[[gnu::always_inline]] inline float x_at(const X* x, std::int64_t k) {
+  return widened(x[k]);
 }
 // x[0, n) as f32: x itself, or widened into the thread's scratch slot 3 (the planes of NCHW).
 inline const float* x_f32(const float* x, std::int64_t) {
@@ -446,26 +444,26 @@ void affine_plane(const float* x, float* y, std::int64_t n, float a, float b) {
 
 // The epilogue of batchnorm_act_forward_*, in place over z (n values): ops::add's z + residual,
 // then relu_forward's select, as those ops compute them.
-LOCKSTEP_SIMD_CLONES
-void epilogue_in_place(float* z, const float* residual, bool relu, std::int64_t n) {
+// The residual is f32 or bf16 (read widened, exact: add's bits on the widened residual).
+template <class R>
+[[gnu::always_inline]] inline void epilogue_body(float* z, const R* residual, bool relu,
+                                                 std::int64_t n) {
   if (residual) {
     for (std::int64_t k = 0; k < n; ++k)
-      z[k] = z[k] + residual[k];
+      z[k] = z[k] + widened(residual[k]);
   }
   if (relu) {
     for (std::int64_t k = 0; k < n; ++k)
       z[k] = z[k] > 0.0f ? z[k] : 0.0f;
   }
 }
-// The same with a bf16 residual, read widened (exact): add's bits on the widened residual.
+LOCKSTEP_SIMD_CLONES
+void epilogue_in_place(float* z, const float* residual, bool relu, std::int64_t n) {
+  epilogue_body(z, residual, relu, n);
+}
 LOCKSTEP_SIMD_CLONES
 void epilogue_in_place(float* z, const std::uint16_t* residual, bool relu, std::int64_t n) {
-  for (std::int64_t k = 0; k < n; ++k)
-    z[k] = z[k] + bf16_to_float(residual[k]);
-  if (relu) {
-    for (std::int64_t k = 0; k < n; ++k)
-      z[k] = z[k] > 0.0f ? z[k] : 0.0f;
-  }
+  epilogue_body(z, residual, relu, n);
 }
 
 // dx = g * k1[j] + x * k2[j] + k3[j] over one row of n columns, g = grad_at (x, dy, y at the

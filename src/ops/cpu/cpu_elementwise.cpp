@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "lockstep/core/bf16.hpp"
 #include "lockstep/core/rng.hpp"
 #include "ops/cpu/bf16_rows.hpp"
 #include "ops/cpu/cpu_backend.hpp"
@@ -88,17 +87,8 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
   });
 }
 
-// relu_backward then add in one pass: the same two roundings (none, then the sum's).
-namespace {
-inline float widened(float v) {
-  return v;
-}
-inline float widened(std::uint16_t v) {
-  return bf16_to_float(v);
-}
-}  // namespace
-
-// y f32, or a bf16 block output (whose sign is its widened value's).
+// relu_backward then add in one pass: the same two roundings (none, then the sum's). y is f32, or
+// a bf16 block output (whose sign is its widened value's).
 void CpuBackend::relu_backward_add(const Tensor& y, const Tensor& dy, const Tensor& a, Tensor& dx) {
   const float* pdy = dy.data<float>();
   const float* pa = a.data<float>();
