@@ -16,9 +16,11 @@ inline constexpr const char* kImageUsage =
     "  lockstep-shard images (--root=DIR | --list=FILE [--base=DIR] [--classes=K]) --out=DIR\n"
     "                     --resize=S [--fit=crop|pad] [--store=raw|encoded] [--name=train]\n"
     "                     [--shards=N] [--train-set=DIR/train] [--skip-bad] [--threads=T]\n"
-    "                     [--deflate=0]  (JPEG/PNG to u8 [3,S,S]; --store=encoded keeps the\n"
-    "                     files' bytes for the loader to decode and crop; under mpirun each\n"
-    "                     rank converts whole shards, the same for any number of ranks)\n"
+    "                     [--deflate=0] [--jpeg-restarts=1]  (JPEG/PNG to u8 [3,S,S];\n"
+    "                     --store=encoded keeps the files for the loader to decode and crop,\n"
+    "                     JPEGs re-encoded losslessly with restart markers unless\n"
+    "                     --jpeg-restarts=0; under mpirun each rank converts whole shards,\n"
+    "                     the same for any number of ranks)\n"
     "  lockstep-shard cifar --source=DIR --out=DIR [--labels=fine|coarse] [--shards=1]\n"
     "                     [--deflate=0]   (cifar-10-batches-bin or cifar-100-binary)\n";
 

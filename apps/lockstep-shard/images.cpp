@@ -117,6 +117,11 @@ int run_images(Options& o) {
   opts.fit = data::image_fit_from_name(o.get("fit", "crop"));
   opts.storage = data::sample_storage_from_name(o.get("store", "raw"));
   opts.skip_bad = o.get("skip-bad", "0") != "0";
+  const std::string restarts = o.get("jpeg-restarts", "1");
+  LOCKSTEP_CHECK_HINT(restarts == "0" || restarts == "1",
+                      "--jpeg-restarts=0 stores the JPEG files' bytes as they are",
+                      "--jpeg-restarts=", restarts, ": expected 0 or 1");
+  opts.jpeg_restarts = restarts == "1";
   opts.writer.deflate_level = static_cast<int>(o.get_int("deflate", data::kDefaultDeflateLevel));
   std::int64_t shards = o.get_int("shards", 0);
   const std::int64_t threads = o.get_int("threads", 0);
@@ -202,8 +207,8 @@ int run_images(Options& o) {
   meta.class_names = list.class_names;
   meta.storage = opts.storage;
   std::vector<data::ImageShard> mine;
-  // sum[3], sum_sq[3], pixels, written, skipped, encoded bytes
-  std::vector<std::int64_t> totals(10, 0);
+  // sum[3], sum_sq[3], pixels, written, skipped, encoded bytes, the files' bytes
+  std::vector<std::int64_t> totals(11, 0);
   std::string skipped;
   together(*comm, [&] {
     for (std::int64_t s = rank; s < shards; s += world) {
@@ -223,6 +228,7 @@ int run_images(Options& o) {
       totals[7] += shard.writer->num_samples();
       totals[8] += static_cast<std::int64_t>(shard.skipped.size());
       totals[9] += shard.encoded_bytes;
+      totals[10] += shard.file_bytes;
       for (const auto& why : shard.skipped)
         skipped += "  skipped " + why + "\n";
     }
@@ -254,7 +260,10 @@ int run_images(Options& o) {
         static_cast<long long>(opts.side), data::image_fit_name(opts.fit),
         opts.storage == data::SampleStorage::Encoded
             ? (", stored encoded: " + format_bytes(static_cast<double>(totals[9])) +
-               " of JPEG/PNG, decoded by the loader")
+               " of JPEG/PNG (the files: " + format_bytes(static_cast<double>(totals[10])) +
+               (opts.jpeg_restarts ? "; JPEGs re-encoded losslessly with restart markers"
+                                   : "; as they are") +
+               "), decoded by the loader")
                   .c_str()
             : "",
         static_cast<long long>(list.num_classes), static_cast<long long>(totals[8]), world,

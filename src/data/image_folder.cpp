@@ -174,6 +174,7 @@ ImageShard convert_image_shard(const ImageList& list, std::int64_t begin, std::i
   std::vector<std::uint8_t> slots(static_cast<std::size_t>(block) * sample_bytes), x;
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(block));
   std::vector<std::vector<std::uint8_t>> files(encoded ? static_cast<std::size_t>(block) : 0);
+  std::vector<std::int64_t> original(files.size());  // the files' sizes before any re-encoding
   std::vector<std::int64_t> sizes;
   std::vector<std::int32_t> y;
   for (std::int64_t first = begin; first < end; first += block) {
@@ -189,6 +190,15 @@ ImageShard convert_image_shard(const ImageList& list, std::int64_t begin, std::i
             bytes = read_image_bytes(file);
             const Image image = decode_image(bytes.data(), bytes.size(), file, side);
             resize_to_square(image, side, options.fit, slots.data() + k * sample_bytes);
+            original[static_cast<std::size_t>(k)] = static_cast<std::int64_t>(bytes.size());
+            if (options.jpeg_restarts) {
+              // Kept only if it decodes to the pixels the file does (it must: the same
+              // coefficients), else the file's own bytes are stored.
+              auto recoded = jpeg_with_restarts(bytes.data(), bytes.size());
+              if (!recoded.empty() &&
+                  decode_image(recoded.data(), recoded.size(), file, side).rgb == image.rgb)
+                bytes = std::move(recoded);
+            }
           } else {
             const Image image = read_image(file, side);
             resize_to_square(image, side, options.fit, slots.data() + k * sample_bytes);
@@ -228,6 +238,7 @@ ImageShard convert_image_shard(const ImageList& list, std::int64_t begin, std::i
         x.insert(x.end(), bytes.begin(), bytes.end());
         sizes.push_back(static_cast<std::int64_t>(bytes.size()));
         shard.encoded_bytes += sizes.back();
+        shard.file_bytes += original[static_cast<std::size_t>(k)];
       } else {
         x.insert(x.end(), sample, sample + sample_bytes);
       }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <random>
 
 #include "lockstep/core/error.hpp"
 #include "lockstep/data/augment.hpp"
@@ -65,7 +66,7 @@ ImageList make_folder(const std::filesystem::path& root) {
 // The list converted into `shards` shards of `storage` at OUT/train-*.
 std::shared_ptr<ShardedDataset> convert(const ImageList& list, const std::filesystem::path& out,
                                         SampleStorage storage, std::int64_t side,
-                                        std::int64_t shards = 2) {
+                                        std::int64_t shards = 2, bool jpeg_restarts = true) {
   std::filesystem::create_directories(out);
   ShardMeta meta;
   meta.num_shards = shards;
@@ -75,6 +76,7 @@ std::shared_ptr<ShardedDataset> convert(const ImageList& list, const std::filesy
   ImageShardOptions opts;
   opts.side = side;
   opts.storage = storage;
+  opts.jpeg_restarts = jpeg_restarts;
   const auto m = static_cast<std::int64_t>(list.paths.size());
   for (std::int64_t s = 0; s < shards; ++s) {
     meta.shard_index = s;
@@ -331,10 +333,179 @@ TEST(EncodedImages, ASampleThatFailsToDecodeIsNamedByShardAndIndex) {
   }
 }
 
+// Whether a JPEG holds a DRI (define restart interval) marker before its scan.
+bool has_restart_interval(const std::vector<std::uint8_t>& jpeg) {
+  for (std::size_t p = 2; p + 4 <= jpeg.size() && jpeg[p] == 0xFF;) {
+    if (jpeg[p + 1] == 0xDD) return true;
+    if (jpeg[p + 1] == 0xDA) return false;
+    p += 2 + (std::size_t{jpeg[p + 2]} << 8 | jpeg[p + 3]);
+  }
+  return false;
+}
+
+// The pixels `r` (upright, at the decode's scale) of a region decode, row after row.
+std::vector<std::uint8_t> pixels_of(const ImageRegion& region, const PixelRect& r) {
+  std::vector<std::uint8_t> px;
+  for (std::int64_t y = r.top; y < r.top + r.height; ++y) {
+    const std::uint8_t* row = region.image.rgb.data() +
+                              ((y - region.top) * region.image.width + (r.left - region.left)) * 3;
+    px.insert(px.end(), row, row + r.width * 3);
+  }
+  return px;
+}
+
+TEST(EncodedImages, RestartMarkersKeepEveryPixelAndACropReadsOnlyTheIntervalsItTouches) {
+  // jpeg_with_restarts re-encodes the coefficients as they are: every decode, whole at any scale
+  // or a region (which then decodes from a JPEG cut out of the intervals it touches), gives the
+  // bytes the original gives, for every layout, MCU rows of a prime number of MCUs (intervals of
+  // one MCU) included. Widths: 400 4:2:0 (25 MCUs a row), 208 (13), 333 4:2:2 (21), 300 4:4:4
+  // (38), 232 4:4:4 (29), 4:4:0 and 4:1:1 (32-pixel MCUs).
+  struct Photo {
+    const char* name;
+    int w, h, format, subsamp, flags, orientation;
+  };
+  const Photo photos[] = {
+      {"4:2:0", 400, 300, TJPF_RGB, TJSAMP_420, 0, 1},
+      {"4:2:0, 13 MCUs a row", 208, 150, TJPF_RGB, TJSAMP_420, 0, 1},
+      {"4:2:2", 333, 250, TJPF_RGB, TJSAMP_422, 0, 1},
+      {"4:4:4", 300, 301, TJPF_RGB, TJSAMP_444, 0, 1},
+      {"4:4:4, 29 MCUs a row", 232, 97, TJPF_RGB, TJSAMP_444, 0, 1},
+      {"4:4:0", 250, 200, TJPF_RGB, TJSAMP_440, 0, 1},
+      {"4:1:1", 320, 120, TJPF_RGB, TJSAMP_411, 0, 1},
+      {"progressive 4:2:0", 350, 270, TJPF_RGB, TJSAMP_420, TJFLAG_PROGRESSIVE, 1},
+      {"4:2:0 turned by EXIF 6", 400, 300, TJPF_RGB, TJSAMP_420, 0, 6},
+      {"4:2:2 mirrored by EXIF 7", 301, 222, TJPF_RGB, TJSAMP_422, 0, 7},
+      {"grayscale", 300, 260, TJPF_GRAY, TJSAMP_GRAY, 0, 1},
+      {"CMYK 4:2:0", 320, 240, TJPF_CMYK, TJSAMP_420, 0, 1},
+      {"CMYK turned by EXIF 8", 320, 240, TJPF_CMYK, TJSAMP_444, 0, 8},
+  };
+  std::mt19937 rng(5);
+  for (const Photo& p : photos) {
+    const int channels = p.format == TJPF_GRAY ? 1 : p.format == TJPF_CMYK ? 4 : 3;
+    std::vector<std::uint8_t> px(static_cast<std::size_t>(p.w) * p.h * channels);
+    for (std::size_t i = 0; i < px.size(); ++i)
+      px[i] = static_cast<std::uint8_t>(
+          128 + 90 * std::sin(i % (p.w * channels) * 0.013 + i / (p.w * channels) * 0.021) +
+          (i * 7919 % 23) - 11);
+    auto original = encode_jpeg(p.w, p.h, px, p.format, 90, p.subsamp, p.flags);
+    if (p.orientation != 1) original = test::with_exif_orientation(original, p.orientation);
+    const auto recoded = jpeg_with_restarts(original.data(), original.size());
+    ASSERT_FALSE(recoded.empty()) << p.name;
+    EXPECT_TRUE(has_restart_interval(recoded)) << p.name;
+    EXPECT_FALSE(has_restart_interval(original)) << p.name;
+    const EncodedImageInfo info = encoded_image_info(original.data(), original.size(), p.name);
+    const EncodedImageInfo info2 = encoded_image_info(recoded.data(), recoded.size(), p.name);
+    EXPECT_EQ(info2.width, info.width) << p.name << ": the EXIF orientation was lost";
+    EXPECT_EQ(info2.height, info.height) << p.name;
+    int regions = 0;
+    for (int d : {1, 2, 4, 8}) {
+      const Image a = decode_image_scaled(original.data(), original.size(), p.name, d);
+      const Image b = decode_image_scaled(recoded.data(), recoded.size(), p.name, d);
+      ASSERT_EQ(b.width, a.width) << p.name << " at 1/" << d;
+      ASSERT_EQ(b.height, a.height) << p.name << " at 1/" << d;
+      EXPECT_TRUE(a.rgb == b.rgb) << p.name << ": the whole image at 1/" << d;
+      for (int k = 0; k < 25; ++k) {
+        PixelRect r;
+        r.height = std::uniform_int_distribution<std::int64_t>(1, a.height)(rng);
+        r.width = std::uniform_int_distribution<std::int64_t>(1, a.width)(rng);
+        r.top = std::uniform_int_distribution<std::int64_t>(0, a.height - r.height)(rng);
+        r.left = std::uniform_int_distribution<std::int64_t>(0, a.width - r.width)(rng);
+        ImageRegion ra, rb;
+        decode_image_region(original.data(), original.size(), p.name, d, r, ra);
+        decode_image_region(recoded.data(), recoded.size(), p.name, d, r, rb);
+        EXPECT_TRUE(pixels_of(ra, r) == pixels_of(rb, r))
+            << p.name << " at 1/" << d << ": region " << r.height << "x" << r.width << " at ("
+            << r.top << ", " << r.left << ")";
+        ++regions;
+      }
+    }
+    EXPECT_EQ(regions, 100);
+  }
+
+  // The cut reads only the intervals a region touches: damage in the first interval (all
+  // 1-bits, no Huffman code) fails a decode of the whole image and of a region over it, and a
+  // region away from it decodes to the undamaged file's pixels. The file's own bytes, without
+  // restart markers, cannot: every region reads the damaged top-left corner's row.
+  const Photo& p = photos[0];
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(p.w) * p.h * 3);
+  for (std::size_t i = 0; i < px.size(); ++i)
+    px[i] = static_cast<std::uint8_t>(i * 2654435761u >> 24);
+  const auto original = encode_jpeg(p.w, p.h, px, TJPF_RGB, 90, TJSAMP_420);
+  const auto recoded = jpeg_with_restarts(original.data(), original.size());
+  ASSERT_FALSE(recoded.empty());
+  // The first interval: from the end of the SOS header to the first RST0.
+  std::size_t scan = 2;
+  while (recoded[scan + 1] != 0xDA)
+    scan += 2 + (std::size_t{recoded[scan + 2]} << 8 | recoded[scan + 3]);
+  scan += 2 + (std::size_t{recoded[scan + 2]} << 8 | recoded[scan + 3]);
+  std::size_t rst0 = scan;
+  while (!(recoded[rst0] == 0xFF && recoded[rst0 + 1] == 0xD0))
+    ++rst0;
+  ASSERT_GE(rst0 - scan, 2u);
+  auto damaged = recoded;
+  for (std::size_t q = scan; q + 1 < rst0; q += 2) {
+    damaged[q] = 0xFF;  // a stuffed 0xFF: eight 1-bits
+    damaged[q + 1] = 0x00;
+  }
+  EXPECT_THROW(decode_image_scaled(damaged.data(), damaged.size(), "damaged", 1), Error);
+  const PixelRect over{0, 0, 40, 40}, away{150, 200, 150, 200};
+  ImageRegion got, want;
+  EXPECT_THROW(decode_image_region(damaged.data(), damaged.size(), "damaged", 1, over, got), Error);
+  decode_image_region(damaged.data(), damaged.size(), "damaged", 1, away, got);
+  decode_image_region(original.data(), original.size(), "original", 1, away, want);
+  EXPECT_TRUE(pixels_of(got, away) == pixels_of(want, away));
+  // Not JPEGs it can re-encode: the caller keeps the bytes.
+  TempDir dir;
+  write_png(dir / "p.png", 8, 8, PNG_COLOR_TYPE_RGB, 8, textured(8, 8, 1));
+  const auto png = read_image_bytes(dir / "p.png");
+  EXPECT_TRUE(jpeg_with_restarts(png.data(), png.size()).empty());
+  const std::vector<std::uint8_t> truncated(original.begin(),
+                                            original.begin() + original.size() / 2);
+  EXPECT_TRUE(jpeg_with_restarts(truncated.data(), truncated.size()).empty());
+}
+
+TEST(EncodedImages, ShardsHoldTheJpegsReEncodedWithRestartsOrAsTheyAre) {
+  TempDir dir;
+  const ImageList list = make_folder(dir / "in");
+  auto recoded = convert(list, dir / "recoded", SampleStorage::Encoded, 16, 1);
+  auto kept = convert(list, dir / "kept", SampleStorage::Encoded, 16, 1, false);
+  const auto a = ShardFile::open(dir / "recoded/train-00000-of-00001.h5");
+  const auto b = ShardFile::open(dir / "kept/train-00000-of-00001.h5");
+  int jpegs = 0;
+  for (std::size_t i = 0; i < list.paths.size(); ++i) {
+    const auto file = read_image_bytes(list.paths[i]);
+    std::vector<std::uint8_t> stored, as_is;
+    a->read_encoded(static_cast<std::int64_t>(i), stored);
+    b->read_encoded(static_cast<std::int64_t>(i), as_is);
+    EXPECT_EQ(as_is, file) << list.paths[i];  // --jpeg-restarts=0: the file itself
+    if (list.paths[i].ends_with(".png")) {
+      EXPECT_EQ(stored, file) << list.paths[i];
+      continue;
+    }
+    ++jpegs;
+    EXPECT_NE(stored, file) << list.paths[i];
+    EXPECT_TRUE(has_restart_interval(stored)) << list.paths[i];
+    const Image x = decode_image_scaled(file.data(), file.size(), list.paths[i], 1);
+    const Image y = decode_image_scaled(stored.data(), stored.size(), list.paths[i], 1);
+    EXPECT_TRUE(x.width == y.width && x.height == y.height && x.rgb == y.rgb) << list.paths[i];
+  }
+  EXPECT_EQ(jpegs, 8);
+  // The samples the loader makes are the same from either, evaluation and random crops (which
+  // cut the re-encoded JPEGs) alike.
+  LoaderOptions opts;
+  EXPECT_EQ(epoch_samples(recoded, 1, 0, 5, opts, 0), epoch_samples(kept, 1, 0, 5, opts, 0));
+  opts.augment.random_resized_crop = opts.augment.flip = true;
+  opts.augment.seed = 4;
+  for (std::int64_t epoch : {0, 1, 2})
+    EXPECT_EQ(epoch_samples(recoded, 1, 0, 5, opts, epoch),
+              epoch_samples(kept, 1, 0, 5, opts, epoch))
+        << "epoch " << epoch;
+}
+
 TEST(EncodedImages, ShardsHoldTheFilesOwnBytesAndRefuseRawReads) {
   TempDir dir;
   const ImageList list = make_folder(dir / "in");
-  auto enc = convert(list, dir / "enc", SampleStorage::Encoded, 16, 1);
+  auto enc = convert(list, dir / "enc", SampleStorage::Encoded, 16, 1, false);
   const auto shard = ShardFile::open(dir / "enc/train-00000-of-00001.h5");
   EXPECT_EQ(shard->meta().storage, SampleStorage::Encoded);
   EXPECT_GT(shard->meta().encoded_bytes, 0);

@@ -64,6 +64,14 @@ void release_if_outsized(std::vector<T>& buffer) {
 // The file's bytes, with the errors read_image gives for a file it cannot read.
 std::vector<std::uint8_t> read_image_bytes(const std::string& path);
 
+// The JPEG `data` re-encoded losslessly: the same DCT coefficients, quantisation and sampling, so
+// the same pixels from any decoder, as one baseline scan with optimised Huffman tables (usually
+// smaller than the original) and restart markers every few MCUs, tiling each MCU row, so that
+// decode_image_region reads only the entropy-coded data a region touches (docs/IMAGES.md). EXIF,
+// ICC and comments are kept. Empty when `data` is not a JPEG it can re-encode (not 8-bit, corrupt):
+// the caller keeps the original bytes then.
+std::vector<std::uint8_t> jpeg_with_restarts(const std::uint8_t* data, std::size_t size);
+
 // The upright size of an encoded image (EXIF orientation applied) from its header alone, so the
 // loader can place a crop before it decodes. Throws as decode_image for what is not an image.
 struct EncodedImageInfo {

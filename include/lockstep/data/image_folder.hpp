@@ -54,6 +54,10 @@ struct ImageShardOptions {
   // Encoded: each file's own bytes are stored (decoded here only to check it and for the
   // statistics), and the loader decodes them; fit must be CenterCrop, what the loader makes.
   SampleStorage storage = SampleStorage::Raw;
+  // Encoded: JPEGs are stored re-encoded losslessly with restart markers (jpeg_with_restarts), so
+  // that the loader's crops decode only the data they touch; false stores the files' bytes as
+  // they are.
+  bool jpeg_restarts = true;
   bool skip_bad = false;  // a file that cannot be decoded is skipped (and listed), not an error
   int threads = 1;        // images decoded at once (the result does not depend on it)
   ShardWriterOptions writer;
@@ -65,7 +69,8 @@ struct ImageShard {
   std::unique_ptr<ShardWriter> writer;
   std::vector<std::int64_t> sum, sum_sq;  // per channel, over every pixel written: exact integers
   std::int64_t pixels = 0;                // per channel
-  std::int64_t encoded_bytes = 0;         // encoded storage: the files' bytes stored
+  std::int64_t encoded_bytes = 0;         // encoded storage: the bytes stored
+  std::int64_t file_bytes = 0;            // encoded storage: the files' own sizes
   std::vector<std::string> skipped;       // "PATH: why", with skip_bad
 };
 
