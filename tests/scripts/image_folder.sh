@@ -52,6 +52,16 @@ grep -q "160 images of u8 \[3, 16, 16\] (crop, stored encoded: .* of JPEG/PNG" e
 for f in enc-one/train-0000{0,1,2}-of-00003.h5; do
   cmp "$f" "enc-two/$(basename "$f")" || fail "encoded $f differs between 1 and 2 ranks"
 done
+# JPEGs are stored re-encoded with restart markers unless --jpeg-restarts=0 (docs/IMAGES.md).
+grep -q "JPEGs re-encoded losslessly with restart markers" enc-one.log ||
+  { cat enc-one.log; fail "the encoded summary does not say the JPEGs were re-encoded"; }
+"$SHARD" images --root=train --out=enc-kept --resize=16 --store=encoded --jpeg-restarts=0 \
+  >enc-kept.log 2>&1 && grep -q "(the files: .*; as they are)" enc-kept.log ||
+  { cat enc-kept.log; fail "--jpeg-restarts=0 did not store the files as they are"; }
+"$SHARD" images --root=train --out=enc-bad --resize=16 --store=encoded --jpeg-restarts=yes \
+  >restarts.log 2>&1 && fail "--jpeg-restarts=yes was accepted"
+grep -q -- "--jpeg-restarts=yes: expected 0 or 1" restarts.log ||
+  { cat restarts.log; fail "--jpeg-restarts=yes: no clear error"; }
 # Its statistics are the raw set's: both come from the same resize and center crop.
 [ "$(grep 'channel' enc-one.log)" = "$(grep 'channel' one.log)" ] ||
   { cat enc-one.log one.log; fail "encoded and raw storage disagree on mean/std"; }
