@@ -226,14 +226,34 @@ TEST(EncodedImages, TheDecodeScaleIsTheSmallestTheCropAllows) {
   EXPECT_LT(diff / static_cast<double>(got.size()), 1.0);
 }
 
+// A photo of a given layout: format -1 is a PNG (RGB), else a TurboJPEG pixel format.
+struct Photo {
+  const char* name;
+  int w, h, format, subsamp, flags, orientation;
+};
+
+// Its pixels: smooth, with detail to the pixel.
+std::vector<std::uint8_t> photo_pixels(const Photo& p) {
+  const int channels = p.format == TJPF_GRAY ? 1 : p.format == TJPF_CMYK ? 4 : 3;
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(p.w) * p.h * channels);
+  for (std::size_t i = 0; i < px.size(); ++i)
+    px[i] = static_cast<std::uint8_t>(
+        128 + 90 * std::sin(i % (p.w * channels) * 0.013 + i / (p.w * channels) * 0.021) +
+        (i * 7919 % 23) - 11);
+  return px;
+}
+
+// The JPEG of quality 90, turned by its EXIF orientation.
+std::vector<std::uint8_t> photo_jpeg(const Photo& p) {
+  auto bytes = encode_jpeg(p.w, p.h, photo_pixels(p), p.format, 90, p.subsamp, p.flags);
+  if (p.orientation != 1) bytes = test::with_exif_orientation(bytes, p.orientation);
+  return bytes;
+}
+
 TEST(EncodedImages, TheCropDecodesOnlyItsRegionToTheBytesOfACropOfTheWholeDecode) {
   // decode_sample decodes only the pixels the crop touches; the sample must be the bytes the
   // crop of the whole decoded image gives (how it was made before), for every JPEG layout (the
   // chroma upsampling at the region's edges), EXIF orientation, CMYK, progressive, and a PNG.
-  struct Photo {
-    const char* name;
-    int w, h, format, subsamp, flags, orientation;
-  };
   const Photo photos[] = {
       {"4:2:0", 400, 300, TJPF_RGB, TJSAMP_420, 0, 1},
       {"4:2:2", 333, 250, TJPF_RGB, TJSAMP_422, 0, 1},
@@ -253,19 +273,12 @@ TEST(EncodedImages, TheCropDecodesOnlyItsRegionToTheBytesOfACropOfTheWholeDecode
   o.seed = 17;
   std::map<int, int> scales;
   for (const Photo& p : photos) {
-    const int channels = p.format == TJPF_GRAY ? 1 : p.format == TJPF_CMYK ? 4 : 3;
-    std::vector<std::uint8_t> px(static_cast<std::size_t>(p.w) * p.h * channels);
-    for (std::size_t i = 0; i < px.size(); ++i)  // smooth, with detail to the pixel
-      px[i] = static_cast<std::uint8_t>(
-          128 + 90 * std::sin(i % (p.w * channels) * 0.013 + i / (p.w * channels) * 0.021) +
-          (i * 7919 % 23) - 11);
     std::vector<std::uint8_t> bytes;
     if (p.format < 0) {
-      write_png(dir / "p.png", p.w, p.h, PNG_COLOR_TYPE_RGB, 8, px);
+      write_png(dir / "p.png", p.w, p.h, PNG_COLOR_TYPE_RGB, 8, photo_pixels(p));
       bytes = read_image_bytes(dir / "p.png");
     } else {
-      bytes = encode_jpeg(p.w, p.h, px, p.format, 90, p.subsamp, p.flags);
-      if (p.orientation != 1) bytes = test::with_exif_orientation(bytes, p.orientation);
+      bytes = photo_jpeg(p);
     }
     const EncodedImageInfo info = encoded_image_info(bytes.data(), bytes.size(), p.name);
     for (std::int64_t side : {32, 100}) {
@@ -359,11 +372,7 @@ TEST(EncodedImages, RestartMarkersKeepEveryPixelAndACropReadsOnlyTheIntervalsItT
   // or a region (which then decodes from a JPEG cut out of the intervals it touches), gives the
   // bytes the original gives, for every layout, MCU rows of a prime number of MCUs (intervals of
   // one MCU) included. Widths: 400 4:2:0 (25 MCUs a row), 208 (13), 333 4:2:2 (21), 300 4:4:4
-  // (38), 232 4:4:4 (29), 4:4:0 and 4:1:1 (32-pixel MCUs).
-  struct Photo {
-    const char* name;
-    int w, h, format, subsamp, flags, orientation;
-  };
+  // (38), 232 4:4:4 (29); 4:4:0's MCUs are 8 wide and 16 high, 4:1:1's 32 wide.
   const Photo photos[] = {
       {"4:2:0", 400, 300, TJPF_RGB, TJSAMP_420, 0, 1},
       {"4:2:0, 13 MCUs a row", 208, 150, TJPF_RGB, TJSAMP_420, 0, 1},
@@ -381,14 +390,7 @@ TEST(EncodedImages, RestartMarkersKeepEveryPixelAndACropReadsOnlyTheIntervalsItT
   };
   std::mt19937 rng(5);
   for (const Photo& p : photos) {
-    const int channels = p.format == TJPF_GRAY ? 1 : p.format == TJPF_CMYK ? 4 : 3;
-    std::vector<std::uint8_t> px(static_cast<std::size_t>(p.w) * p.h * channels);
-    for (std::size_t i = 0; i < px.size(); ++i)
-      px[i] = static_cast<std::uint8_t>(
-          128 + 90 * std::sin(i % (p.w * channels) * 0.013 + i / (p.w * channels) * 0.021) +
-          (i * 7919 % 23) - 11);
-    auto original = encode_jpeg(p.w, p.h, px, p.format, 90, p.subsamp, p.flags);
-    if (p.orientation != 1) original = test::with_exif_orientation(original, p.orientation);
+    const auto original = photo_jpeg(p);
     const auto recoded = jpeg_with_restarts(original.data(), original.size());
     ASSERT_FALSE(recoded.empty()) << p.name;
     EXPECT_TRUE(has_restart_interval(recoded)) << p.name;
