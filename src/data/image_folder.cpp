@@ -193,11 +193,16 @@ ImageShard convert_image_shard(const ImageList& list, std::int64_t begin, std::i
             original[static_cast<std::size_t>(k)] = static_cast<std::int64_t>(bytes.size());
             if (options.jpeg_restarts) {
               // Kept only if it decodes to the pixels the file does (it must: the same
-              // coefficients), else the file's own bytes are stored.
+              // coefficients), else the file's own bytes are stored: the file decoded, so a
+              // re-encoding that does not is never reported as a bad file.
               auto recoded = jpeg_with_restarts(bytes.data(), bytes.size());
-              if (!recoded.empty() &&
-                  decode_image(recoded.data(), recoded.size(), file, side).rgb == image.rgb)
-                bytes = std::move(recoded);
+              bool same = false;
+              try {
+                same = !recoded.empty() &&
+                       decode_image(recoded.data(), recoded.size(), file, side).rgb == image.rgb;
+              } catch (const Error&) {
+              }
+              if (same) bytes = std::move(recoded);
             }
           } else {
             const Image image = read_image(file, side);
