@@ -15,8 +15,11 @@
 # time (of 3; the first warms up). A lockstep-bench without that figure (an older BASELINE) is
 # charged its whole process instead (getrusage: opening and startup included, an upper bound),
 # and then lockstep's ratio to it compares whole processes on both sides.
-# The photos: COUNT generated 500x375 quality-90 JPEGs (tests' make_test_images) in 2 classes.
-#   bench/loader-vs-torch.sh                       COUNT=600 SIZE=224 REPS=3
+# The photos: COUNT generated 500x375 quality-90 JPEGs (tests' make_test_images) in 2 classes,
+# chroma at full resolution (SUBSAMP=444) or halved both ways (SUBSAMP=420, as most camera and web
+# JPEGs).
+#   bench/loader-vs-torch.sh                       COUNT=600 SIZE=224 REPS=7 SUBSAMP=444
+# Seven repetitions (about 4 minutes): single repetitions on a shared VM spread by 2x.
 # BASELINE=DIR (a build folder of another commit, e.g. main's) adds that lockstep-bench as the
 # peer "baseline", on the same shards, interleaved with the rest: a before/after in one run.
 # Peers come from bench/torch-peer-env.sh (TORCH=pip); `bench/install-torch-peer.sh images`
@@ -26,7 +29,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 COUNT=${COUNT:-600}
 SIZE=${SIZE:-224}
-REPS=${REPS:-3}
+REPS=${REPS:-7}
+SUBSAMP=${SUBSAMP:-444}
 OUT=${OUT:-results/loader-vs-torch}
 . bench/torch-peer-env.sh
 BASELINE=${BASELINE:-}
@@ -40,8 +44,8 @@ PEERS=torchvision
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-loader-vs-torch.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT" "$WORK/photos/c0" "$WORK/photos/c1"
-build/tests/make_test_images photos "$WORK/photos/c0" $((COUNT / 2)) >/dev/null
-build/tests/make_test_images photos "$WORK/photos/c1" $((COUNT - COUNT / 2)) >/dev/null
+build/tests/make_test_images photos "$WORK/photos/c0" $((COUNT / 2)) "$SUBSAMP" >/dev/null
+build/tests/make_test_images photos "$WORK/photos/c1" $((COUNT - COUNT / 2)) "$SUBSAMP" >/dev/null
 build/apps/lockstep-shard images --root="$WORK/photos" --out="$WORK/set" --resize="$SIZE" \
   --store=encoded --threads=1 >"$OUT/convert.log"
 : >"$OUT/runs.jsonl"
@@ -84,9 +88,9 @@ r = json.load(sys.stdin); r["rep"] = int(sys.argv[1]); print(json.dumps(r))' "$r
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$OUT" "$COUNT" "$SIZE" "$load_start" "$load_end" <<'PY'
+python3 - "$OUT" "$COUNT" "$SIZE" "$load_start" "$load_end" "$SUBSAMP" <<'PY'
 import json, os, re, statistics, sys, time
-out, count, size, load_start, load_end = sys.argv[1:]
+out, count, size, load_start, load_end, subsamp = sys.argv[1:]
 runs = [json.loads(l) for l in open(f"{out}/runs.jsonl")]
 peers = [p for p in ("lockstep", "baseline", "torchvision", "dali")
          if any(r["peer"] == p for r in runs)]
@@ -97,7 +101,7 @@ versions = {k: v for r in runs for k, v in r.items()
             if k in ("torch", "torchvision", "pil", "dali")}
 s = {"machine": {"cpu": cpu, "cores": os.cpu_count(), "load_start": load_start,
                  "load_end": load_end, "date": time.strftime("%Y-%m-%d %H:%M")},
-     "images": int(count), "size": int(size), "versions": versions,
+     "images": int(count), "subsampling": subsamp, "size": int(size), "versions": versions,
      "peers": {p: {"images_per_s": med(p, "images_per_s"),
                    "cpu_ms_per_image": med(p, "cpu_ms_per_image"),
                    "images_per_cpu_s": 1000 / med(p, "cpu_ms_per_image")} for p in peers}}
@@ -118,7 +122,7 @@ for p in peers[1:]:
         if r["peer"] == "lockstep" and r["rep"] in by_rep)
 json.dump(s, open(f"{out}/summary.json", "w"), indent=1)
 with open(f"{out}/summary.md", "w") as f:
-    f.write(f"Decode + random-resized-crop + flip to {size}x{size}, {count} 500x375 JPEGs, "
+    f.write(f"Decode + random-resized-crop + flip to {size}x{size}, {count} 500x375 {subsamp} JPEGs, "
             f"{cpu}, {os.cpu_count()} cores, {s['machine']['date']}; load {load_start} -> "
             f"{load_end}; medians of {max(r['rep'] for r in runs)} interleaved repetitions; "
             f"{', '.join(f'{k} {v}' for k, v in versions.items())}.\n\n"

@@ -4,9 +4,10 @@
 //       noise, random brightness and random sizes), JPEG and PNG alternately
 //   make_test_images bad DIR
 //       the bad-file table of docs/IMAGES.md, one file each, plus files that must decode
-//   make_test_images photos DIR COUNT
+//   make_test_images photos DIR COUNT [444|420]
 //       COUNT 500x375 JPEGs of quality 90 with smooth shapes and mild noise, about the size and
-//       entropy of an ImageNet photo, for measuring conversion (docs/IMAGES.md)
+//       entropy of an ImageNet photo, for measuring conversion (docs/IMAGES.md); chroma at full
+//       resolution (444, the default) or halved both ways (420, as most cameras and web JPEGs)
 //   make_test_images cifar DIR 10|100 PER_BATCH
 //       CIFAR binary batches (CIFAR-10: five training batches and a test batch of PER_BATCH
 //       records; CIFAR-100: train.bin and test.bin) whose labels follow the image's red value
@@ -108,7 +109,7 @@ int make_bad(const std::string& dir) {
   return 0;
 }
 
-int make_photos(const std::string& dir, int count) {
+int make_photos(const std::string& dir, int count, int subsamp) {
   fs::create_directories(dir);
   std::mt19937 rng(11);
   const int w = 500, h = 375;
@@ -127,7 +128,7 @@ int make_photos(const std::string& dir, int count) {
         }
     char name[32];
     std::snprintf(name, sizeof name, "photo%04d.jpg", i);
-    write_bytes((fs::path(dir) / name).string(), encode_jpeg(w, h, px, TJPF_RGB, 90));
+    write_bytes((fs::path(dir) / name).string(), encode_jpeg(w, h, px, TJPF_RGB, 90, subsamp));
   }
   return 0;
 }
@@ -168,11 +169,15 @@ int main(int argc, char** argv) {
   if (cmd == "folder" && argc == 5)
     return make_folder(argv[2], std::atoi(argv[3]), static_cast<unsigned>(std::atoi(argv[4])));
   if (cmd == "bad" && argc == 3) return make_bad(argv[2]);
-  if (cmd == "photos" && argc == 4) return make_photos(argv[2], std::atoi(argv[3]));
+  if (cmd == "photos" && (argc == 4 || argc == 5)) {
+    const std::string sampling = argc == 5 ? argv[4] : "444";
+    if (sampling == "444" || sampling == "420")
+      return make_photos(argv[2], std::atoi(argv[3]), sampling == "444" ? TJSAMP_444 : TJSAMP_420);
+  }
   if (cmd == "cifar" && argc == 5)
     return make_cifar(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
   std::fprintf(stderr,
                "usage: make_test_images folder ROOT PER_CLASS SEED | bad DIR | "
-               "photos DIR COUNT | cifar DIR 10|100 PER_BATCH\n");
+               "photos DIR COUNT [444|420] | cifar DIR 10|100 PER_BATCH\n");
   return 2;
 }
