@@ -62,6 +62,23 @@ grep -q "JPEGs re-encoded losslessly with restart markers" enc-one.log ||
   >restarts.log 2>&1 && fail "--jpeg-restarts=yes was accepted"
 grep -q -- "--jpeg-restarts=yes: expected 0 or 1" restarts.log ||
   { cat restarts.log; fail "--jpeg-restarts=yes: no clear error"; }
+# The photos bench/loader-vs-torch.sh measures: 4:4:4 by default, 4:2:0 on request (the luma's
+# sampling byte of the SOF0 header: 0x11 or 0x22), both stored re-encoded; nothing else accepted.
+luma_sampling() { # the 10th byte after FF C0: length (2), precision, height (2), width (2), Nc, id
+  od -An -tx1 -v "$1" | tr -s ' \n' ' ' | grep -o 'ff c0\( [0-9a-f]\{2\}\)\{10\}' | head -1 |
+    awk '{print $NF}'
+}
+for kind in 444 420; do
+  "$MAKE" photos "photos-$kind/c" 2 $kind >/dev/null || fail "make_test_images photos $kind"
+  "$SHARD" images --root="photos-$kind" --out="photos-$kind-set" --resize=64 --store=encoded \
+    >"photos-$kind.log" 2>&1 && grep -q "JPEGs re-encoded losslessly" "photos-$kind.log" ||
+    { cat "photos-$kind.log"; fail "$kind photos were not stored re-encoded"; }
+done
+[ "$(luma_sampling photos-444/c/photo0000.jpg)" = 11 ] &&
+  [ "$(luma_sampling photos-420/c/photo0000.jpg)" = 22 ] ||
+  fail "photos: luma sampling $(luma_sampling photos-444/c/photo0000.jpg) and" \
+    "$(luma_sampling photos-420/c/photo0000.jpg), expected 11 (4:4:4) and 22 (4:2:0)"
+"$MAKE" photos photos-422 2 422 >/dev/null 2>&1 && fail "make_test_images photos accepted 422"
 # Its statistics are the raw set's: both come from the same resize and center crop.
 [ "$(grep 'channel' enc-one.log)" = "$(grep 'channel' one.log)" ] ||
   { cat enc-one.log one.log; fail "encoded and raw storage disagree on mean/std"; }
