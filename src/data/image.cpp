@@ -62,42 +62,54 @@ int jpeg_scale_denominator(std::int64_t w, std::int64_t h, std::int64_t min_side
 
 namespace {
 
+// ---- JPEG header segments: visit(marker, at, payload, payload_size) for each segment after SOI
+// (`at`: its 0xFF), fill bytes skipped, up to and including SOS; a visit returning false stops the
+// walk. Returns where the entropy-coded data starts (after SOS), or 0 when the walk stopped or the
+// headers end (EOI, the data's end, a malformed segment) before a scan.
+template <typename Visit>
+std::size_t walk_jpeg_headers(const std::uint8_t* d, std::size_t n, Visit&& visit) {
+  for (std::size_t p = 2;;) {  // after SOI
+    while (p + 1 < n && d[p] == 0xFF && d[p + 1] == 0xFF)
+      ++p;
+    if (p + 4 > n || d[p] != 0xFF || d[p + 1] == 0xD9) return 0;
+    const int marker = d[p + 1];
+    const std::size_t len = std::size_t{d[p + 2]} << 8 | d[p + 3];
+    if (len < 2 || p + 2 + len > n || !visit(marker, p, d + p + 4, len - 2)) return 0;
+    p += 2 + len;
+    if (marker == 0xDA) return p;
+  }
+}
+
 // ---- EXIF orientation: tag 0x0112 of IFD0 in an APP1 "Exif" segment, 1 (upright) when absent.
 int exif_orientation(const std::uint8_t* d, std::size_t n) {
-  std::size_t p = 2;  // after SOI
-  while (p + 4 <= n && d[p] == 0xFF) {
-    const int marker = d[p + 1];
-    if (marker == 0xDA || marker == 0xD9) break;  // start of scan: no more headers
-    const std::size_t len = static_cast<std::size_t>(d[p + 2]) << 8 | d[p + 3];
-    if (len < 2 || p + 2 + len > n) break;
-    const std::uint8_t* s = d + p + 4;
-    const std::size_t sn = len - 2;
-    if (marker == 0xE1 && sn >= 14 && std::memcmp(s, "Exif\0\0", 6) == 0) {
-      const std::uint8_t* t = s + 6;  // the TIFF header
-      const std::size_t tn = sn - 6;
-      const bool le = t[0] == 'I' && t[1] == 'I';
-      if (!le && !(t[0] == 'M' && t[1] == 'M')) return 1;
-      auto u16 = [&](std::size_t o) { return le ? t[o] | t[o + 1] << 8 : t[o] << 8 | t[o + 1]; };
-      auto u32 = [&](std::size_t o) {
-        return le ? std::uint32_t(u16(o)) | std::uint32_t(u16(o + 2)) << 16
-                  : std::uint32_t(u16(o)) << 16 | std::uint32_t(u16(o + 2));
-      };
-      const std::size_t ifd = u32(4);
-      if (ifd + 2 > tn) return 1;
-      const int entries = u16(ifd);
-      for (int e = 0; e < entries; ++e) {
-        const std::size_t o = ifd + 2 + 12 * static_cast<std::size_t>(e);
-        if (o + 12 > tn) break;
-        if (u16(o) == 0x0112) {
-          const int v = u16(o + 8);
-          return v >= 1 && v <= 8 ? v : 1;
-        }
+  int orientation = 1;
+  walk_jpeg_headers(d, n, [&](int marker, std::size_t, const std::uint8_t* s, std::size_t sn) {
+    if (marker != 0xE1 || sn < 14 || std::memcmp(s, "Exif\0\0", 6) != 0) return true;
+    // The first Exif segment decides.
+    const std::uint8_t* t = s + 6;  // the TIFF header
+    const std::size_t tn = sn - 6;
+    const bool le = t[0] == 'I' && t[1] == 'I';
+    if (!le && !(t[0] == 'M' && t[1] == 'M')) return false;
+    auto u16 = [&](std::size_t o) { return le ? t[o] | t[o + 1] << 8 : t[o] << 8 | t[o + 1]; };
+    auto u32 = [&](std::size_t o) {
+      return le ? std::uint32_t(u16(o)) | std::uint32_t(u16(o + 2)) << 16
+                : std::uint32_t(u16(o)) << 16 | std::uint32_t(u16(o + 2));
+    };
+    const std::size_t ifd = u32(4);
+    if (ifd + 2 > tn) return false;
+    const int entries = u16(ifd);
+    for (int e = 0; e < entries; ++e) {
+      const std::size_t o = ifd + 2 + 12 * static_cast<std::size_t>(e);
+      if (o + 12 > tn) break;
+      if (u16(o) == 0x0112) {
+        const int v = u16(o + 8);
+        orientation = v >= 1 && v <= 8 ? v : 1;
+        break;
       }
-      return 1;
     }
-    p += 2 + len;
-  }
-  return 1;
+    return false;
+  });
+  return orientation;
 }
 
 // Turns the stored pixels upright as EXIF orientation `o` says a viewer must show them.
@@ -300,42 +312,35 @@ bool index_restarts(const std::uint8_t* d, std::size_t n, RestartIndex& ix) {
   ix.sof = ix.scan = 0;
   ix.interval = 0;
   int components = 0, hmax = 1, vmax = 1, hmin = 4, vmin = 4;
-  std::size_t p = 2;  // after SOI
-  while (ix.scan == 0) {
-    while (p < n && d[p] == 0xFF && p + 1 < n && d[p + 1] == 0xFF)
-      ++p;  // fill bytes
-    if (p + 4 > n || d[p] != 0xFF) return false;
-    const int marker = d[p + 1];
-    const std::size_t len = std::size_t{d[p + 2]} << 8 | d[p + 3];
-    if (len < 2 || p + 2 + len > n) return false;
-    const std::uint8_t* s = d + p + 4;
-    if (marker == 0xC0 || marker == 0xC1) {  // baseline or extended sequential, Huffman
-      if (len < 8 || s[0] != 8) return false;
-      ix.sof = p;
-      ix.height = s[1] << 8 | s[2];
-      ix.width = s[3] << 8 | s[4];
-      components = s[5];
-      if (components < 1 || len < 8 + 3 * std::size_t(components)) return false;
-      for (int c = 0; c < components; ++c) {
-        hmax = std::max(hmax, s[7 + 3 * c] >> 4);
-        vmax = std::max(vmax, s[7 + 3 * c] & 15);
-        hmin = std::min(hmin, s[7 + 3 * c] >> 4);
-        vmin = std::min(vmin, s[7 + 3 * c] & 15);
-      }
-    } else if ((marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
-                marker != 0xCC) ||
-               marker == 0xDC) {
-      return false;  // progressive, lossless or arithmetic-coded; a DNL-defined height
-    } else if (marker == 0xDD) {
-      if (len != 4) return false;
-      ix.interval = s[0] << 8 | s[1];
-    } else if (marker == 0xDA) {
-      if (ix.sof == 0 || s[0] != components) return false;  // not one scan of every component
-      ix.scan = p + 2 + len;
-    }
-    p += 2 + len;
-  }
-  if (ix.interval <= 0 || ix.width < 1 || ix.height < 1) return false;
+  ix.scan = walk_jpeg_headers(
+      d, n, [&](int marker, std::size_t at, const std::uint8_t* s, std::size_t sn) {
+        if (marker == 0xC0 || marker == 0xC1) {  // baseline or extended sequential, Huffman
+          if (sn < 6 || s[0] != 8) return false;
+          ix.sof = at;
+          ix.height = s[1] << 8 | s[2];
+          ix.width = s[3] << 8 | s[4];
+          components = s[5];
+          if (components < 1 || sn < 6 + 3 * std::size_t(components)) return false;
+          for (int c = 0; c < components; ++c) {
+            hmax = std::max(hmax, s[7 + 3 * c] >> 4);
+            vmax = std::max(vmax, s[7 + 3 * c] & 15);
+            hmin = std::min(hmin, s[7 + 3 * c] >> 4);
+            vmin = std::min(vmin, s[7 + 3 * c] & 15);
+          }
+          return true;
+        }
+        if ((marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
+             marker != 0xCC) ||
+            marker == 0xDC)
+          return false;  // progressive, lossless or arithmetic-coded; a DNL-defined height
+        if (marker == 0xDD) {
+          if (sn != 2) return false;
+          ix.interval = s[0] << 8 | s[1];
+        }
+        // One scan of every component, or not ours.
+        return marker != 0xDA || (ix.sof != 0 && sn >= 1 && s[0] == components);
+      });
+  if (ix.scan == 0 || ix.interval <= 0 || ix.width < 1 || ix.height < 1) return false;
   // One component is not interleaved: its MCU is one 8x8 block whatever its sampling factors.
   ix.mcu_w = components == 1 ? 8 : 8 * hmax;
   ix.mcu_h = components == 1 ? 8 : 8 * vmax;
