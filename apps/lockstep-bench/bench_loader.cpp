@@ -1,9 +1,11 @@
 // lockstep-bench loader: how fast the data layer feeds a training loop.
 //   lockstep-bench loader --data=DIR/train [--batch=256] [--reps=3] [--consume=20000]
 //                         [--consume-batches=100] [--world=1] [--rank=0] [--out=PATH]
-//                         [--rrc=0] [--flip=0] [--decode-threads=1]
+//                         [--rrc=0] [--flip=0] [--decode-threads=1] [--avx512-resampler=1]
 // --rrc/--flip: the training augmentation (for encoded image shards, the decode and crop of
 // each original, docs/IMAGES.md); encoded sets are read on demand only.
+// --avx512-resampler=0: the image resampler without its AVX-512 code (the same bytes; for a
+// before/after of that code in one binary, on a CPU that has AVX-512).
 // For each mode (in memory, on demand) it measures: the time to open the set, the loader's
 // throughput with a consumer that takes batches as fast as they come (median epoch of --reps)
 // and its CPU time per sample (every thread of the process, median epoch: the figure to compare
@@ -18,6 +20,7 @@
 
 #include "bench.hpp"
 #include "lockstep/core/clock.hpp"
+#include "lockstep/data/image.hpp"
 #include "lockstep/data/loader.hpp"
 
 namespace lockstep::bench {
@@ -101,6 +104,8 @@ int bench_loader(const Args& a) {
                       "lockstep-bench loader needs --data=DIR/NAME");
   const bool encoded =
       data::ShardedDataset::open(a.get("data", ""), 0)->storage() == data::SampleStorage::Encoded;
+  const bool avx512_resampler = a.get_int("avx512-resampler", 1) != 0;
+  data::allow_avx512_resampler(avx512_resampler);
   std::vector<ModeResult> results;
   if (!encoded) results.push_back(run_mode("in-memory", a));
   results.push_back(run_mode("on-demand", a));
@@ -109,7 +114,8 @@ int bench_loader(const Args& a) {
       "{\"benchmark\": \"loader\", \"machine\": ", machine_json(), ", \"data\": \"",
       a.get("data", ""), "\", \"batch\": ", a.get_int("batch", 256),
       ", \"world\": ", a.get_int("world", 1), ", \"prefetch_depth\": ", data::kDefaultPrefetchDepth,
-      ", \"consume\": ", a.get_double("consume", 20000), ", \"modes\": [");
+      ", \"consume\": ", a.get_double("consume", 20000),
+      ", \"avx512_resampler_allowed\": ", avx512_resampler ? "true" : "false", ", \"modes\": [");
   std::fprintf(stderr, "%-10s %8s %14s %14s %16s %14s\n", "mode", "open_s", "samples/s",
                "wait@consume", "consumed/s", "cpu_ms/sample");
   for (std::size_t i = 0; i < results.size(); ++i) {
@@ -139,7 +145,8 @@ int bench_loader(const Args& a) {
 
 LOCKSTEP_BENCH("loader",
                "data loader throughput, in-memory vs on-demand, and data wait at --consume",
-               "batch consume consume-batches data decode-threads flip rank reps rrc world",
+               "avx512-resampler batch consume consume-batches data decode-threads flip rank reps "
+               "rrc world",
                bench_loader);
 
 }  // namespace

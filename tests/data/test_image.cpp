@@ -433,7 +433,19 @@ void resample(At at, int channels, const AxisWeights& ax, const AxisWeights& ay,
 
 }  // namespace plain
 
-TEST(Image, ResizesGiveTheBytesOfThePlainLoops) {
+// Runs body twice: with the resampler's AVX-512 code allowed (where this CPU has AVX-512F and
+// AVX-512BW it runs) and with it forbidden (the SIMD clones every x86-64 CPU runs).
+template <class Body>
+void with_and_without_avx512(Body body) {
+  for (bool allow : {true, false}) {
+    SCOPED_TRACE(allow ? "AVX-512 code allowed" : "AVX-512 code forbidden");
+    const bool before = allow_avx512_resampler(allow);
+    body();
+    allow_avx512_resampler(before);
+  }
+}
+
+void resizes_give_the_bytes_of_the_plain_loops() {
   // Mostly shrinking, as a crop to 224 does (three taps or more: the order of two does not
   // matter), and enough outputs (about 4 million) that a sum taken in another order shows: that
   // changes a few bytes in a million (the float sum lands on the other side of a half).
@@ -489,7 +501,7 @@ TEST(Image, ResizesGiveTheBytesOfThePlainLoops) {
   }
 }
 
-TEST(Image, SquareResizesGiveTheBytesOfThePlainLoops) {
+void square_resizes_give_the_bytes_of_the_plain_loops() {
   std::mt19937 rng(13);
   for (int t = 0; t < 40; ++t) {
     const std::int64_t W = 1 + rng() % 120, H = 1 + rng() % 120, side = 1 + rng() % 60;
@@ -518,6 +530,13 @@ TEST(Image, SquareResizesGiveTheBytesOfThePlainLoops) {
       EXPECT_TRUE(got == want) << H << "x" << W << " to " << side << ", " << image_fit_name(fit);
     }
   }
+}
+
+TEST(Image, ResizesGiveTheBytesOfThePlainLoops) {
+  with_and_without_avx512([] { resizes_give_the_bytes_of_the_plain_loops(); });
+}
+TEST(Image, SquareResizesGiveTheBytesOfThePlainLoops) {
+  with_and_without_avx512([] { square_resizes_give_the_bytes_of_the_plain_loops(); });
 }
 
 TEST(ImageFolder, LabelsFollowSortedClassNamesAndFilesAreSorted) {

@@ -111,4 +111,9 @@ void resize_region(const std::uint8_t* in, std::int64_t channels, std::int64_t H
                    std::int64_t top, std::int64_t left, std::int64_t h, std::int64_t w,
                    std::int64_t out_h, std::int64_t out_w, std::uint8_t* out);
 
+// Whether the resizes above may use their AVX-512 code where the CPU has AVX-512F and AVX-512BW
+// (the default): it gives the same bytes as the code every x86-64 CPU runs, which `false` forces.
+// Returns the setting before. For tests (both paths on one machine) and benchmarks.
+bool allow_avx512_resampler(bool allow);
+
 }  // namespace lockstep::data
