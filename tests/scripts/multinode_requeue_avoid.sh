@@ -28,7 +28,7 @@ for case in stalled dead; do
     --ntasks-per-node=2 --open-mode=append \
     "$SOURCE/slurm/train-requeue.sbatch" "$WORK/tiny.ini" --dist.algorithm=hierarchical
   deadline=$((SECONDS + 90))
-  until [ -n "$(latest_step "$ck")" ] && [ "$(latest_step "$ck")" -ge 10 ]; do
+  until step=$(latest_step "$ck") && [ -n "$step" ] && [ "$step" -ge 10 ]; do
     [ "$SECONDS" -lt "$deadline" ] || { cat "$OUT"; fail "$case: no step-10 checkpoint within 90 s"; }
     [ -n "$(squeue -h -j "$JOB")" ] || { cat "$OUT"; fail "$case: the job ended before step 10"; }
     sleep 0.2
@@ -51,6 +51,16 @@ for case in stalled dead; do
     [ -n "$(squeue -h -j "$JOB")" ] || { cat "$OUT"; fail "$case: the job ended instead of requeuing"; }
     sleep 0.5
   done
+  # The job script sets the exclusion once the job is pending (Slurm takes it on a pending job
+  # only). A real requeued job is held about 2 minutes (EligibleTime), long enough; this test's
+  # early release must wait for it, or the job can start again before the exclusion lands (seen
+  # once in CI: "could not exclude node2", then the second start on node[1-2]).
+  if [ $case = stalled ]; then
+    until [ "$(job_field "$JOB" ExcNodeList)" = node2 ]; do
+      [ "$SECONDS" -lt "$deadline" ] || { cat "$OUT"; fail "stalled: node2 not excluded within 120 s"; }
+      sleep 0.5
+    done
+  fi
   stop=$(latest_step "$ck")
   note "$case: requeued (ExcNodeList $(job_field "$JOB" ExcNodeList), node2 $(sinfo -h -n node2 -o %T)); newest checkpoint at step $stop; releasing it"
   # The first start's step must be gone from node1 before the job is released there (as in
