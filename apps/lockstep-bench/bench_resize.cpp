@@ -1,12 +1,13 @@
 // lockstep-bench resize: the image resampler alone, as the loader's random-resized crop runs it
 // (docs/IMAGES.md, "The resampler's AVX-512 code").
 //   lockstep-bench resize [--image=PATH] [--crops=1000] [--side=224] [--reps=7]
-// Draws --crops random-resized crops of the image (torchvision's: area 8-100%, width/height 3/4
-// to 4/3; a JPEG or PNG, by default a generated 500x375 image of smooth colours and noise) and
-// resizes each to side x side with resize_region, --reps times with the resampler's AVX-512 code
-// allowed and forbidden in turn (interleaved; where the CPU lacks AVX-512F or BW both run the same
-// code). Reports each one's time per crop (the minimum and the median of the repetitions), the
-// ratio of the minimums, and whether both gave the same bytes (they must).
+// Takes --crops random-resized crops as the loader draws them (data::encoded_crop: torchvision's
+// area 8-100%, width/height 3/4 to 4/3) of an image (--image: a JPEG or PNG; by default a
+// generated 500x375 image of smooth colours and noise) and resizes each to side x side with
+// resize_region, --reps times with the resampler's AVX-512 code allowed and forbidden in turn
+// (interleaved; where the CPU lacks AVX-512F or BW both run the same code). Reports each one's time
+// per crop (the minimum and the median of the repetitions), the ratio of the minimums, and whether
+// both gave the same bytes (they must).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +18,7 @@
 
 #include "bench.hpp"
 #include "lockstep/core/error.hpp"
+#include "lockstep/data/augment.hpp"
 #include "lockstep/data/image.hpp"
 
 namespace lockstep::bench {
@@ -53,19 +55,16 @@ int run(const Args& args) {
   LOCKSTEP_CHECK(reps >= 1, "--reps must be at least 1, got ", reps);
   const data::Image img = path.empty() ? generated_image(500, 375) : data::read_image(path);
 
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<double> uniform(0, 1);
+  // The loader's own random-resized crops (the training draws of samples 0 .. crops - 1), on the
+  // full-size image: no reduced-scale JPEG decode, as for photos whose crops are under 2 x side.
+  data::AugmentOptions augment;
+  augment.random_resized_crop = true;
+  const data::EncodedImageInfo info{img.width, img.height, false};
   std::vector<Crop> drawn;
-  const double area = static_cast<double>(img.width * img.height);
-  while (static_cast<std::int64_t>(drawn.size()) < crops) {
-    const double target = area * (0.08 + 0.92 * uniform(rng));
-    const double ratio = std::exp(std::log(3.0 / 4) + uniform(rng) * 2 * std::log(4.0 / 3));
-    const double w = std::round(std::sqrt(target * ratio)),
-                 h = std::round(std::sqrt(target / ratio));
-    if (w < 1 || h < 1 || w > static_cast<double>(img.width) || h > static_cast<double>(img.height))
-      continue;
-    drawn.push_back({std::floor(uniform(rng) * (static_cast<double>(img.height) - h + 1)),
-                     std::floor(uniform(rng) * (static_cast<double>(img.width) - w + 1)), h, w});
+  for (std::int64_t i = 0; i < crops; ++i) {
+    const data::EncodedCrop c = data::encoded_crop(info, side, augment, 0, i);
+    drawn.push_back({static_cast<double>(c.top), static_cast<double>(c.left),
+                     static_cast<double>(c.height), static_cast<double>(c.width)});
   }
 
   const std::size_t sample = static_cast<std::size_t>(3 * side * side);
