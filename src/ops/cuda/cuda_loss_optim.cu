@@ -112,6 +112,7 @@ __global__ void softmax_xent_chunk_kernel(float* logits, const std::int32_t* lab
   const std::int32_t label = labels[row];
   const bool label_ok = label >= 0 && label < classes;
   const float x_label = label_ok ? x[label] : 0.0f;
+  __syncwarp();  // orders that read before the lane that owns x[label] overwrites it below
   float mx = -INFINITY, sum_x = 0.0f;
   for (i64 j = lane; j < classes; j += 32) {
     mx = fmaxf(mx, x[j]);
@@ -151,9 +152,11 @@ __global__ void mean_row_loss_kernel(const double* row_loss, i64 n, float* out) 
   if (threadIdx.x == 0) *out = n > 0 ? static_cast<float>(acc / static_cast<double>(n)) : 0.0f;
 }
 
-// One warp per row; ties go to the lowest index (std::max_element's rule).
+// One warp per row; ties go to the lowest index (std::max_element's rule). A label outside
+// [0, classes) is recorded as the loss kernels do (the CPU backend's count_correct throws).
 __global__ void count_correct_kernel(const float* logits, const std::int32_t* labels, i64 rows,
-                                     i64 classes, unsigned long long* count) {
+                                     i64 classes, unsigned long long* count,
+                                     unsigned long long* bad) {
   i64 row = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -175,7 +178,13 @@ __global__ void count_correct_kernel(const float* logits, const std::int32_t* la
       best_j = other_j;
     }
   }
-  if (lane == 0 && best_j == labels[row]) atomicAdd(count, 1ull);
+  if (lane == 0) {
+    const std::int32_t label = labels[row];
+    if (label < 0 || label >= classes)
+      record_bad_label(bad, row, label);
+    else if (best_j == label)
+      atomicAdd(count, 1ull);
+  }
 }
 
 __global__ void sum_squares_partial_kernel(const float* x, i64 n, double* partials) {
@@ -275,12 +284,12 @@ void mean_row_loss(const double* row_loss, i64 n, float* loss, cudaStream_t s) {
 
 // *count = number of rows whose (first) argmax equals the label.
 void count_correct(const float* logits, const std::int32_t* labels, i64 rows, i64 classes,
-                   unsigned long long* count, cudaStream_t s) {
+                   unsigned long long* count, unsigned long long* bad, cudaStream_t s) {
   LOCKSTEP_CHECK_CUDA(cudaMemsetAsync(count, 0, sizeof(*count), s));
   if (rows == 0) return;
   constexpr int kRowsPerBlock = kThreads / 32;
   unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  count_correct_kernel<<<blocks, kThreads, 0, s>>>(logits, labels, rows, classes, count);
+  count_correct_kernel<<<blocks, kThreads, 0, s>>>(logits, labels, rows, classes, count, bad);
   LOCKSTEP_CHECK_LAUNCH();
 }
 
@@ -359,8 +368,10 @@ void CudaBackend::mean_row_loss(const Tensor& row_loss, Tensor& loss) {
 }
 std::int64_t CudaBackend::count_correct(const Tensor& logits, const Tensor& labels) {
   activate();
+  label_classes_ = logits.dim(1);
+  note_label_op("count_correct");
   cuda::count_correct(logits.data<float>(), labels.data<std::int32_t>(), logits.dim(0),
-                      logits.dim(1), &results()->correct, stream_);
+                      logits.dim(1), &results()->correct, &results()->bad_label, stream_);
   return static_cast<std::int64_t>(read_results().correct);
 }
 
