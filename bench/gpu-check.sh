@@ -29,7 +29,8 @@
 #    train-*          lockstep-train, 200 steps of fashion_mlp and fashion_cnn, fp32 and bf16:
 #                     ms/step, samples/s, GPU memory, sync/allocation counters (45 each)
 #    gpu-step*, torch-step  lockstep-bench gpu-step fp32/tf32/bf16 and the same models in
-#                     PyTorch (60, 30, 30, 60)
+#                     PyTorch (60, 30, 30, 60); gpu-step fails on a non-finite loss, and its fp32
+#                     run on a loss (steps 1 and 2) that differs from the CPU's beside it
 #    dp-vs-ddp        bench/dp-vs-ddp.sh on the CPU, up to 8 replicas/ranks (150): last, and
 #                     alone, since it measures scaling (never beside the sanitizers)
 # A step whose tool or GPU is missing is skipped with its reason; the others still run. A short
@@ -43,8 +44,8 @@
 # configs, keys, bundled data and the trainer's device code paths are what rots; the GPU run
 # differs only in the kernels), test_cuda with its GPU tests
 # skipping, the sanitizer subsets checked against test_cuda's test list and the sanitizer triage
-# checked on canned logs, the NCCL tests' CPU half, the CPU halves of the benchmarks, dp-vs-ddp
-# with 2; GPU steps SKIP with "no GPU".
+# checked on canned logs, the NCCL tests' CPU half, the CPU halves of the benchmarks (gpu-step's
+# GPU half on the emulated GPU), dp-vs-ddp with 2; GPU steps SKIP with "no GPU".
 # Results in $OUT (default results/gpu-check/<time>): summary.txt, gpu-check.json, console.log,
 # logs.tar.gz (every step's log, gtest JSON, metrics, dp-vs-ddp results): 4 files.
 # Settings: GPU_BUNDLE (gpu-bundle/lockstep-gpu.tar.xz), BUDGET_S (540: the whole check),
@@ -157,7 +158,7 @@ why() {  # a one-line reason from the last run_step
     0) echo "$1" ;;
     124 | 137) echo "timed out after ${DUR}s; $1" ;;
     125) echo "out of time (the check's budget is ${BUDGET_S}s)" ;;
-    *) echo "rc $RC: $(grep -v '^\s*$' "$W/logs/$2.log" 2>/dev/null | grep -iE 'error|fail|cannot|what' | head -2 | cut -c1-200 | paste -sd' ')" ;;
+    *) echo "rc $RC: $(grep -v '^\s*$' "$W/logs/$2.log" 2>/dev/null | grep -iE 'error|fail|cannot|what|unknown' | head -2 | cut -c1-200 | paste -sd' ')" ;;
   esac
 }
 
@@ -590,8 +591,10 @@ main() {
         record "gpu-step-$p" "$(status_of)" "$DUR" "$(why "$p GPU" "gpu-step-$p")"
       done
     else
-      run_step gpu-step 60 lockstep-bench gpu-step --gpu=0 --reps=3 --warmup=1 --cpu-threads="$(nproc)" --out="$W/logs/gpu-step.json"
-      record gpu-step "$(status_of)" "$DUR" "$(why "CPU half only (no GPU)" gpu-step)"
+      # The GPU half on the emulated GPU: the device path, the loss read-back and its comparison
+      # with the CPU's (gpu-step fails on a loss that is not finite or differs) run as on a GPU.
+      run_step gpu-step 60 lockstep-bench gpu-step --device=emu --reps=3 --warmup=1 --cpu-threads="$(nproc)" --out="$W/logs/gpu-step.json"
+      record gpu-step "$(status_of)" "$DUR" "$(why "emulated GPU and CPU (no GPU): losses agree" gpu-step)"
     fi
   fi
   if [ -z "$torch_v" ]; then
@@ -646,7 +649,7 @@ for s in d["testsuites"]:
 print("FAIL" if "FAIL" in got or not got else "SKIP" if "SKIP" in got else "ok")
 EOF
 }
-step_figures() {  # gpu-step JSON or gpu_torch.py JSONL -> "N images/s (M ms/step)"
+step_figures() {  # gpu-step JSON or gpu_torch.py JSONL -> "N images/s (M ms/step[, loss A -> B])"
   python3 - "$1" <<'PY' 2>/dev/null || echo "no figures"
 import json, sys
 text = open(sys.argv[1]).read().strip()
@@ -654,7 +657,11 @@ try:
     rows = json.loads(text)["results"]
 except (json.JSONDecodeError, KeyError):
     rows = [json.loads(l) for l in text.splitlines() if l.startswith("{")]
-print("; ".join(f"{r['samples_per_s']:.0f} images/s ({r['median_ms']:.1f} ms/step)" for r in rows))
+def loss(r):  # gpu-step's loss of the first and of the last step (null: not finite)
+    if "loss_step1" not in r: return ""
+    f = lambda v: "non-finite" if v is None else f"{v:.4f}"
+    return f", loss {f(r['loss_step1'])} -> {f(r['last_loss'])}"
+print("; ".join(f"{r['samples_per_s']:.0f} images/s ({r['median_ms']:.1f} ms/step{loss(r)})" for r in rows))
 PY
 }
 gpt_figures() {  # a GPT benchmark's JSON (lockstep-bench gpt or gpt_torch.py) -> one line
@@ -820,9 +827,10 @@ for f in bench["train"]:
 # One training step of gpu-step's models, lockstep and PyTorch side by side.
 side = []
 for r in bench["lockstep_gpu_step"]:
-    prec = r["precision"] if "cuda" in r["device"] else "cpu"
+    prec = "cpu" if r["device"].startswith("cpu") else r["precision"]
     layout = " nchw" if r.get("channels_last") is False and r["model"].startswith("resnet") else ""
-    side.append((r["model"], prec, 0, f"{'lockstep gpu-step ' + r['model'].split('-')[0] + layout:34} {prec:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}"))
+    loss = f"; loss {r['loss_step1']:.4f} -> {r['last_loss']:.4f}" if r.get("loss_step1") is not None and r.get("last_loss") is not None else ""
+    side.append((r["model"], prec, 0, f"{'lockstep gpu-step ' + r['model'].split('-')[0] + layout:34} {prec:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}{loss}"))
 for r in bench["torch_step"]:
     side.append((r["model"], r["precision"], 1, f"{'torch ' + r['torch'].split('+')[0] + ' step ' + r['model'].split('-')[0]:34} {r['precision']:9} {r['batch']:6d} {r['median_ms']:9.3f} {r['samples_per_s']:11.0f}  {r['device']}"))
 L += [x[3] for x in sorted(side)]
