@@ -2,8 +2,9 @@
 // what and why). The frontend is header-only third-party code that scripts/install-deps.sh
 // fetches; CMake compiles this file with it (LOCKSTEP_HAVE_CUDNN_FRONTEND) in its
 // dynamic-loading mode, so no cuDNN symbol is linked: the frontend reads cuDNN's functions from
-// the handle lockstep's loader opened (dynload.hpp), and its CUDA runtime calls from the
-// libcudart this program already runs on. Built without the frontend, check() says so and the
+// the handle lockstep's loader opened (dynload.hpp). For its CUDA runtime calls it dlopens
+// libcudart.so.12, then .13, by name (normally the one this program already runs on; docs/GPT.md
+// says what to set where both are on the path). Built without the frontend, check() says so and the
 // attention ops run lockstep's own kernels (or refuse train.attention = cudnn with that reason).
 #include "ops/cuda/cuda_attention_cudnn.hpp"
 
