@@ -51,26 +51,6 @@ TEST_F(BadInput, ABadLabelIsReportedAtTheNextReadBackWithTheCpuBackendsMessage) 
   EXPECT_EQ(error_of([&] { gpu().synchronize(); }), "");
 }
 
-// Evaluation counts hits without a loss before it: count_correct itself must report the label
-// (it read back an accuracy instead, counting the row as a miss).
-TEST_F(BadInput, CountCorrectReportsABadLabelWithTheCpuBackendsMessage) {
-  const std::int64_t rows = 6, classes = 4;
-  Tensor logits = random_tensor({rows, classes}, 4);
-  for (std::int32_t bad : {4, -1}) {
-    Tensor labels = Tensor::from_vector<std::int32_t>({0, 3, 1, 2, bad, bad}, {rows});
-    const std::string want = error_of([&] { ops::count_correct(cpu(), logits, labels); });
-    ASSERT_NE(want.find("label " + std::to_string(bad) + " in row 4 is outside [0, 4)"),
-              std::string::npos)
-        << want;
-    const std::string got = error_of([&] { ops::count_correct(gpu(), dev(logits), dev(labels)); });
-    EXPECT_EQ(got, on_gpu(want, "count_correct"));
-  }
-  // Good labels afterwards count as on the CPU: the words were reset after the report.
-  Tensor labels = Tensor::from_vector<std::int32_t>({0, 3, 1, 2, 1, 0}, {rows});
-  EXPECT_EQ(ops::count_correct(gpu(), dev(logits), dev(labels)),
-            ops::count_correct(cpu(), logits, labels));
-}
-
 TEST_F(BadInput, ABadTokenIsReportedAtTheNextReadBackWithTheCpuBackendsMessage) {
   const std::int64_t b = 2, t = 3, vocab = 10, c = 4;
   Tensor tokens = Tensor::from_vector<std::int32_t>({1, 2, 3, 4, 10, 5}, {b, t});

@@ -1,7 +1,8 @@
 // What a device reports back, on every device kind (the emulated GPU everywhere, CUDA where a GPU
 // answers): a bad label or token is found by the kernel, on the device, and reported by the next
-// host wait with the CPU backend's words, once; and reading a value after an embedding waits for
-// the device once (the bad-token word travels with the result words on CUDA).
+// host wait with the CPU backend's words, once (count_correct's own read-back among them); and
+// reading a value after an embedding waits for the device once (the bad-token word travels with the
+// result words on CUDA).
 #include "lockstep/core/error.hpp"
 #include "support/device_test_support.hpp"
 
@@ -25,6 +26,28 @@ TEST_P(DeviceResults, LabelOutsideTheClassesIsAnErrorByTheNextSynchronize) {
         << e.what();
   }
   EXPECT_NO_THROW(dev().synchronize()) << "the error is reported once";
+}
+
+// Evaluation counts hits without a loss before it: count_correct itself reports a bad label (on
+// CUDA it once read back an accuracy, counting the row as a miss), and counts as the CPU after.
+TEST_P(DeviceResults, CountCorrectReportsALabelOutsideTheClasses) {
+  Tensor logits = random_tensor({6, 4}, 4);
+  for (std::int32_t bad : {4, -1}) {
+    Tensor labels = Tensor::from_vector<std::int32_t>({0, 3, 1, 2, bad, bad}, {6});
+    try {
+      ops::count_correct(dev(), to_dev(logits), to_dev(labels));
+      ADD_FAILURE() << "label " << bad << " with 4 classes was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("count_correct"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("label " + std::to_string(bad) + " in row 4 is outside [0, 4)"),
+                std::string::npos)
+          << msg;
+    }
+  }
+  Tensor labels = Tensor::from_vector<std::int32_t>({0, 3, 1, 2, 1, 0}, {6});
+  EXPECT_EQ(ops::count_correct(dev(), to_dev(logits), to_dev(labels)),
+            ops::count_correct(cpu(), logits, labels));
 }
 
 TEST_P(DeviceResults, TokenOutsideTheVocabularyIsReportedByTheNextSynchronize) {
